@@ -1,0 +1,1 @@
+"""The append-only event log, and the history and dashboard pages."""

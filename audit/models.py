@@ -1,0 +1,1 @@
+"""Models for the audit log (built by the audit issue)."""

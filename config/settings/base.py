@@ -1,0 +1,299 @@
+"""LeadRouter settings, read from the environment.
+
+Every deployment uses this module; they differ only by environment values (see the README's
+configuration table). With nothing set, LeadRouter runs on a laptop: SQLite in WAL mode and a
+filesystem Celery broker under ``var/``, no servers needed.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import environ
+from kombu import Exchange, Queue
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+VAR_DIR = Path(env.str("LEADROUTER_VAR_DIR", default=str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    """The configured key, else one generated once and kept under ``var/`` for laptops."""
+    configured: str = env.str("SECRET_KEY", default="")
+    if configured:
+        return configured
+    key_file = VAR_DIR / "secret-key"
+    if not key_file.exists():
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env.bool("DEBUG", default=False)
+ALLOWED_HOSTS: list[str] = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS: list[str] = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https") if env.bool("BEHIND_TLS_PROXY", default=False) else None
+)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_celery_beat",
+    "leads",
+    "routing",
+    "audit",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "config.errors.DatabaseUnavailableMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+# PostgreSQL via DATABASE_URL, with persistent connections (reconnecting on every request costs
+# ~5x on intake, see the performance guide). Without it, SQLite in WAL mode: concurrent readers,
+# a busy timeout instead of "database is locked", and IMMEDIATE transactions so a writer takes
+# its lock up front rather than failing on upgrade.
+DATABASES: dict[str, dict[str, Any]] = {
+    "default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'leadrouter.sqlite3'}")
+}
+_db = DATABASES["default"]
+IS_SQLITE = _db["ENGINE"].endswith("sqlite3")
+if IS_SQLITE:
+    _db.setdefault("OPTIONS", {}).update(
+        {
+            "timeout": env.int("SQLITE_BUSY_TIMEOUT_SECONDS", default=20),
+            "transaction_mode": "IMMEDIATE",
+            "init_command": (
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+                f"PRAGMA busy_timeout={env.int('SQLITE_BUSY_TIMEOUT_SECONDS', default=20) * 1000};"
+            ),
+        }
+    )
+    _db["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=0)
+else:
+    _db["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=600)
+    _db["CONN_HEALTH_CHECKS"] = True
+    _db.setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", env.int("DB_CONNECT_TIMEOUT", default=5)
+    )
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "admin:login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+
+# --- HTTP API -------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "config.errors.api_exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "LeadRouter API",
+    "DESCRIPTION": "Lead intake, lead lookup, routing simulation and alerts.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# --- Celery ---------------------------------------------------------------------------------
+# The lead row is the source of truth and the outbox; the broker only carries ids. Settings follow
+# the reliability guide: late acks, requeue on a lost worker, prefetch 1, time limits well inside
+# the visibility timeout, JSON only, no result backend.
+REDIS_URL: str = env.str("REDIS_URL", default="")
+CELERY_BROKER_URL: str = env.str("CELERY_BROKER_URL", default="") or REDIS_URL or "filesystem://"
+BROKER_IS_FILESYSTEM = CELERY_BROKER_URL.startswith("filesystem://")
+BROKER_DIR = Path(env.str("LEADROUTER_BROKER_DIR", default=str(VAR_DIR / "broker")))
+
+CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=120)
+CELERY_TASK_SOFT_TIME_LIMIT = env.int(
+    "CELERY_TASK_SOFT_TIME_LIMIT", default=max(1, CELERY_TASK_TIME_LIMIT - 20)
+)
+CELERY_VISIBILITY_TIMEOUT = env.int(
+    "CELERY_VISIBILITY_TIMEOUT", default=max(300, 2 * CELERY_TASK_TIME_LIMIT + 60)
+)
+
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any]
+if BROKER_IS_FILESYSTEM:
+    for _sub in ("queue", "processed", "control"):
+        (BROKER_DIR / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+        "control_folder": str(BROKER_DIR / "control"),
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": CELERY_VISIBILITY_TIMEOUT,
+        # A publish must never hang a web request when Redis is down or paused.
+        "socket_connect_timeout": env.float("BROKER_SOCKET_TIMEOUT", default=2.0),
+        "socket_timeout": env.float("BROKER_SOCKET_TIMEOUT", default=2.0),
+        "retry_on_timeout": False,
+        "health_check_interval": 30,
+    }
+
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = env.float("CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT", default=20.0)
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_PUBLISH_RETRY = True
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
+CELERY_TIMEZONE = "UTC"
+# Celery closes Django's connection around every task unless told to reuse it (3x slower).
+CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
+
+# Every queue the project uses; `celery -A config worker` with no -Q consumes all of them.
+# Separate queues keep slow enrichment or delivery from stalling routing.
+CELERY_TASK_QUEUES = tuple(
+    Queue(name, Exchange(name, type="direct"), routing_key=name)
+    for name in ("routing", "enrichment", "delivery", "maintenance")
+)
+CELERY_TASK_DEFAULT_QUEUE = "routing"
+CELERY_TASK_ROUTES = {
+    "routing.*": {"queue": "routing"},
+    "enrichment.*": {"queue": "enrichment"},
+    "delivery.*": {"queue": "delivery"},
+    "maintenance.*": {"queue": "maintenance"},
+}
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Periodic jobs are declared here; the database scheduler mirrors them into the admin.
+# A heartbeat goes into every queue so that a queue nobody drains is noticed (see QueueHeartbeat).
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
+    f"heartbeat-{queue.name}": {
+        "task": "maintenance.heartbeat",
+        "schedule": env.float("HEARTBEAT_INTERVAL_SECONDS", default=30.0),
+        "args": [queue.name],
+        "options": {"queue": queue.name, "expires": 120},
+    }
+    for queue in CELERY_TASK_QUEUES
+}
+
+# --- Logging, errors ------------------------------------------------------------------------
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOG_FORMAT = env.str("LOG_FORMAT", default="text")
+LOGGING: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        },
+    },
+    "filters": {"redact_tokens": {"()": "config.logging.RedactTokensFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "text",
+            "filters": ["redact_tokens"],
+        },
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        "gunicorn.access": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
+}
+
+SENTRY_DSN = env.str("SENTRY_DSN", default="")
+if SENTRY_DSN:
+    import sentry_sdk
+
+    sentry_sdk.init(
+        dsn=SENTRY_DSN,
+        environment=env.str("SENTRY_ENVIRONMENT", default="production"),
+        traces_sample_rate=env.float("SENTRY_TRACES_SAMPLE_RATE", default=0.0),
+        send_default_pii=False,
+    )
+
+# --- LeadRouter ------------------------------------------------------------------------------
+READYZ_BROKER_TIMEOUT_SECONDS = env.float("READYZ_BROKER_TIMEOUT_SECONDS", default=2.0)
+DB_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int("DB_UNAVAILABLE_RETRY_AFTER_SECONDS", default=30)

@@ -1,0 +1,15 @@
+"""Test overrides: only what must differ from base for the suite to be fast and isolated."""
+
+import os
+from pathlib import Path
+
+_var = Path(os.environ.get("LEADROUTER_VAR_DIR", Path(__file__).resolve().parents[2] / "var"))
+os.environ.setdefault("LEADROUTER_BROKER_DIR", str(_var / "test-broker"))
+
+from config.settings.base import *  # noqa: E402, F403
+from config.settings.base import DATABASES, IS_SQLITE, VAR_DIR  # noqa: E402
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+if IS_SQLITE:
+    # A file, not :memory:, so that real worker processes started by tests see the same data.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}

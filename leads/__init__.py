@@ -1,0 +1,1 @@
+"""Sources, the canonical lead, the intake API and normalisation."""

@@ -1,0 +1,1 @@
+"""Models for leads (built by the intake issue)."""

@@ -1,0 +1,1 @@
+"""Reps, teams, territories, accounts, rulesets, the decision engine and the Celery pipeline."""

@@ -1,0 +1,20 @@
+import logging
+
+from config.logging import RedactTokensFilter, redact
+
+
+def test_tokens_in_urls_and_headers_are_redacted():
+    assert redact("POST /api/v1/intake/web/?token=s3cr3t&x=1") == (
+        "POST /api/v1/intake/web/?token=[redacted]&x=1"
+    )
+    assert redact("GET /x?a=1&TOKEN=abc") == "GET /x?a=1&TOKEN=[redacted]"
+    assert redact("Authorization: Bearer abc.def-ghi") == "Authorization: Bearer [redacted]"
+    assert redact("nothing secret here") == "nothing secret here"
+
+
+def test_filter_redacts_message_and_args():
+    record = logging.LogRecord(
+        "django.request", logging.WARNING, __file__, 1, "Bad request: %s", ("/in/?token=zz",), None
+    )
+    assert RedactTokensFilter().filter(record)
+    assert record.getMessage() == "Bad request: /in/?token=[redacted]"

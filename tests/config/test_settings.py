@@ -1,0 +1,68 @@
+"""The reliability settings are the product's promises: pin them."""
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from config.celery import app
+
+
+def test_celery_is_configured_for_at_least_once_delivery():
+    conf = app.conf
+    assert conf.task_acks_late is True
+    assert conf.task_reject_on_worker_lost is True
+    assert conf.worker_prefetch_multiplier == 1
+    assert conf.task_serializer == "json"
+    assert conf.accept_content == ["json"]
+    assert conf.task_ignore_result is True
+    assert conf.worker_cancel_long_running_tasks_on_connection_loss is True
+    assert conf.task_soft_time_limit < conf.task_time_limit
+    # Celery's Django fixup reads this key to stop closing the connection around every task.
+    assert conf.get("CELERY_DB_REUSE_MAX") >= 100
+
+
+def test_visibility_timeout_is_at_least_twice_the_time_limit():
+    assert settings.CELERY_VISIBILITY_TIMEOUT >= 2 * settings.CELERY_TASK_TIME_LIMIT
+    if not settings.BROKER_IS_FILESYSTEM:
+        options = app.conf.broker_transport_options
+        assert options["visibility_timeout"] == settings.CELERY_VISIBILITY_TIMEOUT
+        assert options["socket_connect_timeout"] <= 5
+
+
+def test_every_task_routes_to_a_declared_queue():
+    declared = {q.name for q in app.conf.task_queues}
+    assert declared == {"routing", "enrichment", "delivery", "maintenance"}
+    app.loader.import_default_modules()
+    for name in app.tasks:
+        if name.startswith("celery."):
+            continue
+        route = app.amqp.router.route({}, name)
+        assert route["queue"].name in declared, name
+
+
+def test_beat_sends_a_heartbeat_into_every_queue():
+    queues = {
+        entry["options"]["queue"]
+        for entry in settings.CELERY_BEAT_SCHEDULE.values()
+        if entry["task"] == "maintenance.heartbeat"
+    }
+    assert queues == {q.name for q in app.conf.task_queues}
+
+
+@pytest.mark.django_db
+def test_sqlite_runs_in_wal_mode_with_immediate_transactions():
+    if not settings.IS_SQLITE:
+        pytest.skip("PostgreSQL run: SQLite pragmas do not apply")
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode")
+        assert cursor.fetchone()[0] == "wal"
+        cursor.execute("PRAGMA busy_timeout")
+        assert cursor.fetchone()[0] >= 5000
+    assert settings.DATABASES["default"]["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
+
+
+def test_postgres_keeps_connections():
+    if settings.IS_SQLITE:
+        pytest.skip("SQLite run")
+    assert settings.DATABASES["default"]["CONN_MAX_AGE"] > 0
+    assert settings.DATABASES["default"]["CONN_HEALTH_CHECKS"] is True

@@ -1,0 +1,62 @@
+"""Shared fixtures and the service-marker policy.
+
+Tests marked ``postgres`` or ``redis`` need those servers (``DATABASE_URL`` / ``REDIS_URL``);
+``browser`` needs Debian's Chromium. Without them the tests skip with the reason, and the run
+ends with a banner listing what was not tested. With ``REQUIRE_SERVICES=1`` (CI) a missing
+service is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.conf import settings
+
+from tests.support.services import chromium_path, service_missing_reason
+
+REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
+_skipped_for_services: list[str] = []
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker in ("postgres", "redis", "browser"):
+        if item.get_closest_marker(marker) is None:
+            continue
+        reason = service_missing_reason(marker)
+        if reason is None:
+            continue
+        if REQUIRE_SERVICES:
+            pytest.fail(f"REQUIRE_SERVICES=1 but {reason}", pytrace=False)
+        _skipped_for_services.append(f"{item.nodeid}: {reason}")
+        pytest.skip(reason)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _skipped_for_services:
+        terminalreporter.section("NOT TESTED: services missing", sep="!", yellow=True, bold=True)
+        terminalreporter.write_line(
+            f"{len(_skipped_for_services)} test(s) skipped because a service is not configured. "
+            "Set DATABASE_URL / REDIS_URL (and install chromium) to run them; "
+            "REQUIRE_SERVICES=1 turns these skips into failures."
+        )
+        for line in _skipped_for_services[:50]:
+            terminalreporter.write_line(f"  {line}")
+
+
+@pytest.fixture
+def chromium() -> str:
+    """Path of the Chromium binary for Playwright (the test is marked ``browser``)."""
+    path = chromium_path()
+    assert path is not None
+    return path
+
+
+@pytest.fixture
+def broker_is_redis() -> bool:
+    return not settings.BROKER_IS_FILESYSTEM
+
+
+@pytest.fixture(autouse=True)
+def _no_sentry(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SENTRY_DSN", raising=False)

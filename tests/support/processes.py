@@ -1,0 +1,142 @@
+"""Real processes for tests: celery workers, and the whole `make run` stack under honcho."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def database_url() -> str:
+    """A DATABASE_URL for the database this test run is using (the test database)."""
+    s = connection.settings_dict
+    if s["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{s['NAME']}"
+    user = quote(s.get("USER") or "", safe="")
+    password = quote(s.get("PASSWORD") or "", safe="")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgres://{auth}{s.get('HOST') or 'localhost'}{port}/{s['NAME']}"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """Environment for a child process that shares this test run's database and broker."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.settings.test",
+            "DATABASE_URL": database_url(),
+            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            "LEADROUTER_BROKER_DIR": str(settings.BROKER_DIR),
+            "PYTHONUNBUFFERED": "1",
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+@dataclass
+class ManagedProcess:
+    """A child process whose combined output is collected for assertions and failure reports."""
+
+    popen: subprocess.Popen[str]
+    output: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        return "".join(self.output)
+
+    def wait_for_output(self, needle: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.text():
+                return
+            if self.popen.poll() is not None:
+                raise AssertionError(f"process exited ({self.popen.returncode}):\n{self.text()}")
+            time.sleep(0.1)
+        raise AssertionError(f"{needle!r} not seen within {timeout}s:\n{self.text()[-5000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, sig)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(10)
+        return self.popen.returncode
+
+
+def start(args: list[str], env: dict[str, str]) -> ManagedProcess:
+    popen = subprocess.Popen(
+        args,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    proc = ManagedProcess(popen)
+
+    def pump() -> None:
+        assert popen.stdout is not None
+        for line in popen.stdout:
+            proc.output.append(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc
+
+
+@contextlib.contextmanager
+def celery_worker(
+    *,
+    concurrency: int = 1,
+    queues: list[str] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[ManagedProcess]:
+    """A real ``celery -A config worker`` process on this test run's database and broker."""
+    args = [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO"]
+    args += ["--concurrency", str(concurrency), "--hostname", f"test-{os.getpid()}-%h"]
+    if queues:
+        args += ["--queues", ",".join(queues)]
+    proc = start(args, child_env(**(extra_env or {})))
+    try:
+        proc.wait_for_output(" ready.", timeout=60)
+        yield proc
+    finally:
+        proc.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.2, message: str = "") -> float:  # type: ignore[no-untyped-def]
+    """Poll ``predicate`` until it is truthy; return the seconds it took."""
+    start_at = time.monotonic()
+    deadline = start_at + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return time.monotonic() - start_at
+        time.sleep(interval)
+    raise AssertionError(message or f"condition not met within {timeout}s")
