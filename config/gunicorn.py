@@ -16,3 +16,6 @@ accesslog = "-"
 # No query string in the access log: a source token may ride in ?token= (api.md) and must
 # never reach the logs.
 access_log_format = '%(h)s "%(m)s %(U)s %(H)s" %(s)s %(B)s %(L)ss'
+# gunicorn's control socket defaults to one per user (~/.gunicorn); two servers run by one user
+# (make run beside the test suite) would share it. We do not use it.
+control_socket_disable = True

@@ -1,1 +1,192 @@
-"""Models for leads (built by the intake issue)."""
+"""Sources (who may send leads) and the canonical lead."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import uuid
+from datetime import datetime
+
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+def token_digest(token: str) -> str:
+    """SHA-256 hex of a source token. Tokens are 256-bit random, so a fast hash is enough."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class SourceAuthMode(models.TextChoices):
+    TOKEN = "token", "Token (Authorization: Bearer)"
+    HMAC = "hmac", "HMAC signature of the body (X-Signature)"
+    TOKEN_AND_HMAC = "token_and_hmac", "Token and HMAC signature"
+
+
+class Source(models.Model):
+    """A marketing tool, form or list that posts leads to its own intake URL."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    active = models.BooleanField(default=True)
+    auth_mode = models.CharField(
+        max_length=16, choices=SourceAuthMode.choices, default=SourceAuthMode.TOKEN
+    )
+    token_hash = models.CharField(max_length=64, blank=True, editable=False)
+    token_hint = models.CharField(
+        max_length=12, blank=True, editable=False, help_text="First characters of the token."
+    )
+    previous_token_hash = models.CharField(max_length=64, blank=True, editable=False)
+    previous_token_valid_until = models.DateTimeField(null=True, blank=True, editable=False)
+    allow_query_token = models.BooleanField(
+        default=False,
+        help_text="Also accept ?token= in the URL, for tools that can only set a URL. "
+        "The token is redacted from every log.",
+    )
+    hmac_secret = models.CharField(max_length=128, blank=True, editable=False)
+    previous_hmac_secret = models.CharField(max_length=128, blank=True, editable=False)
+    previous_hmac_valid_until = models.DateTimeField(null=True, blank=True, editable=False)
+    field_map = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Raw key → canonical field, e.g. {"Org": "company"}. Wins over built-in aliases.',
+    )
+    rate_limit_per_minute = models.PositiveIntegerField(
+        default=6000, validators=[MinValueValidator(1)]
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("slug",)
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(rate_limit_per_minute__gte=1), name="source_rate_limit_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    @property
+    def requires_token(self) -> bool:
+        return self.auth_mode in (SourceAuthMode.TOKEN, SourceAuthMode.TOKEN_AND_HMAC)
+
+    @property
+    def requires_signature(self) -> bool:
+        return self.auth_mode in (SourceAuthMode.HMAC, SourceAuthMode.TOKEN_AND_HMAC)
+
+    def token_matches(self, token: str, *, now: datetime) -> bool:
+        """Constant-time check of ``token`` against the current and, during overlap, old token."""
+        digest = token_digest(token)
+        ok = bool(self.token_hash) and hmac.compare_digest(digest, self.token_hash)
+        if (
+            self.previous_token_hash
+            and self.previous_token_valid_until is not None
+            and now < self.previous_token_valid_until
+        ):
+            ok = hmac.compare_digest(digest, self.previous_token_hash) or ok
+        return ok
+
+    def signing_secrets(self, *, now: datetime) -> list[str]:
+        """The HMAC secrets a signature may currently be made with (old one during overlap)."""
+        secrets = [self.hmac_secret] if self.hmac_secret else []
+        if (
+            self.previous_hmac_secret
+            and self.previous_hmac_valid_until is not None
+            and now < self.previous_hmac_valid_until
+        ):
+            secrets.append(self.previous_hmac_secret)
+        return secrets
+
+
+class LeadStatus(models.TextChoices):
+    RECEIVED = "received"
+    PROCESSING = "processing"
+    ASSIGNED = "assigned"
+    DUPLICATE = "duplicate"
+    EXCLUDED = "excluded"
+    UNASSIGNED = "unassigned"
+    FAILED = "failed"
+
+
+class Lead(models.Model):
+    """One lead as received (raw payload kept verbatim) and normalised to canonical fields."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    source = models.ForeignKey(Source, on_delete=models.PROTECT, related_name="leads")
+    status = models.CharField(
+        max_length=16, choices=LeadStatus.choices, default=LeadStatus.RECEIVED
+    )
+    raw_payload = models.JSONField(help_text="The record exactly as the source sent it.")
+
+    email = models.CharField(max_length=320, blank=True)
+    email_domain = models.CharField(max_length=255, blank=True)
+    first_name = models.CharField(max_length=255, blank=True)
+    last_name = models.CharField(max_length=255, blank=True)
+    phone = models.CharField(max_length=32, blank=True, help_text="E.164")
+    company = models.CharField(max_length=255, blank=True)
+    domain = models.CharField(max_length=255, blank=True)
+    title = models.CharField(max_length=255, blank=True)
+    country = models.CharField(max_length=2, blank=True, help_text="ISO 3166-1 alpha-2")
+    region = models.CharField(max_length=8, blank=True, help_text="ISO 3166-2, no country prefix")
+    city = models.CharField(max_length=255, blank=True)
+    postal_code = models.CharField(max_length=32, blank=True)
+    employees = models.PositiveIntegerField(null=True, blank=True)
+    annual_revenue = models.DecimalField(max_digits=20, decimal_places=2, null=True, blank=True)
+    industry = models.CharField(max_length=255, blank=True)
+    lead_score = models.FloatField(null=True, blank=True)
+    utm_source = models.CharField(max_length=255, blank=True)
+    utm_medium = models.CharField(max_length=255, blank=True)
+    utm_campaign = models.CharField(max_length=255, blank=True)
+    custom = models.JSONField(default=dict, blank=True, help_text="Every unmapped key, as sent.")
+    flags = models.JSONField(default=list, blank=True, help_text='e.g. ["invalid_email"]')
+
+    # NULL, not "", for "no key": the unique constraint only covers rows that have one.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    request_fingerprint = models.CharField(max_length=64)
+    received_at = models.DateTimeField(default=timezone.now)
+    normalized_at = models.DateTimeField(null=True, blank=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+    requeued_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last time the stale-lead sweeper re-enqueued it."
+    )
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    duplicate_of = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="duplicates"
+    )
+
+    class Meta:
+        ordering = ("-received_at",)
+        constraints = [
+            models.UniqueConstraint(
+                fields=("source", "idempotency_key"),
+                condition=Q(idempotency_key__isnull=False),
+                name="lead_unique_idempotency_key_per_source",
+            ),
+        ]
+        indexes = [
+            # The stale sweeper and the backlog check: leads waiting, oldest first.
+            models.Index(
+                fields=("received_at",),
+                condition=Q(status="received"),
+                name="lead_waiting_idx",
+            ),
+            # Worker dedup by e-mail, then phone, within a window.
+            models.Index(fields=("email", "received_at"), name="lead_email_idx"),
+            models.Index(fields=("phone", "received_at"), name="lead_phone_idx"),
+            # History pages: newest first, by status and by source.
+            models.Index(fields=("-received_at",), name="lead_received_idx"),
+            models.Index(fields=("status", "-received_at"), name="lead_status_idx"),
+            models.Index(fields=("source", "-received_at"), name="lead_source_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            self.email
+            or self.phone
+            or f"{self.first_name} {self.last_name}".strip()
+            or str(self.id)
+        )

@@ -137,8 +137,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
-STATIC_ROOT.mkdir(exist_ok=True)
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(VAR_DIR / "static")))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
@@ -214,6 +214,8 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# Applies on SIGQUIT (or SIGTERM with REMAP_SIGTERM=SIGQUIT, as docker-compose.yml does): running
+# tasks get this long, then are requeued. A plain SIGTERM waits for running tasks without limit.
 CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = env.float("CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT", default=20.0)
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -252,6 +254,11 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
         "options": {"queue": queue.name, "expires": 120},
     }
     for queue in CELERY_TASK_QUEUES
+}
+CELERY_BEAT_SCHEDULE["requeue-stale-leads"] = {
+    "task": "maintenance.requeue_stale",
+    "schedule": env.float("REQUEUE_STALE_INTERVAL_SECONDS", default=30.0),
+    "options": {"expires": 60},
 }
 
 # --- Logging, errors ------------------------------------------------------------------------
@@ -295,5 +302,27 @@ if SENTRY_DSN:
     )
 
 # --- LeadRouter ------------------------------------------------------------------------------
+# Cache: the per-source intake rate limit lives here. Use Redis (a database other than the
+# broker's) whenever more than one web process runs, or each process counts on its own.
+CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
+
+# Intake (api.md). Bodies are read and checked by leads.parsing, not by DRF's parsers.
+INTAKE_MAX_BODY_BYTES = env.int("INTAKE_MAX_BODY_BYTES", default=1024 * 1024)
+INTAKE_MAX_BATCH = env.int("INTAKE_MAX_BATCH", default=1000)
+INTAKE_MAX_BATCH_BODY_BYTES = env.int("INTAKE_MAX_BATCH_BODY_BYTES", default=16 * 1024 * 1024)
+INTAKE_MAX_JSON_DEPTH = env.int("INTAKE_MAX_JSON_DEPTH", default=32)
+INTAKE_MAX_KEYS = env.int("INTAKE_MAX_KEYS", default=1000)
+INTAKE_MAX_STRING_CHARS = env.int("INTAKE_MAX_STRING_CHARS", default=64 * 1024)
+SOURCE_TOKEN_OVERLAP_HOURS = env.int("SOURCE_TOKEN_OVERLAP_HOURS", default=48)
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(INTAKE_MAX_BODY_BYTES, INTAKE_MAX_BATCH_BODY_BYTES)
+FILE_UPLOAD_MAX_MEMORY_SIZE = INTAKE_MAX_BATCH_BODY_BYTES
+DATA_UPLOAD_MAX_NUMBER_FIELDS = INTAKE_MAX_KEYS
+
+# Durability: the stale sweeper, the publish circuit breaker, the poison-lead bound.
+REQUEUE_STALE_AFTER_SECONDS = env.int("REQUEUE_STALE_AFTER_SECONDS", default=120)
+REQUEUE_STALE_BATCH_SIZE = env.int("REQUEUE_STALE_BATCH_SIZE", default=500)
+BROKER_BREAKER_SECONDS = env.float("BROKER_BREAKER_SECONDS", default=10.0)
+LEAD_MAX_ATTEMPTS = env.int("LEAD_MAX_ATTEMPTS", default=3)
+
 READYZ_BROKER_TIMEOUT_SECONDS = env.float("READYZ_BROKER_TIMEOUT_SECONDS", default=2.0)
 DB_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int("DB_UNAVAILABLE_RETRY_AFTER_SECONDS", default=30)

@@ -1,0 +1,98 @@
+"""Admin for sources (token shown once, rotation) and leads (read-only)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from leads.models import Lead, Source
+from leads.services import source_set_hmac_secret, source_set_token
+
+
+def _overlap() -> timedelta:
+    return timedelta(hours=settings.SOURCE_TOKEN_OVERLAP_HOURS)
+
+
+@admin.register(Source)
+class SourceAdmin(admin.ModelAdmin):
+    list_display = ("slug", "name", "active", "auth_mode", "token_hint", "rate_limit_per_minute")
+    list_filter = ("active", "auth_mode")
+    search_fields = ("slug", "name")
+    readonly_fields = (
+        "token_hint",
+        "previous_token_valid_until",
+        "previous_hmac_valid_until",
+        "created_at",
+        "updated_at",
+    )
+    fields = (
+        "slug",
+        "name",
+        "active",
+        "auth_mode",
+        "allow_query_token",
+        "field_map",
+        "rate_limit_per_minute",
+        *readonly_fields,
+    )
+    actions = ("rotate_token", "rotate_hmac_secret")
+
+    def save_model(self, request: HttpRequest, obj: Source, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if not change:
+            token = source_set_token(source=obj)
+            messages.warning(
+                request,
+                f"Token for {obj.slug}: {token} — copy it now, it is not shown again.",
+            )
+        if obj.requires_signature and not obj.hmac_secret:
+            secret = source_set_hmac_secret(source=obj)
+            messages.warning(
+                request,
+                f"HMAC secret for {obj.slug}: {secret} — copy it now, it is not shown again.",
+            )
+
+    @admin.action(description="Rotate token (the old one keeps working for the overlap period)")
+    def rotate_token(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+        for source in queryset:
+            token = source_set_token(source=source, overlap=_overlap())
+            messages.warning(
+                request,
+                f"New token for {source.slug}: {token} — copy it now, it is not shown again. "
+                "The old token works until "
+                f"{source.previous_token_valid_until:%Y-%m-%d %H:%M} UTC.",
+            )
+
+    @admin.action(description="Rotate HMAC secret (the old one keeps working for the overlap)")
+    def rotate_hmac_secret(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+        for source in queryset:
+            secret = source_set_hmac_secret(source=source, overlap=_overlap())
+            messages.warning(
+                request,
+                f"New HMAC secret for {source.slug}: {secret} — "
+                "copy it now, it is not shown again.",
+            )
+
+
+@admin.register(Lead)
+class LeadAdmin(admin.ModelAdmin):
+    list_display = ("id", "email", "company", "country", "source", "status", "received_at")
+    list_filter = ("status", "source")
+    search_fields = ("email", "company", "last_name")
+    list_select_related = ("source",)
+    date_hierarchy = "received_at"
+    show_full_result_count = False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Lead | None = None) -> list[str]:
+        return [f.name for f in Lead._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Lead | None = None) -> bool:
+        return False

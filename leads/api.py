@@ -1,0 +1,388 @@
+"""The intake (kickoff) and lead endpoints of api.md: thin views calling one service each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
+from rest_framework import serializers
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.permissions import AllowAny, BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from config.errors import error_body
+from leads import selectors
+from leads.models import LeadStatus, Source
+from leads.parsing import (
+    IntakeError,
+    Limits,
+    check_value,
+    decode_utf8,
+    media_type,
+    parse_csv,
+    parse_form,
+    parse_json,
+)
+from leads.services import Accepted, lead_ingest, lead_ingest_batch
+from leads.source_auth import check_rate_limit, check_signature, check_token
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+# --- Schema helpers --------------------------------------------------------------------------
+
+ErrorSerializer = inline_serializer(
+    "Error",
+    {
+        "error": inline_serializer(
+            "ErrorDetail",
+            {
+                "code": serializers.CharField(),
+                "message": serializers.CharField(),
+                "fields": serializers.DictField(
+                    child=serializers.ListField(child=serializers.CharField()), required=False
+                ),
+            },
+        )
+    },
+)
+AcceptedSerializer = inline_serializer(
+    "IntakeAccepted",
+    {
+        "id": serializers.UUIDField(),
+        "status": serializers.ChoiceField(choices=["received"]),
+        "url": serializers.CharField(),
+    },
+)
+BatchSerializer = inline_serializer(
+    "IntakeBatchAccepted",
+    {
+        "accepted": serializers.IntegerField(),
+        "rejected": serializers.IntegerField(),
+        "results": serializers.ListField(child=serializers.DictField()),
+    },
+)
+
+
+def _error_responses(*codes: int) -> dict[int, OpenApiResponse]:
+    return {code: OpenApiResponse(ErrorSerializer) for code in codes}
+
+
+# --- Intake ----------------------------------------------------------------------------------
+
+
+def _limits() -> Limits:
+    return Limits(
+        max_depth=settings.INTAKE_MAX_JSON_DEPTH,
+        max_keys=settings.INTAKE_MAX_KEYS,
+        max_string=settings.INTAKE_MAX_STRING_CHARS,
+    )
+
+
+def _error_response(error: IntakeError) -> Response:
+    return Response(
+        error_body(error.code, error.message), status=error.status, headers=error.headers
+    )
+
+
+def _admit(request: HttpRequest, slug: str, *, max_bytes: int) -> Source:
+    """Source, size and token checks: everything decided before the body is read."""
+    source = selectors.source_for_intake(slug=slug)
+    if source is None:
+        raise IntakeError(404, "source_not_found", f"No active source {slug[:64]!r}.")
+    length_header = request.META.get("CONTENT_LENGTH") or ""
+    if not length_header:
+        if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
+            raise IntakeError(
+                411, "length_required", "Send a Content-Length; chunked bodies are not accepted."
+            )
+    else:
+        try:
+            length = int(length_header)
+        except ValueError:
+            raise IntakeError(400, "invalid_body", "Content-Length is not a number.") from None
+        if length > max_bytes:
+            raise IntakeError(
+                413, "body_too_large", f"The body is over the limit of {max_bytes} bytes."
+            )
+    check_token(request, source, now=timezone.now())
+    return source
+
+
+def _accepted_body(lead_id: Any) -> dict[str, Any]:
+    return {"id": str(lead_id), "status": "received", "url": f"/api/v1/leads/{lead_id}/"}
+
+
+class IntakeView(APIView):
+    """POST one lead (JSON object, form-encoded or multipart) from a source."""
+
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    throttle_classes: list[Any] = []
+    parser_classes: list[Any] = []
+
+    @extend_schema(
+        operation_id="intake_create",
+        summary="Submit one lead",
+        description="Authenticate with `Authorization: Bearer <source token>` (or `?token=` where "
+        "the source allows it) and/or `X-Signature: sha256=<hex HMAC of the body>`.",
+        request={
+            "application/json": OpenApiTypes.OBJECT,
+            "application/x-www-form-urlencoded": OpenApiTypes.OBJECT,
+            "multipart/form-data": OpenApiTypes.OBJECT,
+        },
+        parameters=[
+            OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False),
+            OpenApiParameter("X-Signature", str, OpenApiParameter.HEADER, required=False),
+        ],
+        responses={
+            202: OpenApiResponse(AcceptedSerializer, description="Accepted (or replayed)."),
+            **_error_responses(400, 401, 404, 411, 413, 415, 422, 429),
+        },
+        examples=[
+            OpenApiExample(
+                "A form lead",
+                value={"Email Address": "ana@acme.com", "Company": "Acme", "Country": "Germany"},
+                request_only=True,
+            )
+        ],
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        try:
+            source = _admit(request._request, slug, max_bytes=settings.INTAKE_MAX_BODY_BYTES)
+            header_key = self._idempotency_key(request)
+            check_rate_limit(source, now=timezone.now())
+            record, body = self._read(request._request)
+            check_signature(request._request, source, body, now=timezone.now())
+            accepted = lead_ingest(source=source, record=record, idempotency_key=header_key)
+        except IntakeError as error:
+            return _error_response(error)
+        headers = {"Location": f"/api/v1/leads/{accepted.lead_id}/"}
+        if accepted.replayed:
+            headers["Idempotent-Replayed"] = "true"
+        return Response(_accepted_body(accepted.lead_id), status=202, headers=headers)
+
+    @staticmethod
+    def _idempotency_key(request: Request) -> str | None:
+        key = request.META.get("HTTP_IDEMPOTENCY_KEY")
+        if key is None:
+            return None
+        key = key.strip()
+        if not key or len(key) > 255:
+            raise IntakeError(
+                400, "invalid_idempotency_key", "Idempotency-Key must be 1 to 255 characters."
+            )
+        return key
+
+    @staticmethod
+    def _read(request: HttpRequest) -> tuple[dict[str, Any], bytes]:
+        kind = media_type(request)
+        if kind == "application/json" or kind.endswith("+json"):
+            body = request.body
+            value = parse_json(body, _limits())
+            if not isinstance(value, dict):
+                raise IntakeError(400, "invalid_body", "The body must be a JSON object.")
+            return value, body
+        if kind in FORM_TYPES:
+            body = request.body
+            return parse_form(request, _limits()), body
+        raise IntakeError(
+            415,
+            "unsupported_media_type",
+            "Send application/json, application/x-www-form-urlencoded or multipart/form-data.",
+        )
+
+
+class IntakeBatchView(APIView):
+    """POST many leads: a JSON array, a CSV body, or a multipart CSV upload in field ``file``."""
+
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    throttle_classes: list[Any] = []
+    parser_classes: list[Any] = []
+
+    @extend_schema(
+        operation_id="intake_batch_create",
+        summary="Submit a batch of leads",
+        description="Same authentication as single intake. At most INTAKE_MAX_BATCH records.",
+        request={
+            "application/json": {"type": "array", "items": {"type": "object"}},
+            "text/csv": OpenApiTypes.STR,
+            "multipart/form-data": {
+                "type": "object",
+                "properties": {"file": {"type": "string", "format": "binary"}},
+                "required": ["file"],
+            },
+        },
+        parameters=[OpenApiParameter("X-Signature", str, OpenApiParameter.HEADER, required=False)],
+        responses={
+            202: OpenApiResponse(BatchSerializer),
+            **_error_responses(400, 401, 404, 411, 413, 415, 429),
+        },
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        try:
+            source = _admit(request._request, slug, max_bytes=settings.INTAKE_MAX_BATCH_BODY_BYTES)
+            records, body = self._read(request._request)
+            check_signature(request._request, source, body, now=timezone.now())
+            check_rate_limit(source, now=timezone.now(), records=len(records))
+            outcomes = lead_ingest_batch(source=source, records=records)
+        except IntakeError as error:
+            return _error_response(error)
+        results: list[dict[str, Any]] = []
+        accepted = 0
+        for index, outcome in enumerate(outcomes):
+            if isinstance(outcome, Accepted):
+                accepted += 1
+                entry: dict[str, Any] = {"index": index, "id": str(outcome.lead_id)}
+                entry["status"] = "received"
+                if outcome.replayed:
+                    entry["replayed"] = True
+            else:
+                entry = {"index": index, **error_body(outcome.code, outcome.message)}
+            results.append(entry)
+        return Response(
+            {"accepted": accepted, "rejected": len(outcomes) - accepted, "results": results},
+            status=202,
+        )
+
+    @staticmethod
+    def _read(request: HttpRequest) -> tuple[list[Any], bytes]:
+        kind = media_type(request)
+        limit = settings.INTAKE_MAX_BATCH
+        limits = _limits()
+        if kind == "application/json" or kind.endswith("+json"):
+            body = request.body
+            value = parse_json(body, limits, check=False)
+            if not isinstance(value, list):
+                raise IntakeError(400, "invalid_body", "A batch must be a JSON array of objects.")
+            if len(value) > limit:
+                raise IntakeError(413, "batch_too_large", f"A batch holds at most {limit} records.")
+            for record in value:
+                check_value(record, limits, where="record")
+            records = value
+        elif kind in ("text/csv", "application/csv"):
+            body = request.body
+            records = parse_csv(decode_utf8(body), max_records=limit, limits=limits)
+        elif kind == "multipart/form-data":
+            body = request.body
+            try:
+                upload = request.FILES.get("file")
+            except Exception as exc:  # malformed multipart in any way is the client's error
+                raise IntakeError(
+                    400, "invalid_body", f"Unreadable upload: {str(exc)[:200]}"
+                ) from None
+            if upload is None:
+                raise IntakeError(400, "invalid_body", "Upload the CSV in the form field 'file'.")
+            records = parse_csv(decode_utf8(upload.read()), max_records=limit, limits=limits)
+        else:
+            raise IntakeError(
+                415,
+                "unsupported_media_type",
+                "Send a JSON array, text/csv, or multipart/form-data with a CSV in 'file'.",
+            )
+        if len(records) > limit:
+            raise IntakeError(413, "batch_too_large", f"A batch holds at most {limit} records.")
+        if not records:
+            raise IntakeError(400, "invalid_body", "The batch is empty.")
+        return records, body
+
+
+# --- Leads -----------------------------------------------------------------------------------
+
+
+class CanViewLeads(BasePermission):
+    """Authenticated users holding ``leads.view_lead``."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        return bool(user and user.is_authenticated and user.has_perm("leads.view_lead"))
+
+
+LEAD_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "status": {"type": "string", "enum": list(LeadStatus.values)},
+        "source": {"type": "string"},
+        "received_at": {"type": "string", "format": "date-time"},
+        "processed_at": {"type": "string", "format": "date-time", "nullable": True},
+        "fields": {"type": "object", "additionalProperties": True},
+        "flags": {"type": "array", "items": {"type": "string"}},
+        "duplicate_of": {"type": "string", "format": "uuid", "nullable": True},
+        "assignment": {"type": "object", "nullable": True, "additionalProperties": True},
+        "trace": {"type": "array", "items": {"type": "object"}},
+        "events": {"type": "array", "items": {"type": "object"}},
+        "attempts": {"type": "integer"},
+        "last_error": {"type": "string"},
+    },
+    "required": ["id", "status", "source", "received_at", "fields", "assignment"],
+}
+
+
+class LeadDetailView(APIView):
+    """One lead with its fields, assignment, decision trace and audit events."""
+
+    permission_classes = [CanViewLeads]
+
+    @extend_schema(
+        operation_id="lead_retrieve",
+        responses={200: OpenApiResponse(LEAD_SCHEMA), **_error_responses(401, 403, 404)},
+    )
+    def get(self, request: Request, lead_id: str) -> Response:
+        lead = selectors.lead_get(lead_id=lead_id)
+        if lead is None:
+            return Response(error_body("not_found", "No such lead."), status=404)
+        return Response(selectors.lead_document(lead))
+
+
+class LeadListView(APIView):
+    """Leads, newest first, filtered by status, source, date range and free text."""
+
+    permission_classes = [CanViewLeads]
+
+    @extend_schema(
+        operation_id="lead_list",
+        parameters=[
+            OpenApiParameter("status", str, enum=list(LeadStatus.values)),
+            OpenApiParameter("source", str, description="source slug"),
+            OpenApiParameter("since", OpenApiTypes.DATETIME),
+            OpenApiParameter("until", OpenApiTypes.DATETIME),
+            OpenApiParameter("q", str, description="e-mail, company or name contains"),
+            OpenApiParameter("page", int),
+        ],
+        responses={
+            200: OpenApiResponse(
+                {
+                    "type": "object",
+                    "properties": {
+                        "count": {"type": "integer"},
+                        "next": {"type": "string", "nullable": True},
+                        "previous": {"type": "string", "nullable": True},
+                        "results": {"type": "array", "items": LEAD_SCHEMA},
+                    },
+                }
+            ),
+            **_error_responses(400, 401, 403),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        filters = selectors.LeadFilter(request.query_params, queryset=selectors.lead_list())
+        if not filters.is_valid():
+            fields = {k: [str(m) for m in v] for k, v in filters.errors.items()}
+            return Response(error_body("invalid_filter", "Invalid filter.", fields), status=400)
+        paginator = PageNumberPagination()
+        page: list[Any] = paginator.paginate_queryset(filters.qs, request, view=self) or []
+        return paginator.get_paginated_response([selectors.lead_document(lead) for lead in page])

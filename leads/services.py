@@ -1,0 +1,440 @@
+"""Write services of the leads app: sources, the kickoff, enqueueing, the stale sweeper."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from config.celery import app as celery_app
+from leads.models import Lead, LeadStatus, Source, token_digest
+from leads.normalize import CANONICAL_FIELDS, is_a_lead, map_fields, normalize
+from leads.parsing import IntakeError
+
+logger = logging.getLogger(__name__)
+
+PROCESS_LEAD_TASK = "routing.process_lead"
+
+
+# --- Sources ---------------------------------------------------------------------------------
+
+
+def new_token() -> str:
+    """A fresh 256-bit source token (or HMAC secret), URL-safe."""
+    return secrets.token_urlsafe(32)
+
+
+@transaction.atomic
+def source_set_token(*, source: Source, overlap: timedelta | None = None) -> str:
+    """Give ``source`` a new token and return it (shown once; only its hash is kept).
+
+    With ``overlap``, the previous token keeps working that long, so senders can switch over.
+    """
+    token = new_token()
+    now = timezone.now()
+    if overlap and source.token_hash:
+        source.previous_token_hash = source.token_hash
+        source.previous_token_valid_until = now + overlap
+    else:
+        source.previous_token_hash = ""
+        source.previous_token_valid_until = None
+    source.token_hash = token_digest(token)
+    source.token_hint = token[:6]
+    source.save(
+        update_fields=[
+            "token_hash",
+            "token_hint",
+            "previous_token_hash",
+            "previous_token_valid_until",
+            "updated_at",
+        ]
+    )
+    return token
+
+
+@transaction.atomic
+def source_set_hmac_secret(*, source: Source, overlap: timedelta | None = None) -> str:
+    """Give ``source`` a new HMAC secret and return it; the old one works for ``overlap``."""
+    secret = new_token()
+    now = timezone.now()
+    if overlap and source.hmac_secret:
+        source.previous_hmac_secret = source.hmac_secret
+        source.previous_hmac_valid_until = now + overlap
+    else:
+        source.previous_hmac_secret = ""
+        source.previous_hmac_valid_until = None
+    source.hmac_secret = secret
+    source.save(
+        update_fields=[
+            "hmac_secret",
+            "previous_hmac_secret",
+            "previous_hmac_valid_until",
+            "updated_at",
+        ]
+    )
+    return secret
+
+
+@transaction.atomic
+def source_create(*, slug: str, name: str, **fields: Any) -> tuple[Source, str]:
+    """Create a source with a fresh token; returns the source and the token (shown once)."""
+    source = Source(slug=slug, name=name, **fields)
+    source.full_clean(exclude=["token_hash"])
+    source.save()
+    token = source_set_token(source=source)
+    return source, token
+
+
+# --- Kickoff ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A record the kickoff accepted (or recognised as a replay of an earlier request)."""
+
+    lead_id: uuid.UUID
+    replayed: bool = False
+
+
+@dataclass
+class _Prepared:
+    index: int
+    record: dict[str, Any]
+    key: str | None
+    fingerprint: str
+    lead_id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+
+def record_fingerprint(record: dict[str, Any]) -> str:
+    """SHA-256 of the record's canonical JSON: the same body always gives the same print."""
+    canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _idempotency_key(canonical: dict[str, Any], header_key: str | None) -> str | None:
+    if header_key:
+        return header_key
+    external = canonical.get("external_id")
+    if external is None or isinstance(external, (dict, list, bool)):
+        return None
+    key = str(external).strip()
+    return key[:255] or None
+
+
+def _prepare(
+    source: Source, record: dict[str, Any], header_key: str | None, index: int
+) -> _Prepared:
+    if not isinstance(record, dict):
+        raise IntakeError(400, "invalid_body", "A lead must be a JSON object.")
+    canonical, _custom = map_fields(record, source.field_map or None)
+    if not is_a_lead(canonical):
+        raise IntakeError(
+            422,
+            "not_a_lead",
+            "Not a lead: it needs an e-mail, a phone, or a company together with a name.",
+        )
+    return _Prepared(
+        index=index,
+        record=record,
+        key=_idempotency_key(canonical, header_key),
+        fingerprint=record_fingerprint(record),
+    )
+
+
+def _replay(fingerprint: str, existing_id: uuid.UUID, existing_print: str) -> Accepted:
+    if existing_print != fingerprint:
+        raise IntakeError(
+            422,
+            "idempotency_key_reused",
+            "This idempotency key was already used with a different body.",
+        )
+    return Accepted(lead_id=existing_id, replayed=True)
+
+
+def _new_lead(source: Source, item: _Prepared, now: datetime) -> Lead:
+    return Lead(
+        id=item.lead_id,
+        source=source,
+        raw_payload=item.record,
+        idempotency_key=item.key,
+        request_fingerprint=item.fingerprint,
+        received_at=now,
+    )
+
+
+def lead_ingest(
+    *, source: Source, record: dict[str, Any], idempotency_key: str | None = None
+) -> Accepted:
+    """The kickoff for one record: check it is a lead, store it, enqueue it after commit.
+
+    A repeated idempotency key with the same body answers with the first lead (a replay); with
+    another body it is refused. Two concurrent requests with one key store one lead: the second
+    waits on the unique index and then replays the first.
+    """
+    item = _prepare(source, record, idempotency_key, 0)
+    if item.key is not None:
+        existing = (
+            Lead.objects.filter(source=source, idempotency_key=item.key)
+            .values_list("id", "request_fingerprint")
+            .first()
+        )
+        if existing is not None:
+            return _replay(item.fingerprint, *existing)
+    try:
+        with transaction.atomic(durable=True):
+            _new_lead(source, item, timezone.now()).save(force_insert=True)
+            transaction.on_commit(lambda: leads_enqueue([item.lead_id]), robust=True)
+    except IntegrityError:
+        if item.key is None:
+            raise
+        winner = (
+            Lead.objects.filter(source=source, idempotency_key=item.key)
+            .values_list("id", "request_fingerprint")
+            .first()
+        )
+        if winner is None:
+            raise
+        return _replay(item.fingerprint, *winner)
+    return Accepted(lead_id=item.lead_id)
+
+
+def lead_ingest_batch(*, source: Source, records: Sequence[Any]) -> list[Accepted | IntakeError]:
+    """The kickoff for a batch: each record judged on its own, accepted ones bulk-inserted.
+
+    One SELECT finds earlier uses of the batch's idempotency keys, one bulk INSERT stores the new
+    leads (conflicting keys are skipped by the database and then resolved as replays), and the
+    new leads are enqueued together after commit.
+    """
+    outcomes: list[Accepted | IntakeError | None] = [None] * len(records)
+    prepared: list[_Prepared] = []
+    for index, record in enumerate(records):
+        try:
+            prepared.append(_prepare(source, record, None, index))
+        except IntakeError as error:
+            outcomes[index] = error
+
+    keys = {item.key for item in prepared if item.key is not None}
+    known: dict[str, tuple[uuid.UUID, str]] = {}
+    if keys:
+        for key, lead_id, fingerprint in Lead.objects.filter(
+            source=source, idempotency_key__in=keys
+        ).values_list("idempotency_key", "id", "request_fingerprint"):
+            if key is not None:
+                known[key] = (lead_id, fingerprint)
+
+    to_insert: list[_Prepared] = []
+    first_in_batch: dict[str, _Prepared] = {}
+    repeats: list[tuple[_Prepared, _Prepared]] = []  # (later record, first with its key)
+    for item in prepared:
+        if item.key is not None and item.key in known:
+            outcomes[item.index] = _replay_or_error(item, *known[item.key])
+        elif item.key is not None and item.key in first_in_batch:
+            repeats.append((item, first_in_batch[item.key]))
+        else:
+            if item.key is not None:
+                first_in_batch[item.key] = item
+            to_insert.append(item)
+
+    inserted: set[uuid.UUID] = set()
+    winners: dict[str, tuple[uuid.UUID, str]] = {}
+    if to_insert:
+        now = timezone.now()
+        with transaction.atomic(durable=True):
+            Lead.objects.bulk_create(
+                [_new_lead(source, item, now) for item in to_insert],
+                batch_size=500,
+                ignore_conflicts=True,
+            )
+            # A concurrent request may have taken some keys between our SELECT and INSERT:
+            # the database skipped those rows; find out which, and replay the winners.
+            # Unkeyed rows cannot conflict (their ids are fresh UUIDs).
+            keyed_ids = [item.lead_id for item in to_insert if item.key is not None]
+            inserted = {item.lead_id for item in to_insert if item.key is None}
+            if keyed_ids:
+                inserted.update(Lead.objects.filter(id__in=keyed_ids).values_list("id", flat=True))
+            lost = [item for item in to_insert if item.lead_id not in inserted]
+            if lost:
+                winners = {
+                    key: (lead_id, fingerprint)
+                    for key, lead_id, fingerprint in Lead.objects.filter(
+                        source=source, idempotency_key__in=[item.key for item in lost]
+                    ).values_list("idempotency_key", "id", "request_fingerprint")
+                    if key is not None
+                }
+            for item in to_insert:
+                if item.lead_id in inserted:
+                    outcomes[item.index] = Accepted(lead_id=item.lead_id)
+                else:  # only keyed rows can conflict
+                    outcomes[item.index] = _replay_or_error(item, *winners[str(item.key)])
+            new_ids = [item.lead_id for item in to_insert if item.lead_id in inserted]
+            transaction.on_commit(lambda: leads_enqueue(new_ids), robust=True)
+
+    # A key repeated inside the batch replays whichever lead now holds that key.
+    for item, first in repeats:
+        holder = winners.get(str(first.key))
+        if first.lead_id in inserted or holder is None:
+            outcomes[item.index] = _replay_or_error(item, first.lead_id, first.fingerprint)
+        else:
+            outcomes[item.index] = _replay_or_error(item, *holder)
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def _replay_or_error(
+    item: _Prepared, lead_id: uuid.UUID, fingerprint: str
+) -> Accepted | IntakeError:
+    try:
+        return _replay(item.fingerprint, lead_id, fingerprint)
+    except IntakeError as error:
+        return error
+
+
+# --- Enqueueing ------------------------------------------------------------------------------
+
+
+class _BrokerBreaker:
+    """After a failed publish, skip publishing for a while: the sweeper delivers those leads.
+
+    This keeps the kickoff fast while the broker is down or hung, instead of every request
+    paying the connection timeout.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open_until = 0.0
+
+    def allows(self) -> bool:
+        return time.monotonic() >= self._open_until
+
+    def trip(self, seconds: float) -> None:
+        with self._lock:
+            self._open_until = time.monotonic() + seconds
+
+    def reset(self) -> None:
+        with self._lock:
+            self._open_until = 0.0
+
+
+broker_breaker = _BrokerBreaker()
+
+
+def leads_enqueue(lead_ids: Sequence[uuid.UUID]) -> int:
+    """Publish one processing task per lead; never raises. Returns how many were published.
+
+    Called after commit. A failure is logged and left to ``leads_requeue_stale``: the lead row
+    is the outbox, the message only a wake-up call.
+    """
+    if not lead_ids:
+        return 0
+    if not broker_breaker.allows():
+        logger.warning("broker marked down; %d lead(s) left for the stale sweeper", len(lead_ids))
+        return 0
+    published = 0
+    try:
+        with celery_app.producer_or_acquire() as producer:
+            for lead_id in lead_ids:
+                celery_app.send_task(
+                    PROCESS_LEAD_TASK,
+                    args=[str(lead_id)],
+                    producer=producer,
+                    retry=True,
+                    retry_policy=settings.CELERY_TASK_PUBLISH_RETRY_POLICY,
+                )
+                published += 1
+    except Exception:  # any broker failure: the sweeper re-enqueues what was not published
+        broker_breaker.trip(settings.BROKER_BREAKER_SECONDS)
+        logger.exception(
+            "could not enqueue %d of %d lead(s); the stale sweeper will retry them",
+            len(lead_ids) - published,
+            len(lead_ids),
+        )
+    else:
+        broker_breaker.reset()
+    return published
+
+
+def leads_requeue_stale(
+    *,
+    older_than: timedelta | None = None,
+    batch_size: int | None = None,
+    max_batches: int = 20,
+    now: datetime | None = None,
+) -> int:
+    """Re-enqueue leads waiting in ``received`` too long (lost message, broker outage).
+
+    Works in bounded batches. Each batch is claimed with ``FOR UPDATE SKIP LOCKED`` on
+    PostgreSQL (SQLite serialises writers) and stamped ``requeued_at``, so several sweepers
+    running at once never enqueue the same lead twice in one period.
+    """
+    if older_than is None:
+        older_than = timedelta(seconds=settings.REQUEUE_STALE_AFTER_SECONDS)
+    batch_size = batch_size or settings.REQUEUE_STALE_BATCH_SIZE
+    now = now or timezone.now()
+    cutoff = now - older_than
+    total = 0
+    for _ in range(max_batches):
+        with transaction.atomic(durable=True):
+            stale = (
+                Lead.objects.filter(status=LeadStatus.RECEIVED, received_at__lt=cutoff)
+                .filter(Q(requeued_at__isnull=True) | Q(requeued_at__lt=cutoff))
+                .order_by("received_at")
+            )
+            if connection.features.has_select_for_update_skip_locked:
+                stale = stale.select_for_update(skip_locked=True)
+            ids = list(stale.values_list("id", flat=True)[:batch_size])
+            if ids:
+                Lead.objects.filter(id__in=ids).update(requeued_at=now)
+                transaction.on_commit(lambda ids=ids: leads_enqueue(ids), robust=True)  # type: ignore[misc]
+        total += len(ids)
+        if len(ids) < batch_size:
+            break
+    if total:
+        logger.warning("re-enqueued %d stale lead(s) waiting since before %s", total, cutoff)
+    return total
+
+
+# --- Normalisation (worker side) -------------------------------------------------------------
+
+_DIRECT_FIELDS = tuple(
+    name for name in CANONICAL_FIELDS if name in {f.name for f in Lead._meta.get_fields()}
+)
+
+
+def lead_apply_normalization(*, lead: Lead) -> Lead:
+    """Fill the lead's canonical fields, custom and flags from its raw payload (not saved)."""
+    source_map = lead.source.field_map or None
+    result = normalize(lead.raw_payload if isinstance(lead.raw_payload, dict) else {}, source_map)
+    for name in _DIRECT_FIELDS:
+        value = result.fields.get(name)
+        model_field: Any = Lead._meta.get_field(name)
+        if value is None:
+            value = None if model_field.null else ""
+        elif name == "annual_revenue":
+            try:
+                value = Decimal(str(value)).quantize(Decimal("0.01"))
+                if value.copy_abs() >= Decimal(10) ** 18:
+                    value = None
+            except (InvalidOperation, ValueError):
+                value = None
+        elif name == "employees":
+            value = value if isinstance(value, int) and 0 <= value <= 2_147_483_647 else None
+        elif isinstance(value, str):
+            value = value[: model_field.max_length or None]
+        setattr(lead, name, value)
+    lead.custom = result.custom
+    lead.flags = list(result.flags)
+    lead.normalized_at = timezone.now()
+    return lead

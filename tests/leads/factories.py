@@ -1,0 +1,31 @@
+"""Factories for the leads app."""
+
+from __future__ import annotations
+
+import factory
+
+from leads.models import Lead, LeadStatus, Source, token_digest
+
+
+class SourceFactory(factory.django.DjangoModelFactory):
+    """A source whose token is ``token-<slug>`` (tests know it; the database keeps its hash)."""
+
+    class Meta:
+        model = Source
+        django_get_or_create = ("slug",)
+
+    slug = factory.Sequence(lambda n: f"source-{n}")
+    name = factory.LazyAttribute(lambda o: o.slug.replace("-", " ").title())
+    token_hash = factory.LazyAttribute(lambda o: token_digest(f"token-{o.slug}"))
+    token_hint = factory.LazyAttribute(lambda o: f"token-{o.slug}"[:6])
+    rate_limit_per_minute = 100_000
+
+
+class LeadFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Lead
+
+    source = factory.SubFactory(SourceFactory)
+    status = LeadStatus.RECEIVED
+    raw_payload = factory.Sequence(lambda n: {"email": f"person{n}@example.com"})
+    request_fingerprint = factory.Sequence(lambda n: f"{n:064x}")

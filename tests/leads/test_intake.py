@@ -1,0 +1,351 @@
+"""POST /api/v1/intake/<slug>/ — api.md's contract, row by row."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from leads.models import Lead, LeadStatus, SourceAuthMode
+from leads.services import source_set_hmac_secret, source_set_token
+from tests.leads.conftest import auth
+from tests.leads.factories import SourceFactory
+
+pytestmark = pytest.mark.django_db
+URL = "/api/v1/intake/webform/"
+
+
+def post_json(client, payload, url=URL, headers=None, **extra):
+    body = payload if isinstance(payload, (bytes, str)) else json.dumps(payload)
+    headers = auth() if headers is None else headers
+    return client.post(url, data=body, content_type="application/json", **headers, **extra)
+
+
+def assert_error(response, status, code):
+    assert response.status_code == status, response.content
+    assert response["Content-Type"].startswith("application/json")
+    body = response.json()
+    assert body["error"]["code"] == code
+    assert body["error"]["message"]
+    return body
+
+
+def test_json_lead_is_accepted_stored_verbatim_and_enqueued_after_commit(
+    client, source, published, django_capture_on_commit_callbacks
+):
+    payload = {"Email Address": "Ana@Acme.com ", "Org": "Acme", "favourite": {"colour": "teal"}}
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = post_json(client, payload)
+    assert response.status_code == 202, response.content
+    body = response.json()
+    lead = Lead.objects.get()
+    assert body == {"id": str(lead.id), "status": "received", "url": f"/api/v1/leads/{lead.id}/"}
+    assert response["Location"] == f"/api/v1/leads/{lead.id}/"
+    assert lead.raw_payload == payload
+    assert lead.status == LeadStatus.RECEIVED
+    assert lead.source == source
+    assert len(callbacks) == 1
+    assert published == [str(lead.id)]
+
+
+def test_form_encoded_lead_is_accepted(client, source, published):
+    response = client.post(
+        URL,
+        data="email=bo%40example.com&company=Beta&tags=a&tags=b",
+        content_type="application/x-www-form-urlencoded",
+        **auth(),
+    )
+    assert response.status_code == 202, response.content
+    assert Lead.objects.get().raw_payload == {
+        "email": "bo@example.com",
+        "company": "Beta",
+        "tags": ["a", "b"],
+    }
+
+
+def test_multipart_lead_is_accepted(client, source, published):
+    response = client.post(URL, data={"phone": "+49 30 1234567", "note": "hi"}, **auth())
+    assert response.status_code == 202, response.content
+    assert Lead.objects.get().raw_payload == {"phone": "+49 30 1234567", "note": "hi"}
+
+
+def test_a_malformed_email_is_accepted_not_rejected(client, source, published):
+    response = post_json(client, {"email": "not-an-email@", "first_name": "X"})
+    assert response.status_code == 202
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"email": "a@b.co"},
+        {"phone": "+1 415 555 0100"},
+        {"company": "Acme", "last_name": "Smith"},
+        {"Company Name": "Acme", "full_name": "Ana Smith"},
+        {"Org": "Acme", "fname": "Ana"},  # the source's field map
+    ],
+)
+def test_the_minimal_lead_check_accepts(client, source, published, payload):
+    assert post_json(client, payload).status_code == 202
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{}, {"company": "Acme"}, {"first_name": "Ana"}, {"email": "   "}, {"note": "hello"}],
+)
+def test_not_a_lead_is_422(client, source, published, payload):
+    assert_error(post_json(client, payload), 422, "not_a_lead")
+    assert not Lead.objects.exists()
+
+
+def test_unknown_source_is_404(client, db):
+    assert_error(
+        post_json(client, {"email": "a@b.co"}, url="/api/v1/intake/nope/"), 404, "source_not_found"
+    )
+
+
+def test_disabled_source_is_404(client, db):
+    SourceFactory(slug="webform", active=False)
+    assert_error(post_json(client, {"email": "a@b.co"}), 404, "source_not_found")
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"HTTP_AUTHORIZATION": "Bearer wrong"}, {"HTTP_AUTHORIZATION": "token-webform"}],
+)
+def test_missing_or_wrong_token_is_401(client, source, headers):
+    assert_error(post_json(client, {"email": "a@b.co"}, headers=headers), 401, "unauthorized")
+    assert not Lead.objects.exists()
+
+
+def test_url_token_only_where_the_source_allows_it(client, source, published):
+    url = f"{URL}?token=token-webform"
+    assert_error(post_json(client, {"email": "a@b.co"}, url=url, headers={}), 401, "unauthorized")
+    source.allow_query_token = True
+    source.save()
+    assert post_json(client, {"email": "a@b.co"}, url=url, headers={}).status_code == 202
+
+
+def test_rotated_token_overlap(client, source, published):
+    new = source_set_token(source=source, overlap=timedelta(hours=1))
+    assert post_json(client, {"email": "a@b.co"}).status_code == 202  # old still works
+    assert (
+        post_json(
+            client, {"email": "b@b.co"}, headers={"HTTP_AUTHORIZATION": f"Bearer {new}"}
+        ).status_code
+        == 202
+    )
+    source.refresh_from_db()
+    source.previous_token_valid_until = timezone.now() - timedelta(seconds=1)
+    source.save()
+    assert_error(post_json(client, {"email": "c@b.co"}), 401, "unauthorized")
+
+
+def test_rotation_without_overlap_revokes_at_once(client, source):
+    source_set_token(source=source)
+    assert_error(post_json(client, {"email": "a@b.co"}), 401, "unauthorized")
+
+
+def _signed(secret: str, body: bytes) -> dict[str, str]:
+    return {
+        "HTTP_X_SIGNATURE": "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    }
+
+
+def test_hmac_mode(client, source, published):
+    source.auth_mode = SourceAuthMode.HMAC
+    source.save()
+    secret = source_set_hmac_secret(source=source)
+    body = json.dumps({"email": "a@b.co"}).encode()
+    assert post_json(client, body, headers=_signed(secret, body)).status_code == 202
+    assert_error(post_json(client, body, headers={}), 401, "unauthorized")
+    assert_error(post_json(client, body + b" ", headers=_signed(secret, body)), 401, "unauthorized")
+    assert_error(post_json(client, body, headers=_signed("other", body)), 401, "unauthorized")
+    # Several signatures during a rotation: one valid is enough.
+    multi = {"HTTP_X_SIGNATURE": "sha256=00ff, " + _signed(secret, body)["HTTP_X_SIGNATURE"]}
+    assert post_json(client, body, headers=multi).status_code == 202
+
+
+def test_token_and_hmac_mode_needs_both(client, source, published):
+    source.auth_mode = SourceAuthMode.TOKEN_AND_HMAC
+    source.save()
+    secret = source_set_hmac_secret(source=source)
+    body = json.dumps({"email": "a@b.co"}).encode()
+    assert_error(post_json(client, body, headers=_signed(secret, body)), 401, "unauthorized")
+    assert post_json(client, body, headers={**auth(), **_signed(secret, body)}).status_code == 202
+
+
+def test_unsupported_content_type_is_415(client, source):
+    response = client.post(URL, data="email=a@b.co", content_type="text/plain", **auth())
+    assert_error(response, 415, "unsupported_media_type")
+
+
+def test_body_over_the_limit_is_413(client, source, settings):
+    settings.INTAKE_MAX_BODY_BYTES = 100
+    assert_error(post_json(client, {"email": "a@b.co", "note": "x" * 200}), 413, "body_too_large")
+
+
+def test_over_the_rate_limit_is_429_with_retry_after(client, source, published):
+    source.rate_limit_per_minute = 2
+    source.save()
+    assert post_json(client, {"email": "a@b.co"}).status_code == 202
+    assert post_json(client, {"email": "b@b.co"}).status_code == 202
+    response = post_json(client, {"email": "c@b.co"})
+    assert_error(response, 429, "rate_limited")
+    assert 1 <= int(response["Retry-After"]) <= 60
+    assert Lead.objects.count() == 2
+
+
+def test_rate_limits_are_per_source(client, source, published):
+    source.rate_limit_per_minute = 1
+    source.save()
+    SourceFactory(slug="other")
+    assert post_json(client, {"email": "a@b.co"}).status_code == 202
+    assert post_json(client, {"email": "a@b.co"}).status_code == 429
+    other = post_json(
+        client, {"email": "a@b.co"}, url="/api/v1/intake/other/", headers=auth("other")
+    )
+    assert other.status_code == 202
+
+
+# --- Idempotency ------------------------------------------------------------------------------
+
+
+def test_replay_with_the_same_key_and_body_returns_the_same_lead(
+    client, source, published, django_capture_on_commit_callbacks
+):
+    headers = {**auth(), "HTTP_IDEMPOTENCY_KEY": "k-1"}
+    with django_capture_on_commit_callbacks(execute=True):
+        first = post_json(client, {"email": "a@b.co"}, headers=headers)
+        again = post_json(client, {"email": "a@b.co"}, headers=headers)
+    assert first.status_code == again.status_code == 202
+    assert again.json() == first.json()
+    assert again["Idempotent-Replayed"] == "true"
+    assert "Idempotent-Replayed" not in first
+    assert Lead.objects.count() == 1
+    assert len(published) == 1
+
+
+def test_same_key_with_another_body_is_422(client, source, published):
+    headers = {**auth(), "HTTP_IDEMPOTENCY_KEY": "k-1"}
+    post_json(client, {"email": "a@b.co"}, headers=headers)
+    assert_error(
+        post_json(client, {"email": "z@b.co"}, headers=headers), 422, "idempotency_key_reused"
+    )
+    assert Lead.objects.count() == 1
+
+
+def test_external_id_serves_as_the_key_and_keys_are_per_source(client, source, published):
+    SourceFactory(slug="other")
+    payload = {"email": "a@b.co", "external_id": "crm-42"}
+    first = post_json(client, payload)
+    replay = post_json(client, payload)
+    assert replay.json()["id"] == first.json()["id"]
+    other = post_json(client, payload, url="/api/v1/intake/other/", headers=auth("other"))
+    assert other.json()["id"] != first.json()["id"]
+    assert Lead.objects.count() == 2
+
+
+def test_an_overlong_idempotency_key_is_400(client, source):
+    headers = {**auth(), "HTTP_IDEMPOTENCY_KEY": "k" * 256}
+    assert_error(
+        post_json(client, {"email": "a@b.co"}, headers=headers), 400, "invalid_idempotency_key"
+    )
+
+
+# --- Hostile input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"  ",
+        b"{",
+        b"[1, 2]",
+        b"null",
+        b'"a string"',
+        b"42",
+        b"[" * 10_000 + b"]" * 10_000,
+        b'{"a":' * 40 + b"1" + b"}" * 40,
+        b'{"email": "a\\u0000@b.co"}',
+        b'{"email": "a@b.co", "x": "\\ud800"}',
+        b'{"email": "a@b.co", "email": "b@b.co"}',
+        b'{"email": "caf\xe9@b.co"}',
+        b'{"email": "a@b.co", "n": NaN}',
+        json.dumps({"email": "a@b.co", **{f"k{i}": i for i in range(5000)}}).encode(),
+        json.dumps({"email": "a@b.co", "big": "x" * 70_000}).encode(),
+    ],
+    ids=[
+        "empty",
+        "truncated",
+        "array",
+        "null",
+        "string",
+        "number",
+        "deep-array",
+        "deep-object",
+        "nul",
+        "lone-surrogate",
+        "duplicate-keys",
+        "invalid-utf8",
+        "nan",
+        "5000-keys",
+        "long-string",
+    ],
+)
+def test_hostile_json_is_a_json_400_and_stores_nothing(client, source, body):
+    assert_error(post_json(client, body), 400, "invalid_body")
+    assert not Lead.objects.exists()
+
+
+def test_chunked_body_without_length_is_411(client, source):
+    response = client.generic(
+        "POST",
+        URL,
+        data=b"",
+        content_type="application/json",
+        HTTP_TRANSFER_ENCODING="chunked",
+        **auth(),
+    )
+    assert_error(response, 411, "length_required")
+
+
+def test_too_many_form_fields_is_400(client, source):
+    body = "&".join(f"k{i}=v" for i in range(5000)) + "&email=a%40b.co"
+    response = client.post(
+        URL, data=body, content_type="application/x-www-form-urlencoded", **auth()
+    )
+    assert_error(response, 400, "invalid_body")
+
+
+def test_invalid_utf8_form_is_400(client, source):
+    response = client.post(
+        URL,
+        data=b"email=caf\xe9%40b.co",
+        content_type="application/x-www-form-urlencoded",
+        **auth(),
+    )
+    assert_error(response, 400, "invalid_body")
+
+
+def data_queries(captured):
+    """Queries other than transaction control (the test's own transaction adds savepoints)."""
+    return [
+        q["sql"]
+        for q in captured
+        if not q["sql"].startswith(("SAVEPOINT", "RELEASE", "BEGIN", "ROLLBACK"))
+    ]
+
+
+def test_the_kickoff_costs_two_queries(client, source, published):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        assert post_json(client, {"email": "a@b.co"}).status_code == 202
+    queries = data_queries(ctx.captured_queries)
+    assert len(queries) == 2, queries  # the source, then the INSERT
+    assert queries[1].startswith("INSERT")
