@@ -42,7 +42,7 @@ run: migrate
 	@echo "    API docs:   http://$(HOST):$(PORT)/api/v1/docs/"
 	@echo "    Readiness:  http://$(HOST):$(PORT)/readyz"
 	@echo ""
-	HOST=$(HOST) PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HOST=$(HOST) PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile
 
 # pytest exits 5 when it collects no tests (e.g. a -k filter): not a failure.
 test: setup
