@@ -130,7 +130,7 @@ def json_error(status_code: int, code: str, message: str) -> JsonResponse:
 def handler400(request: HttpRequest, exception: Exception) -> HttpResponse:
     """Bad request (e.g. a body over Django's upload limits) outside DRF's handler."""
     if wants_json(request):
-        return json_error(400, "invalid_body", "The request could not be read.")
+        return json_error(400, "bad_request", "The request could not be processed.")
     return defaults.bad_request(request, exception)
 
 

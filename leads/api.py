@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -42,6 +43,30 @@ FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
 # --- Schema helpers --------------------------------------------------------------------------
+
+_TEXT = {"type": "string", "minLength": 1, "maxLength": 1000, "pattern": "\\S"}
+LEAD_REQUEST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "A lead as the source sends it. Keys are matched to canonical fields by the "
+    "source's field map and built-in aliases (e.g. 'Email Address', 'zip'); unknown keys are "
+    "kept in `custom`. It is a lead when it has an e-mail, a phone, or a company and a name.",
+    "properties": {
+        "email": _TEXT,
+        "phone": _TEXT,
+        "company": _TEXT,
+        "first_name": _TEXT,
+        "last_name": _TEXT,
+        "country": {"type": "string"},
+        "external_id": {"type": "string", "description": "Idempotency key if no header."},
+    },
+    "additionalProperties": True,
+    "anyOf": [
+        {"required": ["email"]},
+        {"required": ["phone"]},
+        {"required": ["company", "first_name"]},
+        {"required": ["company", "last_name"]},
+    ],
+}
 
 ErrorSerializer = inline_serializer(
     "Error",
@@ -121,6 +146,20 @@ def _admit(request: HttpRequest, slug: str, *, max_bytes: int) -> Source:
     return source
 
 
+def _authenticated_body(request: HttpRequest, source: Source) -> bytes:
+    """The raw body, once its HMAC signature (where the source requires one) is verified.
+
+    Verified before anything else looks at the body or the rate limit counts the request, so an
+    unsigned sender learns nothing and cannot use up the source's limit.
+    """
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        raise IntakeError(413, "body_too_large", "The body is too large.") from None
+    check_signature(request, source, body, now=timezone.now())
+    return body
+
+
 def _accepted_body(lead_id: Any) -> dict[str, Any]:
     return {"id": str(lead_id), "status": "received", "url": f"/api/v1/leads/{lead_id}/"}
 
@@ -139,9 +178,9 @@ class IntakeView(APIView):
         description="Authenticate with `Authorization: Bearer <source token>` (or `?token=` where "
         "the source allows it) and/or `X-Signature: sha256=<hex HMAC of the body>`.",
         request={
-            "application/json": OpenApiTypes.OBJECT,
-            "application/x-www-form-urlencoded": OpenApiTypes.OBJECT,
-            "multipart/form-data": OpenApiTypes.OBJECT,
+            "application/json": LEAD_REQUEST_SCHEMA,
+            "application/x-www-form-urlencoded": LEAD_REQUEST_SCHEMA,
+            "multipart/form-data": LEAD_REQUEST_SCHEMA,
         },
         parameters=[
             OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, required=False),
@@ -163,9 +202,9 @@ class IntakeView(APIView):
         try:
             source = _admit(request._request, slug, max_bytes=settings.INTAKE_MAX_BODY_BYTES)
             header_key = self._idempotency_key(request)
+            body = _authenticated_body(request._request, source)
             check_rate_limit(source, now=timezone.now())
-            record, body = self._read(request._request)
-            check_signature(request._request, source, body, now=timezone.now())
+            record = self._read(request._request, body)
             accepted = lead_ingest(source=source, record=record, idempotency_key=header_key)
         except IntakeError as error:
             return _error_response(error)
@@ -187,17 +226,15 @@ class IntakeView(APIView):
         return key
 
     @staticmethod
-    def _read(request: HttpRequest) -> tuple[dict[str, Any], bytes]:
+    def _read(request: HttpRequest, body: bytes) -> dict[str, Any]:
         kind = media_type(request)
         if kind == "application/json" or kind.endswith("+json"):
-            body = request.body
             value = parse_json(body, _limits())
             if not isinstance(value, dict):
                 raise IntakeError(400, "invalid_body", "The body must be a JSON object.")
-            return value, body
+            return value
         if kind in FORM_TYPES:
-            body = request.body
-            return parse_form(request, _limits()), body
+            return parse_form(request, _limits())
         raise IntakeError(
             415,
             "unsupported_media_type",
@@ -218,7 +255,7 @@ class IntakeBatchView(APIView):
         summary="Submit a batch of leads",
         description="Same authentication as single intake. At most INTAKE_MAX_BATCH records.",
         request={
-            "application/json": {"type": "array", "items": {"type": "object"}},
+            "application/json": {"type": "array", "items": {"type": "object"}, "maxItems": 1000},
             "text/csv": OpenApiTypes.STR,
             "multipart/form-data": {
                 "type": "object",
@@ -235,8 +272,8 @@ class IntakeBatchView(APIView):
     def post(self, request: Request, slug: str) -> Response:
         try:
             source = _admit(request._request, slug, max_bytes=settings.INTAKE_MAX_BATCH_BODY_BYTES)
-            records, body = self._read(request._request)
-            check_signature(request._request, source, body, now=timezone.now())
+            body = _authenticated_body(request._request, source)
+            records = self._read(request._request, body)
             check_rate_limit(source, now=timezone.now(), records=len(records))
             outcomes = lead_ingest_batch(source=source, records=records)
         except IntakeError as error:
@@ -259,12 +296,11 @@ class IntakeBatchView(APIView):
         )
 
     @staticmethod
-    def _read(request: HttpRequest) -> tuple[list[Any], bytes]:
+    def _read(request: HttpRequest, body: bytes) -> list[Any]:
         kind = media_type(request)
         limit = settings.INTAKE_MAX_BATCH
         limits = _limits()
         if kind == "application/json" or kind.endswith("+json"):
-            body = request.body
             value = parse_json(body, limits, check=False)
             if not isinstance(value, list):
                 raise IntakeError(400, "invalid_body", "A batch must be a JSON array of objects.")
@@ -274,10 +310,8 @@ class IntakeBatchView(APIView):
                 check_value(record, limits, where="record")
             records = value
         elif kind in ("text/csv", "application/csv"):
-            body = request.body
             records = parse_csv(decode_utf8(body), max_records=limit, limits=limits)
         elif kind == "multipart/form-data":
-            body = request.body
             try:
                 upload = request.FILES.get("file")
             except Exception as exc:  # malformed multipart in any way is the client's error
@@ -297,7 +331,7 @@ class IntakeBatchView(APIView):
             raise IntakeError(413, "batch_too_large", f"A batch holds at most {limit} records.")
         if not records:
             raise IntakeError(400, "invalid_body", "The batch is empty.")
-        return records, body
+        return records
 
 
 # --- Leads -----------------------------------------------------------------------------------
@@ -325,6 +359,7 @@ LEAD_SCHEMA: dict[str, Any] = {
         "assignment": {"type": "object", "nullable": True, "additionalProperties": True},
         "trace": {"type": "array", "items": {"type": "object"}},
         "events": {"type": "array", "items": {"type": "object"}},
+        "idempotency_key": {"type": "string", "nullable": True},
         "attempts": {"type": "integer"},
         "last_error": {"type": "string"},
     },

@@ -63,6 +63,7 @@ def lead_document(lead: Lead) -> dict[str, Any]:
         "assignment": None,
         "trace": [],
         "events": [],
+        "idempotency_key": lead.idempotency_key,
         "attempts": lead.attempts,
         "last_error": lead.last_error,
     }

@@ -349,3 +349,16 @@ def test_the_kickoff_costs_two_queries(client, source, published):
     queries = data_queries(ctx.captured_queries)
     assert len(queries) == 2, queries  # the source, then the INSERT
     assert queries[1].startswith("INSERT")
+
+
+def test_unsigned_requests_neither_use_up_the_limit_nor_learn_about_the_body(
+    client, source, published
+):
+    source.auth_mode = SourceAuthMode.HMAC
+    source.rate_limit_per_minute = 1
+    source.save()
+    secret = source_set_hmac_secret(source=source)
+    for _ in range(3):
+        assert_error(post_json(client, b"{not json", headers={}), 401, "unauthorized")
+    body = json.dumps({"email": "a@b.co"}).encode()
+    assert post_json(client, body, headers=_signed(secret, body)).status_code == 202
