@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import django_filters
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
+from django_filters.fields import IsoDateTimeField
 
 from leads.models import Lead, LeadStatus, Source
 from leads.normalize import CANONICAL_FIELDS
@@ -15,11 +20,32 @@ _LEAD_COLUMNS = {f.name for f in Lead._meta.get_fields()}
 LEAD_FIELD_NAMES = tuple(name for name in CANONICAL_FIELDS if name in _LEAD_COLUMNS)
 
 
+_source_cache: dict[str, tuple[float, Source]] = {}
+
+
 def source_for_intake(*, slug: str) -> Source | None:
-    """The active source behind an intake URL, or None."""
+    """The active source behind an intake URL, or None.
+
+    Kept in this process for ``SOURCE_CACHE_SECONDS`` (a query saved on every intake request),
+    so a token rotation or deactivation takes up to that long to reach every web process.
+    Unknown slugs are not cached.
+    """
     if len(slug) > 64:
         return None
-    return Source.objects.filter(slug=slug, active=True).first()
+    ttl = settings.SOURCE_CACHE_SECONDS
+    now = time.monotonic()
+    if ttl > 0:
+        cached = _source_cache.get(slug)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+    source = Source.objects.filter(slug=slug, active=True).first()
+    if source is not None and ttl > 0:
+        if len(_source_cache) > 10_000:
+            _source_cache.clear()
+        _source_cache[slug] = (now + ttl, source)
+    else:
+        _source_cache.pop(slug, None)
+    return source
 
 
 def lead_list() -> QuerySet[Lead]:
@@ -69,13 +95,34 @@ def lead_document(lead: Lead) -> dict[str, Any]:
     }
 
 
+class UTCDateTimeField(IsoDateTimeField):
+    """An ISO 8601 timestamp, converted to UTC.
+
+    PostgreSQL refuses UTC offsets beyond ±15:59 that Python accepts (a 500 found by the
+    schema fuzzing); converting first also catches instants outside Python's range.
+    """
+
+    def clean(self, value: Any) -> datetime | None:
+        cleaned = super().clean(value)
+        if cleaned is None:
+            return None
+        try:
+            return cleaned.astimezone(UTC)
+        except OverflowError:
+            raise ValidationError("This timestamp is out of range.", code="invalid") from None
+
+
+class UTCDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UTCDateTimeField
+
+
 class LeadFilter(django_filters.FilterSet):
     """The list endpoint's filters (api.md)."""
 
     status = django_filters.ChoiceFilter(choices=LeadStatus.choices)
     source = django_filters.CharFilter(field_name="source__slug")
-    since = django_filters.IsoDateTimeFilter(field_name="received_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="received_at", lookup_expr="lt")
+    since = UTCDateTimeFilter(field_name="received_at", lookup_expr="gte")
+    until = UTCDateTimeFilter(field_name="received_at", lookup_expr="lt")
     q = django_filters.CharFilter(method="search")
 
     class Meta:

@@ -195,9 +195,11 @@ def lead_ingest(
         if existing is not None:
             return _replay(item.fingerprint, *existing)
     try:
-        with transaction.atomic(durable=True):
-            _new_lead(source, item, timezone.now()).save(force_insert=True)
-            transaction.on_commit(lambda: leads_enqueue([item.lead_id]), robust=True)
+        # One INSERT in autocommit is its own transaction: no BEGIN/COMMIT round trips. The
+        # enqueue runs once it is committed (at once here; at the outer commit if a caller
+        # wraps this in a transaction).
+        _new_lead(source, item, timezone.now()).save(force_insert=True)
+        transaction.on_commit(lambda: leads_enqueue([item.lead_id]), robust=True)
     except IntegrityError:
         if item.key is None:
             raise

@@ -18,3 +18,6 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+
+# Tests change sources between requests; the source cache has its own test.
+SOURCE_CACHE_SECONDS = 0

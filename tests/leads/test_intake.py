@@ -362,3 +362,20 @@ def test_unsigned_requests_neither_use_up_the_limit_nor_learn_about_the_body(
         assert_error(post_json(client, b"{not json", headers={}), 401, "unauthorized")
     body = json.dumps({"email": "a@b.co"}).encode()
     assert post_json(client, body, headers=_signed(secret, body)).status_code == 202
+
+
+def test_sources_are_cached_briefly_and_deactivation_applies_after_the_ttl(
+    client, source, published, settings, monkeypatch
+):
+    from leads import selectors
+
+    clock = [1000.0]
+    monkeypatch.setattr(selectors.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(selectors, "_source_cache", {})
+    settings.SOURCE_CACHE_SECONDS = 5
+    assert post_json(client, {"email": "a@b.co"}).status_code == 202
+    source.active = False
+    source.save()
+    assert post_json(client, {"email": "b@b.co"}).status_code == 202  # cached
+    clock[0] += 5.1
+    assert_error(post_json(client, {"email": "c@b.co"}), 404, "source_not_found")

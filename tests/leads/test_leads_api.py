@@ -105,6 +105,9 @@ def test_bad_filters_are_400(api):
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_filter"
     assert api.get("/api/v1/leads/?since=yesterday").status_code == 400
+    # Offsets PostgreSQL would refuse, and instants outside Python's range (found by fuzzing).
+    assert api.get("/api/v1/leads/?until=9552-04-09T08:20:45%2B23:05").status_code == 200
+    assert api.get("/api/v1/leads/?since=0001-01-01T00:00:00%2B08:00").status_code == 400
 
 
 def test_list_costs_constant_queries(api, django_assert_max_num_queries):
