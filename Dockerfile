@@ -14,7 +14,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     UV_LINK_MODE=copy \
     UV_NO_CACHE=1
 
-# A real, writable home: gunicorn keeps its control socket in ~/.gunicorn/.
+# The runtime user: nothing runs as root. It gets a home because tools expect one.
 RUN pip install "uv==${UV_VERSION}" \
     && groupadd --system --gid 10001 leadrouter \
     && useradd --system --uid 10001 --gid leadrouter --create-home --home-dir /home/leadrouter \

@@ -1,6 +1,7 @@
 # LeadRouter: `make run` and `make test` are all a newcomer needs (see README.md).
 SHELL := /bin/bash
 PYTHON ?= python3
+# uv: the one on PATH, else the one `make` bootstraps into .tools/ (rule below).
 UV ?= $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -16,10 +17,23 @@ help:
 	@echo "make test    set up and run the test suite"
 	@echo "make lint    ruff check, ruff format --check, mypy, import contracts"
 
+# Bootstrap uv into a virtualenv of its own. Where `python3 -m venv` does not work (Debian and
+# Ubuntu without python3-venv), install it with `pip install --user` instead (the retry covers
+# PEP 668's "externally managed" refusal; uv has no Python dependencies to clash) and make
+# .tools/bin/uv a wrapper for `python3 -m uv`, so that $(UV) is one path either way.
 .tools/bin/uv:
 	@echo "uv not found: installing it into .tools/ with pip"
-	$(PYTHON) -m venv .tools
-	.tools/bin/python -m pip install --quiet uv
+	@if $(PYTHON) -m venv .tools >/dev/null 2>&1; then \
+	  .tools/bin/python -m pip install --quiet uv; \
+	else \
+	  echo "($(PYTHON) -m venv failed: installing uv with pip install --user)"; \
+	  rm -rf .tools && mkdir -p .tools/bin \
+	  && { $(PYTHON) -m pip install --user --quiet uv 2>/dev/null \
+	       || $(PYTHON) -m pip install --user --quiet --break-system-packages uv; } \
+	  && printf '#!/bin/sh\nexec %s -m uv "$$@"\n' '$(PYTHON)' >$@.tmp \
+	  && chmod +x $@.tmp && mv $@.tmp $@; \
+	fi
+	@$@ --version
 
 $(VENV)/.synced: pyproject.toml uv.lock $(if $(filter .tools/bin/uv,$(UV)),.tools/bin/uv)
 	$(UV) sync --frozen
@@ -33,9 +47,24 @@ migrate: setup
 seed: migrate
 	$(PY) manage.py seed_demo
 
+# collectstatic takes seconds even when nothing changed, so `make run` skips it while the manifest
+# in the default STATIC_ROOT (var/static) is newer than everything the collected files come from:
+# the locked and installed dependencies, the settings and the project's own static/ folders. With
+# STATIC_ROOT or LEADROUTER_VAR_DIR set (environment or .env) it always runs.
+STATIC_MANIFEST := var/static/staticfiles.json
+define static_is_stale
+[ -n "$${STATIC_ROOT}$${LEADROUTER_VAR_DIR}" ] \
+|| grep -qsE '^[[:space:]]*(export[[:space:]]+)?(STATIC_ROOT|LEADROUTER_VAR_DIR)=' .env \
+|| [ ! -f $(STATIC_MANIFEST) ] \
+|| [ -n "$$(find pyproject.toml uv.lock $(VENV)/.synced config/settings \
+      $$(find . -path './.*' -prune -o -path ./var -prune -o -type d -name static -print) \
+      -name __pycache__ -prune -o -newer $(STATIC_MANIFEST) -print -quit)" ]
+endef
+
 run: migrate
 	@$(PY) manage.py seed_demo --if-empty
-	@$(PY) manage.py collectstatic --noinput -v 0
+	@if $(static_is_stale); then $(PY) manage.py collectstatic --noinput -v 0; \
+	else echo "Static files are up to date ($(STATIC_MANIFEST))."; fi
 	@echo ""
 	@echo "  LeadRouter is starting (web, worker, beat). Ctrl-C stops all three."
 	@echo "    Admin:      http://$(HOST):$(PORT)/admin/   (login: $$(cat var/demo-login.txt 2>/dev/null))"
@@ -44,9 +73,13 @@ run: migrate
 	@echo ""
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HOST=$(HOST) PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile
 
-# pytest exits 5 when it collects no tests (e.g. a -k filter): not a failure.
+# pytest exits 5 when it collects no tests. With a filter in PYTEST_ARGS (-k, -m, a path) that is
+# no failure; a plain `make test` that collects nothing has lost the suite, and fails.
 test: setup
-	@$(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+	@$(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ] && [ -n "$(if $(strip $(PYTEST_ARGS)),filtered)" ]; then \
+	  echo "pytest: no tests matched PYTEST_ARGS"; exit 0; fi; \
+	exit $$rc
 
 lint: setup
 	$(VENV)/bin/ruff check .

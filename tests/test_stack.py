@@ -1,22 +1,39 @@
-"""`make run` for real: gunicorn + celery worker + celery beat under honcho."""
+"""The Makefile for real: `make run` (gunicorn + celery worker + celery beat under honcho) and
+the exit status of `make test`."""
 
 from __future__ import annotations
 
 import http.cookiejar
+import json
 import os
 import signal
-import time
+import subprocess
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
 
+from leads.models import Lead, LeadStatus
 from routing.models import QueueHeartbeat
-from tests.support.processes import BIN, child_env, free_port, start, wait_until
+from tests.leads.factories import SourceFactory
+from tests.support.processes import (
+    BIN,
+    ROOT,
+    child_env,
+    free_port,
+    processes_with_env,
+    start,
+    wait_for_no_processes_with_env,
+    wait_until,
+)
 
-pytestmark = [pytest.mark.worker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# A `make` started by a test must not inherit the make that runs the suite (`make test
+# PYTEST_ARGS=...` passes its variables down in MAKEFLAGS).
+MAKE_VARIABLES = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "PYTEST_ARGS")
 
 
 def _status(url: str) -> int:
@@ -29,11 +46,35 @@ def _status(url: str) -> int:
         return 0
 
 
+def _post_json(url: str, body: dict[str, str], token: str) -> tuple[int, dict[str, str]]:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status), json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), {"body": exc.read().decode(errors="replace")}
+
+
+def _describe(processes: dict[int, str]) -> str:
+    return "\n".join(f"  {pid}: {cmdline}" for pid, cmdline in sorted(processes.items()))
+
+
+@pytest.mark.worker
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
 def test_web_worker_and_beat_run_together_and_stop_on_ctrl_c(tmp_path, settings):
     # The web process runs production settings, whose hashers do not include the test's MD5.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
     get_user_model().objects.create_superuser("boss", "boss@example.com", "correct-horse-42")
+    SourceFactory(slug="stack")  # token `token-stack`
     port = free_port()
+    # Every process of this stack, in whatever session honcho puts it, inherits this value.
+    marker = ("LEADROUTER_VAR_DIR", str(tmp_path))
     env = child_env(
         DJANGO_SETTINGS_MODULE="config.settings.base",  # exactly what `make run` uses
         LEADROUTER_VAR_DIR=str(tmp_path),
@@ -42,6 +83,8 @@ def test_web_worker_and_beat_run_together_and_stop_on_ctrl_c(tmp_path, settings)
         HEARTBEAT_INTERVAL_SECONDS="1",
         WEB_CONCURRENCY="1",
     )
+    for name in MAKE_VARIABLES:
+        env.pop(name, None)
     # `make run` itself: setup is done already, migrate is a no-op on the test database, and
     # seed_demo --if-empty leaves it alone. The venv is deliberately not on PATH.
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != str(BIN))
@@ -61,6 +104,43 @@ def test_web_worker_and_beat_run_together_and_stop_on_ctrl_c(tmp_path, settings)
             timeout=90,
             message=f"beat -> worker heartbeats missing:\n{stack.text()[-4000:]}",
         )
+
+        # The stack is web, worker and beat (plus make and honcho), each found by its
+        # environment, not by a process group it does not share.
+        running = processes_with_env(*marker)
+        print(f"{len(running)} stack processes:\n{_describe(running)}")
+        assert len(running) >= 4, f"too few stack processes:\n{_describe(running)}"
+        for what, words in {
+            "web": ("gunicorn",),
+            "worker": ("celery", "worker"),
+            "beat": ("celery", "beat"),
+        }.items():
+            assert any(all(w in cmd for w in words) for cmd in running.values()), (
+                f"no {what} process among:\n{_describe(running)}"
+            )
+
+        # A task enqueued by the web process is executed by the worker process: the lead is
+        # stored as `received` by gunicorn and processed (normalised, routed) by celery.
+        status, answer = _post_json(
+            f"{base}/api/v1/intake/stack/",
+            {"email": "ana@acme.de", "country": "Germany"},
+            token="token-stack",
+        )
+        assert status == 202, (status, answer, stack.text()[-4000:])
+        lead_id = answer["id"]
+        waited = wait_until(
+            lambda: Lead.objects.get(id=lead_id).status != LeadStatus.RECEIVED,
+            timeout=60,
+            message=f"lead {lead_id} never left `received`:\n{stack.text()[-4000:]}",
+        )
+        print(f"lead processed {waited:.1f}s after the 202")
+        lead = Lead.objects.get(id=lead_id)
+        assert lead.status == LeadStatus.UNASSIGNED, (lead.status, lead.last_error)
+        assert lead.country == "DE"
+        assert lead.email == "ana@acme.de"
+        # Executed once, from the web process's own message, not re-sent by the stale sweeper.
+        assert lead.attempts == 1
+        assert lead.requeued_at is None
 
         # The admin login works through the real web server (static files served too).
         jar = http.cookiejar.CookieJar()
@@ -85,17 +165,72 @@ def test_web_worker_and_beat_run_together_and_stop_on_ctrl_c(tmp_path, settings)
         assert _status(f"{base}/static/admin/css/base.css") == 200
     finally:
         returncode = stack.stop(sig=signal.SIGINT, timeout=45)
+        # Whatever failed above, nothing of this stack may outlive the test (left ones are
+        # killed here, and reported below).
+        left = wait_for_no_processes_with_env(*marker, timeout=15)
     output = stack.text()
+    assert not left, f"processes left running after Ctrl-C:\n{_describe(left)}\n{output[-3000:]}"
+    assert returncode != -signal.SIGKILL, "Ctrl-C did not stop make run within 45 s"
     assert "Booting worker" in output  # gunicorn
     assert " ready." in output  # celery worker
     assert "beat: Starting" in output
-    time.sleep(0.5)
     assert _status(f"{base}/healthz") == 0, "web still answering after Ctrl-C"
-    assert returncode != -signal.SIGKILL, "Ctrl-C did not stop make run within 45 s"
-    # Nothing of the stack is left running (all of it shares the terminal's process group).
+
+
+def test_process_scan_finds_what_a_process_group_check_misses(tmp_path):
+    """The stack check above would also catch a process that left make's process group."""
+    marker = ("LEADROUTER_VAR_DIR", str(tmp_path))
+    env = {**os.environ, marker[0]: marker[1]}
+    # A parent in a group of its own starts a child in a new session (as honcho does) and exits.
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess; subprocess.Popen(['sleep', '120'], start_new_session=True)",
+        ],
+        env=env,
+        start_new_session=True,
+    )
+    parent.wait(10)
+    with pytest.raises(ProcessLookupError):  # the old check: "nothing left in the group"
+        os.killpg(parent.pid, 0)
     try:
-        os.killpg(stack.popen.pid, 0)
-    except ProcessLookupError:
-        pass
-    else:
-        raise AssertionError(f"processes left after Ctrl-C:\n{output[-3000:]}")
+        found = processes_with_env(*marker)
+        assert list(found.values()) == ["sleep 120"]
+    finally:
+        left = wait_for_no_processes_with_env(*marker, timeout=0)
+    assert list(left.values()) == ["sleep 120"]
+    wait_until(lambda: not processes_with_env(*marker), timeout=5)
+
+
+def _fake_venv(tmp_path: Path, pytest_exit: int) -> Path:
+    """A virtualenv stand-in for the Makefile: up to date, with a `pytest` exiting as told."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "pytest"
+    fake.write_text(f'#!/bin/sh\necho "fake pytest $*"\nexit {pytest_exit}\n')
+    fake.chmod(0o755)
+    (venv / ".synced").touch()  # newer than pyproject.toml and uv.lock: no `uv sync`
+    return venv
+
+
+@pytest.mark.parametrize(
+    ("pytest_exit", "pytest_args", "make_exit"),
+    [
+        (5, "", 2),  # nothing collected by a plain `make test`: the suite is gone, a failure
+        (5, "-k no_such_test", 0),  # nothing matched a filter: fine
+        (0, "", 0),
+        (1, "", 2),
+        (1, "-k something", 2),
+    ],
+)
+def test_make_test_exit_status(tmp_path, pytest_exit, pytest_args, make_exit):
+    venv = _fake_venv(tmp_path, pytest_exit)
+    env = {k: v for k, v in os.environ.items() if k not in MAKE_VARIABLES}
+    # UV=true: whatever the checkout's uv state, this never bootstraps or syncs anything.
+    args = ["make", "--no-print-directory", "test", f"VENV={venv}", "UV=true"]
+    if pytest_args:
+        args.append(f"PYTEST_ARGS={pytest_args}")
+    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert "fake pytest" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == make_exit, done.stdout + done.stderr

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -131,7 +131,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until(predicate, timeout: float, interval: float = 0.2, message: str = "") -> float:  # type: ignore[no-untyped-def]
+def wait_until(
+    predicate: Callable[[], object], timeout: float, interval: float = 0.2, message: str = ""
+) -> float:
     """Poll ``predicate`` until it is truthy; return the seconds it took."""
     start_at = time.monotonic()
     deadline = start_at + timeout
@@ -140,3 +142,36 @@ def wait_until(predicate, timeout: float, interval: float = 0.2, message: str = 
             return time.monotonic() - start_at
         time.sleep(interval)
     raise AssertionError(message or f"condition not met within {timeout}s")
+
+
+def processes_with_env(name: str, value: str) -> dict[int, str]:
+    """Every live process whose environment has ``name=value``: pid -> command line.
+
+    honcho starts each Procfile process in a session of its own, so a process group says nothing
+    about what belongs to a stack. A variable with a value unique to the test (its ``tmp_path``)
+    does: every descendant inherits it, whatever session it runs in.
+    """
+    needle = f"{name}={value}".encode()
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if needle in environ.split(b"\0"):  # a zombie's environ reads empty: not counted
+            found[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()
+    return found
+
+
+def wait_for_no_processes_with_env(name: str, value: str, timeout: float) -> dict[int, str]:
+    """Wait until no process has ``name=value``; return (and SIGKILL) those still there then."""
+    deadline = time.monotonic() + timeout
+    while (left := processes_with_env(name, value)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return left
