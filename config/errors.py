@@ -155,6 +155,15 @@ def handler500(request: HttpRequest) -> HttpResponse:
     return defaults.server_error(request)
 
 
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """CSRF failures: JSON for API and operations paths, Django's page elsewhere."""
+    if wants_json(request):
+        return json_error(403, "forbidden", "CSRF verification failed.")
+    from django.views.csrf import csrf_failure as django_csrf_failure
+
+    return django_csrf_failure(request, reason=reason)
+
+
 class DatabaseUnavailableMiddleware:
     """Turns a database outage anywhere in a request into ``503`` JSON with ``Retry-After``."""
 

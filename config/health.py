@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.csrf import csrf_exempt
 
 from config.celery import app as celery_app
 from config.errors import error_body
@@ -16,10 +16,18 @@ from config.errors import error_body
 logger = logging.getLogger(__name__)
 
 
+def _method_not_allowed() -> JsonResponse:
+    response = JsonResponse(error_body("method_not_allowed", "Use GET or HEAD."), status=405)
+    response["Allow"] = "GET, HEAD"
+    return response
+
+
+@csrf_exempt
 @never_cache
-@require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     """200 while the process lives and can answer HTTP; checks nothing else on purpose."""
+    if request.method not in ("GET", "HEAD"):
+        return _method_not_allowed()
     return JsonResponse({"status": "ok"})
 
 
@@ -41,10 +49,12 @@ def check_broker() -> None:
             client.ping()
 
 
+@csrf_exempt
 @never_cache
-@require_GET
 def readyz(request: HttpRequest) -> JsonResponse:
     """200 when the database and the broker both answer; else 503 naming which failed."""
+    if request.method not in ("GET", "HEAD"):
+        return _method_not_allowed()
     checks: dict[str, str] = {}
     failed: list[str] = []
     for name, check in (("database", check_database), ("broker", check_broker)):

@@ -2,6 +2,7 @@
 
 import logging
 import re
+from typing import Any
 
 # A source token may arrive in a URL (``?token=...``) for tools that can only set a URL; it must
 # never reach the logs, whichever logger (gunicorn access, django.request) prints the URL.
@@ -28,3 +29,26 @@ class RedactTokensFilter(logging.Filter):
         if isinstance(record.msg, str):
             record.msg = redact(record.msg)
         return True
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    return value
+
+
+def sentry_scrub_tokens(event: Any, hint: Any) -> Any:
+    """Sentry ``before_send``: the request's URL, query string and headers lose their tokens."""
+    request = event.get("request")
+    if isinstance(request, dict):
+        for key in ("url", "query_string", "headers", "data"):
+            if key in request:
+                request[key] = _scrub(request[key])
+        query = request.get("query_string")
+        if isinstance(query, str) and "token=" in query.lower():
+            request["query_string"] = redact("?" + query)[1:]
+    return event

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 from django.conf import settings
@@ -29,7 +30,6 @@ from leads.models import LeadStatus, Source
 from leads.parsing import (
     IntakeError,
     Limits,
-    check_value,
     decode_utf8,
     media_type,
     parse_csv,
@@ -130,9 +130,7 @@ def _admit(request: HttpRequest, slug: str, *, max_bytes: int) -> Source:
     length_header = request.META.get("CONTENT_LENGTH") or ""
     if not length_header:
         if "chunked" in request.META.get("HTTP_TRANSFER_ENCODING", "").lower():
-            raise IntakeError(
-                411, "length_required", "Send a Content-Length; chunked bodies are not accepted."
-            )
+            _read_chunked_body(request, max_bytes)
     else:
         try:
             length = int(length_header)
@@ -158,6 +156,32 @@ def _authenticated_body(request: HttpRequest, source: Source) -> bytes:
         raise IntakeError(413, "body_too_large", "The body is too large.") from None
     check_signature(request, source, body, now=timezone.now())
     return body
+
+
+def _read_chunked_body(request: HttpRequest, max_bytes: int) -> None:
+    """A chunked body (no Content-Length): read it, bounded, as if its length had been sent.
+
+    The WSGI server de-chunks ``wsgi.input``; Django alone would see an empty body.
+    """
+    stream = request.META.get("wsgi.input")
+    data = b""
+    if stream is not None:
+        chunks: list[bytes] = []
+        size = 0
+        while size <= max_bytes:
+            chunk = stream.read(min(65536, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise IntakeError(
+            413, "body_too_large", f"The body is over the limit of {max_bytes} bytes."
+        )
+    request.META["CONTENT_LENGTH"] = str(len(data))
+    request._body = data
+    request._stream = io.BytesIO(data)
 
 
 def _accepted_body(lead_id: Any) -> dict[str, Any]:
@@ -188,7 +212,7 @@ class IntakeView(APIView):
         ],
         responses={
             202: OpenApiResponse(AcceptedSerializer, description="Accepted (or replayed)."),
-            **_error_responses(400, 401, 404, 411, 413, 415, 422, 429),
+            **_error_responses(400, 401, 404, 413, 415, 422, 429),
         },
         examples=[
             OpenApiExample(
@@ -219,9 +243,11 @@ class IntakeView(APIView):
         if key is None:
             return None
         key = key.strip()
-        if not key or len(key) > 255:
+        if not key or len(key) > 255 or not key.isprintable():
             raise IntakeError(
-                400, "invalid_idempotency_key", "Idempotency-Key must be 1 to 255 characters."
+                400,
+                "invalid_idempotency_key",
+                "Idempotency-Key must be 1 to 255 printable characters.",
             )
         return key
 
@@ -266,7 +292,7 @@ class IntakeBatchView(APIView):
         parameters=[OpenApiParameter("X-Signature", str, OpenApiParameter.HEADER, required=False)],
         responses={
             202: OpenApiResponse(BatchSerializer),
-            **_error_responses(400, 401, 404, 411, 413, 415, 429),
+            **_error_responses(400, 401, 404, 413, 415, 429),
         },
     )
     def post(self, request: Request, slug: str) -> Response:
@@ -275,7 +301,7 @@ class IntakeBatchView(APIView):
             body = _authenticated_body(request._request, source)
             records = self._read(request._request, body)
             check_rate_limit(source, now=timezone.now(), records=len(records))
-            outcomes = lead_ingest_batch(source=source, records=records)
+            outcomes = lead_ingest_batch(source=source, records=records, limits=_limits())
         except IntakeError as error:
             return _error_response(error)
         results: list[dict[str, Any]] = []
@@ -306,8 +332,6 @@ class IntakeBatchView(APIView):
                 raise IntakeError(400, "invalid_body", "A batch must be a JSON array of objects.")
             if len(value) > limit:
                 raise IntakeError(413, "batch_too_large", f"A batch holds at most {limit} records.")
-            for record in value:
-                check_value(record, limits, where="record")
             records = value
         elif kind in ("text/csv", "application/csv"):
             records = parse_csv(decode_utf8(body), max_records=limit, limits=limits)

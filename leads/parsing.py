@@ -12,6 +12,7 @@ import io
 import json
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl
 
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
 from django.http import HttpRequest, QueryDict
@@ -38,6 +39,7 @@ class Limits:
     max_depth: int = 32
     max_keys: int = 1000
     max_string: int = 64 * 1024
+    max_key: int = 256
 
 
 def _bad(message: str) -> IntakeError:
@@ -68,6 +70,8 @@ def check_value(value: Any, limits: Limits, where: str = "body", depth: int = 0)
             if len(item) > limits.max_keys:
                 raise _bad(f"{where}: an object has more than {limits.max_keys} keys.")
             for key, sub in item.items():
+                if len(key) > limits.max_key:
+                    raise _bad(f"{where}: a key is longer than {limits.max_key} characters.")
                 _check_text(key, limits, where)
                 stack.append((sub, level + 1))
         elif isinstance(item, list):
@@ -133,12 +137,37 @@ def _querydict_to_record(data: QueryDict) -> dict[str, Any]:
     return record
 
 
+def _parse_urlencoded(body: bytes, limits: Limits) -> dict[str, Any]:
+    """Strict: the body and every percent-escape must be UTF-8 (no silent U+FFFD)."""
+    text = decode_utf8(body)
+    try:
+        pairs = parse_qsl(
+            text,
+            keep_blank_values=True,
+            strict_parsing=False,
+            encoding="utf-8",
+            errors="strict",
+            max_num_fields=limits.max_keys,
+        )
+    except UnicodeDecodeError:
+        raise _bad("A percent-escape in the form body is not valid UTF-8.") from None
+    except ValueError:
+        raise _bad(f"More than {limits.max_keys} form fields.") from None
+    record: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in record:
+            existing = record[key]
+            record[key] = [*existing, value] if isinstance(existing, list) else [existing, value]
+        else:
+            record[key] = value
+    return record
+
+
 def parse_form(request: HttpRequest, limits: Limits) -> dict[str, Any]:
     """A form-encoded or multipart body as one record (uploaded files are not lead data)."""
     try:
         if media_type(request) == "application/x-www-form-urlencoded":
-            decode_utf8(request.body)
-            record = _querydict_to_record(QueryDict(request.body, encoding="utf-8"))
+            record = _parse_urlencoded(request.body, limits)
         else:
             record = _querydict_to_record(request.POST)
     except TooManyFieldsSent:
@@ -179,6 +208,4 @@ def parse_csv(text: str, *, max_records: int, limits: Limits) -> list[dict[str, 
             records.append(record)
     except csv.Error as exc:
         raise _bad(f"The CSV could not be read: {exc}") from None
-    for record in records:
-        check_value(record, limits, where="record")
     return records

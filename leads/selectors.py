@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ _LEAD_COLUMNS = {f.name for f in Lead._meta.get_fields()}
 LEAD_FIELD_NAMES = tuple(name for name in CANONICAL_FIELDS if name in _LEAD_COLUMNS)
 
 
+_SLUG = re.compile(r"[-a-zA-Z0-9_]{1,64}")
 _source_cache: dict[str, tuple[float, Source]] = {}
 
 
@@ -30,8 +32,8 @@ def source_for_intake(*, slug: str) -> Source | None:
     so a token rotation or deactivation takes up to that long to reach every web process.
     Unknown slugs are not cached.
     """
-    if len(slug) > 64:
-        return None
+    if not _SLUG.fullmatch(slug):
+        return None  # also keeps NUL and other bytes PostgreSQL refuses out of the query
     ttl = settings.SOURCE_CACHE_SECONDS
     now = time.monotonic()
     if ttl > 0:

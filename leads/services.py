@@ -6,8 +6,6 @@ import hashlib
 import json
 import logging
 import secrets
-import threading
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,18 +14,20 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from config.celery import app as celery_app
+from leads.breaker import CircuitBreaker
 from leads.models import Lead, LeadStatus, Source, token_digest
 from leads.normalize import CANONICAL_FIELDS, is_a_lead, map_fields, normalize
-from leads.parsing import IntakeError
+from leads.parsing import IntakeError, Limits, check_value
 
 logger = logging.getLogger(__name__)
 
 PROCESS_LEAD_TASK = "routing.process_lead"
+PROCESS_LEADS_TASK = "routing.process_leads"
 
 
 # --- Sources ---------------------------------------------------------------------------------
@@ -132,14 +132,23 @@ def _idempotency_key(canonical: dict[str, Any], header_key: str | None) -> str |
     if external is None or isinstance(external, (dict, list, bool)):
         return None
     key = str(external).strip()
-    return key[:255] or None
+    if len(key) > 255:
+        # Truncating would make two long ids with a common start collide.
+        return "sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    return key or None
 
 
 def _prepare(
-    source: Source, record: dict[str, Any], header_key: str | None, index: int
+    source: Source,
+    record: dict[str, Any],
+    header_key: str | None,
+    index: int,
+    limits: Limits | None = None,
 ) -> _Prepared:
     if not isinstance(record, dict):
         raise IntakeError(400, "invalid_body", "A lead must be a JSON object.")
+    if limits is not None:
+        check_value(record, limits, where="record")
     canonical, _custom = map_fields(record, source.field_map or None)
     if not is_a_lead(canonical):
         raise IntakeError(
@@ -214,7 +223,9 @@ def lead_ingest(
     return Accepted(lead_id=item.lead_id)
 
 
-def lead_ingest_batch(*, source: Source, records: Sequence[Any]) -> list[Accepted | IntakeError]:
+def lead_ingest_batch(
+    *, source: Source, records: Sequence[Any], limits: Limits | None = None
+) -> list[Accepted | IntakeError]:
     """The kickoff for a batch: each record judged on its own, accepted ones bulk-inserted.
 
     One SELECT finds earlier uses of the batch's idempotency keys, one bulk INSERT stores the new
@@ -225,7 +236,7 @@ def lead_ingest_batch(*, source: Source, records: Sequence[Any]) -> list[Accepte
     prepared: list[_Prepared] = []
     for index, record in enumerate(records):
         try:
-            prepared.append(_prepare(source, record, None, index))
+            prepared.append(_prepare(source, record, None, index, limits))
         except IntakeError as error:
             outcomes[index] = error
 
@@ -254,36 +265,14 @@ def lead_ingest_batch(*, source: Source, records: Sequence[Any]) -> list[Accepte
     inserted: set[uuid.UUID] = set()
     winners: dict[str, tuple[uuid.UUID, str]] = {}
     if to_insert:
-        now = timezone.now()
-        with transaction.atomic(durable=True):
-            Lead.objects.bulk_create(
-                [_new_lead(source, item, now) for item in to_insert],
-                batch_size=500,
-                ignore_conflicts=True,
-            )
-            # A concurrent request may have taken some keys between our SELECT and INSERT:
-            # the database skipped those rows; find out which, and replay the winners.
-            # Unkeyed rows cannot conflict (their ids are fresh UUIDs).
-            keyed_ids = [item.lead_id for item in to_insert if item.key is not None]
-            inserted = {item.lead_id for item in to_insert if item.key is None}
-            if keyed_ids:
-                inserted.update(Lead.objects.filter(id__in=keyed_ids).values_list("id", flat=True))
-            lost = [item for item in to_insert if item.lead_id not in inserted]
-            if lost:
-                winners = {
-                    key: (lead_id, fingerprint)
-                    for key, lead_id, fingerprint in Lead.objects.filter(
-                        source=source, idempotency_key__in=[item.key for item in lost]
-                    ).values_list("idempotency_key", "id", "request_fingerprint")
-                    if key is not None
-                }
-            for item in to_insert:
-                if item.lead_id in inserted:
-                    outcomes[item.index] = Accepted(lead_id=item.lead_id)
-                else:  # only keyed rows can conflict
-                    outcomes[item.index] = _replay_or_error(item, *winners[str(item.key)])
-            new_ids = [item.lead_id for item in to_insert if item.lead_id in inserted]
-            transaction.on_commit(lambda: leads_enqueue(new_ids), robust=True)
+        inserted, winners = _insert_batch(source, to_insert)
+        for item in to_insert:
+            if item.lead_id in inserted:
+                outcomes[item.index] = Accepted(lead_id=item.lead_id)
+            else:  # only keyed rows can conflict
+                outcomes[item.index] = _replay_or_error(item, *winners[str(item.key)])
+        new_ids = [item.lead_id for item in to_insert if item.lead_id in inserted]
+        transaction.on_commit(lambda: leads_enqueue(new_ids), robust=True)
 
     # A key repeated inside the batch replays whichever lead now holds that key.
     for item, first in repeats:
@@ -293,6 +282,61 @@ def lead_ingest_batch(*, source: Source, records: Sequence[Any]) -> list[Accepte
         else:
             outcomes[item.index] = _replay_or_error(item, *holder)
     return [outcome for outcome in outcomes if outcome is not None]
+
+
+_RETRYABLE_SQLSTATES = {"40P01", "40001"}  # deadlock detected, serialization failure
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    return getattr(exc.__cause__, "sqlstate", None) in _RETRYABLE_SQLSTATES
+
+
+def _insert_batch(
+    source: Source, to_insert: list[_Prepared]
+) -> tuple[set[uuid.UUID], dict[str, tuple[uuid.UUID, str]]]:
+    """Bulk-insert; return the ids stored and, for keys a concurrent request took, the winners.
+
+    Rows go in sorted by idempotency key, so concurrent batches sharing keys take their index
+    locks in one order and cannot deadlock; a deadlock or serialization failure from anything
+    else is retried.
+    """
+    rows = sorted(to_insert, key=lambda item: (item.key is None, item.key or ""))
+    for attempt in range(3):
+        try:
+            return _insert_batch_once(source, rows)
+        except OperationalError as exc:
+            if attempt == 2 or not _is_retryable(exc):
+                raise
+            logger.warning("batch insert for %s retried after %s", source.slug, exc)
+    raise AssertionError("unreachable")
+
+
+def _insert_batch_once(
+    source: Source, rows: list[_Prepared]
+) -> tuple[set[uuid.UUID], dict[str, tuple[uuid.UUID, str]]]:
+    now = timezone.now()
+    winners: dict[str, tuple[uuid.UUID, str]] = {}
+    with transaction.atomic(durable=True):
+        Lead.objects.bulk_create(
+            [_new_lead(source, item, now) for item in rows], batch_size=500, ignore_conflicts=True
+        )
+        # A concurrent request may have taken some keys between our SELECT and INSERT: the
+        # database skipped those rows; find out which, and replay the winners. Unkeyed rows
+        # cannot conflict (their ids are fresh UUIDs).
+        keyed_ids = [item.lead_id for item in rows if item.key is not None]
+        inserted = {item.lead_id for item in rows if item.key is None}
+        if keyed_ids:
+            inserted.update(Lead.objects.filter(id__in=keyed_ids).values_list("id", flat=True))
+        lost = [item.key for item in rows if item.lead_id not in inserted]
+        if lost:
+            winners = {
+                key: (lead_id, fingerprint)
+                for key, lead_id, fingerprint in Lead.objects.filter(
+                    source=source, idempotency_key__in=lost
+                ).values_list("idempotency_key", "id", "request_fingerprint")
+                if key is not None
+            }
+    return inserted, winners
 
 
 def _replay_or_error(
@@ -307,61 +351,47 @@ def _replay_or_error(
 # --- Enqueueing ------------------------------------------------------------------------------
 
 
-class _BrokerBreaker:
-    """After a failed publish, skip publishing for a while: the sweeper delivers those leads.
-
-    This keeps the kickoff fast while the broker is down or hung, instead of every request
-    paying the connection timeout.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._open_until = 0.0
-
-    def allows(self) -> bool:
-        return time.monotonic() >= self._open_until
-
-    def trip(self, seconds: float) -> None:
-        with self._lock:
-            self._open_until = time.monotonic() + seconds
-
-    def reset(self) -> None:
-        with self._lock:
-            self._open_until = 0.0
-
-
-broker_breaker = _BrokerBreaker()
+# After a failed publish, skip publishing for a while (the sweeper delivers those leads): the
+# kickoff stays fast while the broker is down or hung.
+broker_breaker = CircuitBreaker()
 
 
 def leads_enqueue(lead_ids: Sequence[uuid.UUID]) -> int:
-    """Publish one processing task per lead; never raises. Returns how many were published.
+    """Publish processing tasks for these leads; never raises. Returns how many were published.
 
-    Called after commit. A failure is logged and left to ``leads_requeue_stale``: the lead row
-    is the outbox, the message only a wake-up call.
+    One message for a single lead, one per ``ENQUEUE_CHUNK_SIZE`` ids for a batch. Called after
+    commit. A failure is logged and left to ``leads_requeue_stale``: the lead row is the
+    outbox, the message only a wake-up call. Publishing is tried once, with the broker's short
+    connect timeout: a kickoff must not wait on a broker that is down or hung.
     """
     if not lead_ids:
         return 0
     if not broker_breaker.allows():
         logger.warning("broker marked down; %d lead(s) left for the stale sweeper", len(lead_ids))
         return 0
+    size = max(1, settings.ENQUEUE_CHUNK_SIZE)
+    chunks = [list(lead_ids[i : i + size]) for i in range(0, len(lead_ids), size)]
     published = 0
     try:
         with celery_app.producer_or_acquire() as producer:
-            for lead_id in lead_ids:
-                celery_app.send_task(
-                    PROCESS_LEAD_TASK,
-                    args=[str(lead_id)],
-                    producer=producer,
-                    retry=True,
-                    retry_policy=settings.CELERY_TASK_PUBLISH_RETRY_POLICY,
-                )
-                published += 1
-    except Exception:  # any broker failure: the sweeper re-enqueues what was not published
+            for chunk in chunks:
+                args: list[Any]
+                if len(chunk) == 1:
+                    name, args = PROCESS_LEAD_TASK, [str(chunk[0])]
+                else:
+                    name, args = PROCESS_LEADS_TASK, [[str(lead_id) for lead_id in chunk]]
+                celery_app.send_task(name, args=args, producer=producer, retry=False)
+                published += len(chunk)
+    except Exception as exc:  # any broker failure: the sweeper re-enqueues what was not published
         broker_breaker.trip(settings.BROKER_BREAKER_SECONDS)
-        logger.exception(
-            "could not enqueue %d of %d lead(s); the stale sweeper will retry them",
+        logger.error(
+            "could not enqueue %d of %d lead(s) (%s: %s); publishing paused for %.0f s, "
+            "the stale sweeper will retry them",
             len(lead_ids) - published,
             len(lead_ids),
+            type(exc).__name__,
+            exc,
+            settings.BROKER_BREAKER_SECONDS,
         )
     else:
         broker_breaker.reset()
@@ -378,8 +408,9 @@ def leads_requeue_stale(
     """Re-enqueue leads waiting in ``received`` too long (lost message, broker outage).
 
     Works in bounded batches. Each batch is claimed with ``FOR UPDATE SKIP LOCKED`` on
-    PostgreSQL (SQLite serialises writers) and stamped ``requeued_at``, so several sweepers
-    running at once never enqueue the same lead twice in one period.
+    PostgreSQL (SQLite serialises writers), published, and only what was published is stamped
+    ``requeued_at``, so several sweepers running at once never enqueue the same lead twice in
+    one period, and a lead whose publish failed is tried again on the next run.
     """
     if older_than is None:
         older_than = timedelta(seconds=settings.REQUEUE_STALE_AFTER_SECONDS)
@@ -397,11 +428,13 @@ def leads_requeue_stale(
             if connection.features.has_select_for_update_skip_locked:
                 stale = stale.select_for_update(skip_locked=True)
             ids = list(stale.values_list("id", flat=True)[:batch_size])
-            if ids:
-                Lead.objects.filter(id__in=ids).update(requeued_at=now)
-                transaction.on_commit(lambda ids=ids: leads_enqueue(ids), robust=True)  # type: ignore[misc]
-        total += len(ids)
-        if len(ids) < batch_size:
+            # The rows are old and committed, so publishing inside this transaction is safe;
+            # it lets the stamp cover exactly what reached the broker.
+            published = leads_enqueue(ids) if ids else 0
+            if published:
+                Lead.objects.filter(id__in=ids[:published]).update(requeued_at=now)
+        total += published
+        if len(ids) < batch_size or published < len(ids):
             break
     if total:
         logger.warning("re-enqueued %d stale lead(s) waiting since before %s", total, cutoff)

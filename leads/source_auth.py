@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import re
 import threading
 from datetime import datetime
 from typing import Any
@@ -13,6 +14,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpRequest
 
+from leads.breaker import CircuitBreaker
 from leads.models import Source
 from leads.parsing import IntakeError
 
@@ -49,13 +51,20 @@ def check_token(request: HttpRequest, source: Source, *, now: datetime) -> None:
         raise _unauthorized("Invalid source token.")
 
 
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
 def signature_candidates(header: str) -> list[str]:
-    """Hex digests in ``sha256=<hex>`` items; several may be sent during secret rotation."""
+    """Hex digests in ``sha256=<hex>`` items; several may be sent during secret rotation.
+
+    Anything that is not 64 hex digits is dropped here (compare_digest refuses non-ASCII str).
+    """
     found = []
-    for item in header.replace(",", " ").split():
+    for item in header.replace(",", " ").split()[:10]:
         scheme, _, digest = item.partition("=")
-        if scheme.lower() == "sha256" and digest:
-            found.append(digest.strip().lower())
+        digest = digest.strip().lower()
+        if scheme.lower() == "sha256" and _HEX_DIGEST.fullmatch(digest):
+            found.append(digest)
     return found
 
 
@@ -78,6 +87,7 @@ def check_signature(request: HttpRequest, source: Source, body: bytes, *, now: d
 
 
 _redis_client: Any = None
+cache_breaker = CircuitBreaker()
 _redis_lock = threading.Lock()
 
 
@@ -125,10 +135,18 @@ def check_rate_limit(source: Source, *, now: datetime, records: int = 1) -> None
     """
     epoch = int(now.timestamp())
     key = f"leadrouter:intake-rate:{source.pk}:{epoch // 60}"
+    if not cache_breaker.allows():
+        return
     try:
         count = _count(key, records)
-    except Exception:  # the throttle fails open; the outage is logged
-        logger.exception("rate-limit cache unavailable; not throttling source %s", source.slug)
+    except Exception as exc:  # the throttle fails open; the outage is logged once per trip
+        cache_breaker.trip(settings.BROKER_BREAKER_SECONDS)
+        logger.error(
+            "rate-limit cache unavailable (%s: %s); not throttling for %.0f s",
+            type(exc).__name__,
+            exc,
+            settings.BROKER_BREAKER_SECONDS,
+        )
         return
     if count > source.rate_limit_per_minute:
         retry_after = 60 - epoch % 60

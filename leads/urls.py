@@ -1,10 +1,14 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from leads import api
 
+# The intake URLs answer with or without the trailing slash: a redirect would turn a
+# marketing tool's POST into a GET and lose the lead.
 urlpatterns = [
-    path("intake/<str:slug>/", api.IntakeView.as_view(), name="intake"),
-    path("intake/<str:slug>/batch/", api.IntakeBatchView.as_view(), name="intake-batch"),
+    re_path(r"^intake/(?P<slug>[^/]+)/?$", api.IntakeView.as_view(), name="intake"),
+    re_path(
+        r"^intake/(?P<slug>[^/]+)/batch/?$", api.IntakeBatchView.as_view(), name="intake-batch"
+    ),
     path("leads/", api.LeadListView.as_view(), name="lead-list"),
     path("leads/<str:lead_id>/", api.LeadDetailView.as_view(), name="lead-detail"),
 ]

@@ -48,6 +48,19 @@ def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
     if not counted:
         logger.info("process_lead: lead %s is not waiting; nothing to do", lead_uuid)
         return None
+    try:
+        return _lead_process_claimed(lead_uuid)
+    except Exception as exc:
+        # Keep the error on the lead; it stays `received`, so the sweeper retries it and the
+        # attempt bound quarantines it. A crash (no exception) leaves last_error unchanged.
+        logger.exception("processing lead %s failed", lead_uuid)
+        Lead.objects.filter(id=lead_uuid, status=LeadStatus.RECEIVED).update(
+            last_error=f"{type(exc).__name__}: {exc}"[:2000]
+        )
+        raise
+
+
+def _lead_process_claimed(lead_uuid: uuid.UUID) -> str | None:
     with transaction.atomic(durable=True):
         lead = (
             Lead.objects.select_for_update()
@@ -60,10 +73,12 @@ def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
         now = timezone.now()
         if lead.attempts > settings.LEAD_MAX_ATTEMPTS:
             lead.status = LeadStatus.FAILED
-            lead.last_error = (
-                f"gave up after {lead.attempts - 1} attempts that did not finish "
-                "(worker crash or time limit)"
+            cause = (
+                f"last error: {lead.last_error}"
+                if lead.last_error
+                else "none finished (worker crash or time limit)"
             )
+            lead.last_error = f"gave up after {lead.attempts - 1} attempts; {cause}"[:2000]
             lead.processed_at = now
             lead.save(update_fields=["status", "last_error", "processed_at"])
             logger.error("lead %s quarantined as failed: %s", lead.id, lead.last_error)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 from celery import Task, shared_task
 
 from routing.services import heartbeat_record, lead_process
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(name="maintenance.heartbeat", bind=True)
@@ -17,3 +21,16 @@ def heartbeat(self: Task, queue: str) -> None:
 def process_lead(lead_id: str) -> None:
     """Run the pipeline for one lead (idempotent: a redelivered message is a no-op)."""
     lead_process(lead_id=lead_id)
+
+
+@shared_task(name="routing.process_leads")
+def process_leads(lead_ids: list[str]) -> None:
+    """Run the pipeline for a chunk of a batch; one lead's failure does not stop the others."""
+    failures = 0
+    for lead_id in lead_ids[:1000]:
+        try:
+            lead_process(lead_id=lead_id)
+        except Exception:  # recorded on the lead by lead_process; the sweeper retries it
+            failures += 1
+    if failures:
+        logger.warning("%d of %d lead(s) in a chunk failed", failures, len(lead_ids))

@@ -9,6 +9,8 @@ service is a failure, not a skip.
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
 
 import pytest
 from django.conf import settings
@@ -42,6 +44,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         )
         for line in _skipped_for_services[:50]:
             terminalreporter.write_line(f"  {line}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_test_broker_folder() -> Iterator[None]:
+    yield
+    if settings.BROKER_IS_FILESYSTEM and settings.BROKER_DIR.name.startswith("test-broker-"):
+        shutil.rmtree(settings.BROKER_DIR, ignore_errors=True)
 
 
 @pytest.fixture

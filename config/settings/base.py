@@ -62,6 +62,8 @@ INSTALLED_APPS = [
     "audit",
 ]
 
+CSRF_FAILURE_VIEW = "config.errors.csrf_failure"
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -199,7 +201,7 @@ else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": CELERY_VISIBILITY_TIMEOUT,
         # A publish must never hang a web request when Redis is down or paused.
-        "socket_connect_timeout": env.float("BROKER_SOCKET_TIMEOUT", default=2.0),
+        "socket_connect_timeout": env.float("BROKER_CONNECT_TIMEOUT", default=0.5),
         "socket_timeout": env.float("BROKER_SOCKET_TIMEOUT", default=2.0),
         "retry_on_timeout": False,
         "health_check_interval": 30,
@@ -214,11 +216,12 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
-# Applies on SIGQUIT (or SIGTERM with REMAP_SIGTERM=SIGQUIT, as docker-compose.yml does): running
+# Applies on SIGQUIT (docker-compose.yml stops workers with stop_signal: SIGQUIT): running
 # tasks get this long, then are requeued. A plain SIGTERM waits for running tasks without limit.
 CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = env.float("CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT", default=20.0)
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_TIMEOUT = env.float("BROKER_CONNECT_TIMEOUT", default=0.5)
 CELERY_TASK_PUBLISH_RETRY = True
 CELERY_TASK_PUBLISH_RETRY_POLICY = {
     "max_retries": 1,
@@ -294,8 +297,12 @@ SENTRY_DSN = env.str("SENTRY_DSN", default="")
 if SENTRY_DSN:
     import sentry_sdk
 
+    from config.logging import sentry_scrub_tokens
+
     sentry_sdk.init(
         dsn=SENTRY_DSN,
+        before_send=sentry_scrub_tokens,
+        before_send_transaction=sentry_scrub_tokens,
         environment=env.str("SENTRY_ENVIRONMENT", default="production"),
         traces_sample_rate=env.float("SENTRY_TRACES_SAMPLE_RATE", default=0.0),
         send_default_pii=False,
@@ -324,7 +331,9 @@ DATA_UPLOAD_MAX_NUMBER_FIELDS = INTAKE_MAX_KEYS
 # Durability: the stale sweeper, the publish circuit breaker, the poison-lead bound.
 REQUEUE_STALE_AFTER_SECONDS = env.int("REQUEUE_STALE_AFTER_SECONDS", default=120)
 REQUEUE_STALE_BATCH_SIZE = env.int("REQUEUE_STALE_BATCH_SIZE", default=500)
-BROKER_BREAKER_SECONDS = env.float("BROKER_BREAKER_SECONDS", default=10.0)
+BROKER_BREAKER_SECONDS = env.float("BROKER_BREAKER_SECONDS", default=30.0)
+# Lead ids per message when a batch is enqueued (one publish per chunk, not per lead).
+ENQUEUE_CHUNK_SIZE = env.int("ENQUEUE_CHUNK_SIZE", default=100)
 LEAD_MAX_ATTEMPTS = env.int("LEAD_MAX_ATTEMPTS", default=3)
 
 READYZ_BROKER_TIMEOUT_SECONDS = env.float("READYZ_BROKER_TIMEOUT_SECONDS", default=2.0)

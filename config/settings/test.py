@@ -4,7 +4,9 @@ import os
 from pathlib import Path
 
 _var = Path(os.environ.get("LEADROUTER_VAR_DIR", Path(__file__).resolve().parents[2] / "var"))
-os.environ.setdefault("LEADROUTER_BROKER_DIR", str(_var / "test-broker"))
+# Per test run, so that two runs in one checkout (or a run beside `make run`) never share a
+# database file or a broker folder. Child processes get these through the environment.
+os.environ.setdefault("LEADROUTER_BROKER_DIR", str(_var / f"test-broker-{os.getpid()}"))
 
 from config.settings.base import *  # noqa: E402, F403
 from config.settings.base import DATABASES, IS_SQLITE, VAR_DIR  # noqa: E402
@@ -12,7 +14,7 @@ from config.settings.base import DATABASES, IS_SQLITE, VAR_DIR  # noqa: E402
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 if IS_SQLITE:
     # A file, not :memory:, so that real worker processes started by tests see the same data.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

@@ -49,3 +49,25 @@ def test_readyz_is_503_naming_the_database_when_it_fails(client, monkeypatch):
         "database": "error: OperationalError: connection refused",
         "broker": "ok",
     }
+
+
+def test_probes_answer_head_and_refuse_other_methods_in_json(client):
+    assert client.head("/healthz").status_code == 200
+    assert client.head("/readyz").status_code == 200
+    for url in ("/healthz", "/readyz"):
+        response = client.post(url)
+        assert response.status_code == 405
+        assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_csrf_failures_on_json_paths_are_json(settings):
+    from django.test import RequestFactory
+
+    from config.errors import csrf_failure
+
+    assert settings.CSRF_FAILURE_VIEW == "config.errors.csrf_failure"
+    response = csrf_failure(RequestFactory().post("/api/v1/anything/"), reason="no token")
+    assert response.status_code == 403
+    assert response["Content-Type"] == "application/json"
+    page = csrf_failure(RequestFactory().post("/admin/login/"), reason="no token")
+    assert "text/html" in page["Content-Type"]

@@ -18,3 +18,18 @@ def test_filter_redacts_message_and_args():
     )
     assert RedactTokensFilter().filter(record)
     assert record.getMessage() == "Bad request: /in/?token=[redacted]"
+
+
+def test_sentry_events_lose_url_tokens():
+    from config.logging import sentry_scrub_tokens
+
+    event = {
+        "request": {
+            "url": "https://x/api/v1/intake/web/?token=abc",
+            "query_string": "token=abc&x=1",
+            "headers": {"Authorization": "Bearer abc"},
+        }
+    }
+    scrubbed = sentry_scrub_tokens(event, {})["request"]
+    assert "abc" not in str(scrubbed)
+    assert scrubbed["query_string"] == "token=[redacted]&x=1"

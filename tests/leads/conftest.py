@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.core.cache import cache
 
-from leads import services
+from leads import services, source_auth
 from tests.leads.factories import SourceFactory
 
 
@@ -13,6 +15,7 @@ from tests.leads.factories import SourceFactory
 def _fresh_rate_limits_and_breaker() -> None:
     cache.clear()
     services.broker_breaker.reset()
+    source_auth.cache_breaker.reset()
 
 
 @pytest.fixture
@@ -20,17 +23,38 @@ def source(db):  # type: ignore[no-untyped-def]
     return SourceFactory(slug="webform", field_map={"Org": "company"})
 
 
+class Published(list[str]):
+    """Lead ids published, in order; ``messages`` lists the task name of each message."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+
 @pytest.fixture
-def published(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def published(monkeypatch: pytest.MonkeyPatch) -> Published:
     """Capture task publications instead of sending them (for tests about the kickoff only)."""
-    sent: list[str] = []
+    sent = Published()
+    messages = sent.messages
 
     def fake_send_task(name: str, args: list[Any], **kwargs: Any) -> None:
-        assert name == "routing.process_lead"
-        sent.append(args[0])
+        assert kwargs.get("retry") is False  # a kickoff never waits on publish retries
+        if name == "routing.process_lead":
+            sent.append(args[0])
+        else:
+            assert name == "routing.process_leads"
+            assert 1 < len(args[0]) <= 100
+            sent.extend(args[0])
+        messages.append(name)
 
     monkeypatch.setattr(services.celery_app, "send_task", fake_send_task)
+    monkeypatch.setattr(services.celery_app, "producer_or_acquire", _no_producer)
     return sent
+
+
+@contextlib.contextmanager
+def _no_producer(*args: Any, **kwargs: Any) -> Iterator[None]:
+    yield None
 
 
 def auth(source_slug: str = "webform") -> dict[str, str]:

@@ -161,3 +161,19 @@ def test_concurrent_sweepers_never_enqueue_a_lead_twice(source, published):
         t.join()
     assert len(published) == 300
     assert len(set(published)) == 300
+
+
+@pytest.mark.django_db
+def test_a_sweep_whose_publish_was_skipped_stamps_nothing(source, published):
+    from django.utils import timezone
+
+    from tests.leads.factories import LeadFactory
+
+    old = timezone.now() - timedelta(minutes=10)
+    leads = [LeadFactory(source=source, received_at=old) for _ in range(3)]
+    services.broker_breaker.trip(60)
+    assert leads_requeue_stale(older_than=timedelta(minutes=2)) == 0
+    assert not Lead.objects.filter(requeued_at__isnull=False).exists()
+    services.broker_breaker.reset()
+    assert leads_requeue_stale(older_than=timedelta(minutes=2)) == 3
+    assert sorted(published) == sorted(str(lead.id) for lead in leads)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import json
 from datetime import timedelta
 
@@ -301,16 +302,31 @@ def test_hostile_json_is_a_json_400_and_stores_nothing(client, source, body):
     assert not Lead.objects.exists()
 
 
-def test_chunked_body_without_length_is_411(client, source):
-    response = client.generic(
+def _chunked(client, body):
+    # The WSGI server de-chunks the body; what the app sees is no Content-Length at all.
+    return client.generic(
         "POST",
         URL,
-        data=b"",
+        data=body,
         content_type="application/json",
         HTTP_TRANSFER_ENCODING="chunked",
+        CONTENT_LENGTH="",
+        **{"wsgi.input": io.BytesIO(body)},  # reads stop at the end, like gunicorn's reader
         **auth(),
     )
-    assert_error(response, 411, "length_required")
+
+
+def test_a_chunked_body_is_read(client, source, published):
+    response = _chunked(client, json.dumps({"email": "a@b.co"}).encode())
+    assert response.status_code == 202, response.content
+    assert Lead.objects.get().raw_payload == {"email": "a@b.co"}
+
+
+def test_an_oversize_chunked_body_is_413(client, source, settings):
+    settings.INTAKE_MAX_BODY_BYTES = 100
+    body = json.dumps({"email": "a@b.co", "note": "x" * 200}).encode()
+    assert_error(_chunked(client, body), 413, "body_too_large")
+    assert not Lead.objects.exists()
 
 
 def test_too_many_form_fields_is_400(client, source):
@@ -379,3 +395,61 @@ def test_sources_are_cached_briefly_and_deactivation_applies_after_the_ttl(
     assert post_json(client, {"email": "b@b.co"}).status_code == 202  # cached
     clock[0] += 5.1
     assert_error(post_json(client, {"email": "c@b.co"}), 404, "source_not_found")
+
+
+def test_a_url_without_the_trailing_slash_is_not_redirected(client, source, published):
+    response = post_json(client, {"email": "a@b.co"}, url=URL.rstrip("/"))
+    assert response.status_code == 202
+    batch = client.post(
+        "/api/v1/intake/webform/batch",
+        data=json.dumps([{"email": "b@b.co"}]),
+        content_type="application/json",
+        **auth(),
+    )
+    assert batch.status_code == 202
+
+
+@pytest.mark.parametrize("signature", ["sha256=\u00e9", "sha256=" + "g" * 64, "md5=abc", "sha256="])
+def test_malformed_signatures_are_401_not_500(client, source, signature):
+    source.auth_mode = SourceAuthMode.HMAC
+    source.save()
+    source_set_hmac_secret(source=source)
+    headers = {"HTTP_X_SIGNATURE": signature.encode().decode("unicode_escape")}
+    assert_error(post_json(client, {"email": "a@b.co"}, headers=headers), 401, "unauthorized")
+
+
+@pytest.mark.parametrize("slug", ["w%00b", "%C3%A9", "a" * 65, "has%20space"])
+def test_odd_slugs_are_404(client, db, slug):
+    response = post_json(client, {"email": "a@b.co"}, url=f"/api/v1/intake/{slug}/")
+    assert_error(response, 404, "source_not_found")
+
+
+def test_an_idempotency_key_with_control_characters_is_400(client, source):
+    headers = {**auth(), "HTTP_IDEMPOTENCY_KEY": "abc\x01def"}
+    assert_error(
+        post_json(client, {"email": "a@b.co"}, headers=headers), 400, "invalid_idempotency_key"
+    )
+
+
+def test_a_huge_key_is_400(client, source):
+    assert_error(post_json(client, {"email": "a@b.co", "k" * 257: 1}), 400, "invalid_body")
+
+
+def test_bad_percent_escapes_in_a_form_are_400(client, source):
+    response = client.post(
+        URL,
+        data="email=a%40b.co&name=caf%FF",
+        content_type="application/x-www-form-urlencoded",
+        **auth(),
+    )
+    assert_error(response, 400, "invalid_body")
+
+
+def test_long_external_ids_are_hashed_not_truncated(client, source, published):
+    common = "x" * 300
+    first = post_json(client, {"email": "a@b.co", "external_id": common + "1"})
+    second = post_json(client, {"email": "b@b.co", "external_id": common + "2"})
+    assert first.status_code == second.status_code == 202
+    keys = set(Lead.objects.values_list("idempotency_key", flat=True))
+    assert len(keys) == 2
+    assert all(key.startswith("sha256:") and len(key) <= 255 for key in keys)

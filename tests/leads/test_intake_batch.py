@@ -152,3 +152,25 @@ def test_batch_rate_limit_counts_records(client, source, published):
     response = post(client, [{"email": "x@b.co"}])
     assert response.status_code == 429
     assert response["Retry-After"]
+
+
+def test_a_bad_record_does_not_sink_the_batch(client, source, published):
+    body = post(
+        client,
+        [{"email": "a@b.co"}, {"email": "b\u0000@b.co"}, {"email": "c@b.co", "x": "y" * 70_000}],
+    ).json()
+    assert body["accepted"] == 1
+    assert [r.get("error", {}).get("code") for r in body["results"]] == [
+        None,
+        "invalid_body",
+        "invalid_body",
+    ]
+
+
+def test_batches_are_enqueued_in_chunks(
+    client, source, published, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        assert post(client, [{"email": f"p{i}@b.co"} for i in range(250)]).json()["accepted"] == 250
+    assert len(published) == 250
+    assert published.messages == ["routing.process_leads"] * 3

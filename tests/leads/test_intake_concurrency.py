@@ -62,3 +62,41 @@ def test_concurrent_reuse_with_different_bodies_gives_one_lead_and_422s(source, 
     codes = sorted(r.status_code for r in responses)
     assert codes == [202] + [422] * 9
     assert Lead.objects.count() == 1
+
+
+def test_concurrent_batches_sharing_keys_neither_deadlock_nor_duplicate(source, published):
+    import random
+
+    keys = [f"k{i}" for i in range(1000)]
+
+    def batch(i: int) -> list[dict]:
+        shuffled = keys[:]
+        random.Random(i).shuffle(shuffled)
+        return [{"email": f"{key}@example.com", "external_id": key} for key in shuffled]
+
+    barrier = threading.Barrier(8)
+    responses: list = [None] * 8
+
+    def send(i: int) -> None:
+        client = Client()
+        barrier.wait()
+        try:
+            responses[i] = client.post(
+                "/api/v1/intake/webform/batch/",
+                data=json.dumps(batch(i)),
+                content_type="application/json",
+                **auth(),
+            )
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.status_code for r in responses] == [202] * 8, [r.content[:200] for r in responses]
+    assert all(r.json()["accepted"] == 1000 for r in responses)
+    assert Lead.objects.count() == 1000
+    ids = {k: {res["id"] for r in responses for res in r.json()["results"]} for k in ["all"]}
+    assert len(ids["all"]) == 1000

@@ -1,0 +1,69 @@
+"""The worker's pipeline service: idempotent, bounded retries, errors kept on the lead."""
+
+from __future__ import annotations
+
+import pytest
+
+from leads.models import LeadStatus
+from routing import services
+from routing.services import lead_process
+from routing.tasks import process_leads
+from tests.leads.factories import LeadFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_processed_lead_is_normalised_and_unassigned_without_rules():
+    lead = LeadFactory(raw_payload={"Email Address": " Ana@ACME.de ", "Country": "Germany"})
+    assert lead_process(lead_id=lead.id) == LeadStatus.UNASSIGNED
+    lead.refresh_from_db()
+    assert lead.email == "ana@acme.de"
+    assert lead.country == "DE"
+    assert lead.attempts == 1
+    assert lead.processed_at is not None
+    assert lead_process(lead_id=lead.id) is None  # redelivery: a no-op
+    lead.refresh_from_db()
+    assert lead.attempts == 1
+
+
+def test_an_error_is_kept_on_the_lead_and_it_is_quarantined_after_the_attempt_bound(
+    monkeypatch, settings
+):
+    settings.LEAD_MAX_ATTEMPTS = 2
+    lead = LeadFactory()
+
+    def broken(*, lead):  # type: ignore[no-untyped-def]
+        raise ValueError("enrichment exploded")
+
+    monkeypatch.setattr(services, "lead_apply_normalization", broken)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="exploded"):
+            lead_process(lead_id=lead.id)
+        lead.refresh_from_db()
+        assert lead.status == LeadStatus.RECEIVED
+        assert lead.last_error == "ValueError: enrichment exploded"
+    assert lead_process(lead_id=lead.id) == LeadStatus.FAILED
+    lead.refresh_from_db()
+    assert lead.status == LeadStatus.FAILED
+    assert (
+        lead.last_error == "gave up after 2 attempts; last error: ValueError: enrichment exploded"
+    )
+
+
+def test_one_bad_lead_does_not_stop_its_chunk(monkeypatch):
+    good, bad, other = LeadFactory(), LeadFactory(), LeadFactory()
+    real = services.lead_apply_normalization
+
+    def sometimes(*, lead):  # type: ignore[no-untyped-def]
+        if lead.id == bad.id:
+            raise RuntimeError("boom")
+        return real(lead=lead)
+
+    monkeypatch.setattr(services, "lead_apply_normalization", sometimes)
+    process_leads([str(good.id), str(bad.id), str(other.id), "not-a-uuid"])
+    statuses = {lead.id: lead.status for lead in type(good).objects.all()}
+    assert statuses == {
+        good.id: LeadStatus.UNASSIGNED,
+        bad.id: LeadStatus.RECEIVED,
+        other.id: LeadStatus.UNASSIGNED,
+    }
