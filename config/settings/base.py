@@ -289,6 +289,8 @@ LOGGING: dict[str, Any] = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "INFO"},
+        # Every 4xx is a WARNING there: a 401/429 storm would flood the logs. 5xx stay ERROR.
+        "django.request": {"level": "ERROR"},
         "gunicorn.access": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }

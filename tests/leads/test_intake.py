@@ -453,3 +453,20 @@ def test_long_external_ids_are_hashed_not_truncated(client, source, published):
     keys = set(Lead.objects.values_list("idempotency_key", flat=True))
     assert len(keys) == 2
     assert all(key.startswith("sha256:") and len(key) <= 255 for key in keys)
+
+
+def test_a_database_outage_during_intake_is_503_json_with_retry_after(
+    client, source, monkeypatch, settings
+):
+    from django.db import OperationalError
+
+    from leads import api
+
+    def down(*, slug):  # type: ignore[no-untyped-def]
+        raise OperationalError("connection to server at 127.0.0.1 failed: Connection refused")
+
+    monkeypatch.setattr(api.selectors, "source_for_intake", down)
+    settings.DB_UNAVAILABLE_RETRY_AFTER_SECONDS = 9
+    response = post_json(client, {"email": "a@b.co"})
+    assert_error(response, 503, "service_unavailable")
+    assert response["Retry-After"] == "9"

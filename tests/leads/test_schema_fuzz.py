@@ -6,6 +6,8 @@ source), lead calls a valid API token, so the fuzzing reaches the code behind au
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import schemathesis
 from django.contrib.auth.models import Permission, User
@@ -20,7 +22,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from config.wsgi import application
-from leads.models import Lead
+from leads.models import Lead, SourceAuthMode
+from leads.services import source_set_hmac_secret
 from tests.leads.factories import SourceFactory
 
 
@@ -39,6 +42,10 @@ def api_schema(db):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def credentials(db) -> dict[str, str]:  # type: ignore[no-untyped-def]
     SourceFactory(slug="fuzz", rate_limit_per_minute=1_000_000)
+    signed = SourceFactory(slug="fuzz-signed", rate_limit_per_minute=1_000_000)
+    signed.auth_mode = SourceAuthMode.HMAC
+    signed.save()
+    source_set_hmac_secret(source=signed)
     user = User.objects.create_user("fuzzer")
     user.user_permissions.add(Permission.objects.get(codename="view_lead"))
     return {"intake": "Bearer token-fuzz", "api": f"Token {Token.objects.create(user=user).key}"}
@@ -54,7 +61,18 @@ def error_shape(ctx, response, case) -> None:  # type: ignore[no-untyped-def]
         assert isinstance(body["error"].get("message"), str), body
 
 
-def test_no_input_breaks_the_api(api_schema, credentials):  # type: ignore[no-untyped-def]
+MAX_EXAMPLES = int(os.environ.get("FUZZ_MAX_EXAMPLES", "40"))
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "authenticated",  # a real source and API token: reaches the code behind auth
+        "signed-source",  # an HMAC source with generated X-Signature values: always refused
+        "anonymous",  # generated slugs and no credentials
+    ],
+)
+def test_no_input_breaks_the_api(api_schema, credentials, mode):  # type: ignore[no-untyped-def]
     operations = [result.ok() for result in api_schema.get_all_operations()]
     assert len(operations) >= 4  # intake, batch, lead list, lead detail (and the schema)
 
@@ -62,18 +80,23 @@ def test_no_input_breaks_the_api(api_schema, credentials):  # type: ignore[no-un
 
         @given(case=operation.as_strategy())
         @settings(
-            max_examples=25,
+            max_examples=MAX_EXAMPLES,
             deadline=None,
             database=None,
             suppress_health_check=list(HealthCheck),
         )
         def call(case):  # type: ignore[no-untyped-def]
-            if case.path_parameters and "slug" in case.path_parameters:
-                case.path_parameters["slug"] = "fuzz"
-                headers = {"Authorization": credentials["intake"]}
-            else:
-                headers = {"Authorization": credentials["api"]}
-            case.call_and_validate(
+            is_intake = bool(case.path_parameters and "slug" in case.path_parameters)
+            headers: dict[str, str] = {}
+            if mode == "authenticated":
+                if is_intake:
+                    case.path_parameters["slug"] = "fuzz"
+                    headers = {"Authorization": credentials["intake"]}
+                else:
+                    headers = {"Authorization": credentials["api"]}
+            elif mode == "signed-source" and is_intake:
+                case.path_parameters["slug"] = "fuzz-signed"
+            response = case.call_and_validate(
                 headers=headers,
                 additional_checks=[error_shape],
                 # Intake accepts objects the schema cannot describe exactly (aliases, source
@@ -85,8 +108,16 @@ def test_no_input_breaks_the_api(api_schema, credentials):  # type: ignore[no-un
                     status_code_conformance,
                 ],
             )
+            if mode != "authenticated" and case.operation.path != "/api/v1/schema/":
+                assert response.status_code in (400, 401, 403, 404, 405, 413, 415), (
+                    response.status_code,
+                    response.text[:300],
+                )
 
         call()
 
-    # The fuzzing got past authentication: some generated leads were accepted and stored.
-    assert Lead.objects.filter(source__slug="fuzz").exists()
+    if mode == "authenticated":
+        # The fuzzing got past authentication: some generated leads were accepted and stored.
+        assert Lead.objects.filter(source__slug="fuzz").exists()
+    else:
+        assert not Lead.objects.exists()
