@@ -86,6 +86,11 @@ def check_signature(request: HttpRequest, source: Source, body: bytes, *, now: d
         raise _unauthorized("Invalid body signature.")
 
 
+_COUNT_SCRIPT = """
+local count = redis.call('INCRBY', KEYS[1], ARGV[1])
+if count == tonumber(ARGV[1]) then redis.call('EXPIRE', KEYS[1], 120) end
+return count
+"""
 _redis_client: Any = None
 cache_breaker = CircuitBreaker()
 _redis_lock = threading.Lock()
@@ -95,8 +100,8 @@ def _redis() -> Any:
     """One Redis client per process for the rate limit, when the cache is Redis; else None.
 
     Django's Redis cache builds a new client object on every call and needs two round trips
-    (add, incr); the kickoff pays this on every request, so it counts with one pipelined
-    INCRBY + EXPIRE NX instead.
+    (add, incr); the kickoff pays this on every request, so it counts with one INCRBY +
+    EXPIRE script instead.
     """
     global _redis_client
     backend = settings.CACHES["default"]["BACKEND"]
@@ -120,11 +125,8 @@ def _count(key: str, records: int) -> int:
     if client is None:
         cache.add(key, 0, timeout=120)
         return int(cache.incr(key, records))
-    pipe = client.pipeline(transaction=False)
-    pipe.incrby(key, records)
-    pipe.expire(key, 120, nx=True)
-    count, _ = pipe.execute()
-    return int(count)
+    # One round trip, and no pipeline object (redis-py builds ~0.4 ms of state for each).
+    return int(client.eval(_COUNT_SCRIPT, 1, key, records))
 
 
 def check_rate_limit(source: Source, *, now: datetime, records: int = 1) -> None:
