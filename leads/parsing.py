@@ -163,13 +163,39 @@ def _parse_urlencoded(body: bytes, limits: Limits) -> dict[str, Any]:
     return record
 
 
+def _check_multipart_end(request: HttpRequest) -> None:
+    """Django's parser tolerates a body that never closes its boundary; we do not."""
+    boundary = (request.content_params or {}).get("boundary", "")
+    if not boundary:
+        raise _bad("The multipart body has no boundary parameter.")
+    closing = b"--" + boundary.encode("latin-1", "replace") + b"--"
+    if not request.body.rstrip(b"\r\n").endswith(closing):
+        raise _bad("The multipart body does not end with its closing boundary.")
+
+
+def _check_no_replacement(body: bytes, record: dict[str, Any]) -> None:
+    """Invalid UTF-8 in a multipart value is silently replaced by U+FFFD; refuse it instead.
+
+    When the body itself never contains U+FFFD, any U+FFFD in the parsed values came from
+    bytes that were not UTF-8.
+    """
+    if "\ufffd".encode() in body:
+        return
+    for key, value in record.items():
+        values = value if isinstance(value, list) else [value]
+        if "\ufffd" in key or any("\ufffd" in v for v in values if isinstance(v, str)):
+            raise _bad("A multipart field is not valid UTF-8.")
+
+
 def parse_form(request: HttpRequest, limits: Limits) -> dict[str, Any]:
     """A form-encoded or multipart body as one record (uploaded files are not lead data)."""
     try:
         if media_type(request) == "application/x-www-form-urlencoded":
             record = _parse_urlencoded(request.body, limits)
         else:
+            _check_multipart_end(request)
             record = _querydict_to_record(request.POST)
+            _check_no_replacement(request.body, record)
     except TooManyFieldsSent:
         raise _bad(f"More than {limits.max_keys} form fields.") from None
     except RequestDataTooBig:

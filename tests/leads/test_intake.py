@@ -470,3 +470,30 @@ def test_a_database_outage_during_intake_is_503_json_with_retry_after(
     response = post_json(client, {"email": "a@b.co"})
     assert_error(response, 503, "service_unavailable")
     assert response["Retry-After"] == "9"
+
+
+def _multipart(client, body: bytes, boundary: str = "XYZ"):
+    return client.generic(
+        "POST", URL, data=body, content_type=f"multipart/form-data; boundary={boundary}", **auth()
+    )
+
+
+def test_a_multipart_body_without_its_closing_boundary_is_400(client, source):
+    body = b'--XYZ\r\nContent-Disposition: form-data; name="email"\r\n\r\nm@b.co\r\n--OTHER--\r\n'
+    assert_error(_multipart(client, body), 400, "invalid_body")
+    assert not Lead.objects.exists()
+
+
+def test_invalid_utf8_in_a_multipart_value_is_400(client, source):
+    body = b'--XYZ\r\nContent-Disposition: form-data; name="email"\r\n\r\nm\xff@b.co\r\n--XYZ--\r\n'
+    assert_error(_multipart(client, body), 400, "invalid_body")
+
+
+def test_a_well_formed_raw_multipart_body_is_accepted(client, source, published):
+    body = (
+        b'--XYZ\r\nContent-Disposition: form-data; name="email"\r\n\r\nm@b.co\r\n'
+        b'--XYZ\r\nContent-Disposition: form-data; name="company"\r\n\r\nCaf\xc3\xa9\r\n--XYZ--\r\n'
+    )
+    response = _multipart(client, body)
+    assert response.status_code == 202, response.content
+    assert Lead.objects.get().raw_payload == {"email": "m@b.co", "company": "Café"}
