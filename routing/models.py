@@ -1,6 +1,567 @@
-"""Routing models."""
+"""Routing models: reps, teams, territories, accounts, value lists and versioned rulesets.
 
+Invariants live in database constraints wherever SQL can say them; what it cannot (a valid
+time zone, the shape of working hours or of a rule) is checked in ``clean()`` with the
+``*_errors`` functions below, which the rules-as-code import shares for its path-precise
+messages. The engine (``routing.engine``) never sees these models, only plain data built from
+them.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import zoneinfo
+from typing import Any
+
+import pycountry
+from django.conf import settings
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Lower
+
+# --- Validation shared by clean() and the rules-as-code import --------------------------------
+
+_HH_MM = re.compile(r"(?:[01]\d|2[0-3]):[0-5]\d")
+_DOMAIN = re.compile(r"(?=.{1,253}$)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9-]{2,63}")
+WORKING_HOURS_KEYS = frozenset({"days", "start", "end"})
+REGION_MAX_LENGTH = 8  # leads.Lead.region
+POSTAL_PREFIX_MAX_LENGTH = 32  # leads.Lead.postal_code
+
+Problems = list[tuple[str, str]]  # (sub-path such as ".days[2]" or "", message)
+
+
+@functools.cache
+def _time_zone_names() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+@functools.cache
+def _country_codes() -> frozenset[str]:
+    return frozenset(country.alpha_2 for country in pycountry.countries)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def timezone_errors(value: Any) -> Problems:
+    """Problems with an IANA time zone name (``Europe/Berlin``); empty when it is valid."""
+    if not isinstance(value, str) or not value:
+        return [("", f"must be an IANA time zone name such as Europe/Berlin, got {value!r}")]
+    if value not in _time_zone_names():
+        return [("", f'unknown time zone "{value}"')]
+    return []
+
+
+def working_hours_errors(value: Any) -> Problems:
+    """Problems with working hours ``{"days": [1..7], "start": "HH:MM", "end": "HH:MM"}``.
+
+    ``None`` (no working hours: always available) is valid. ``start > end`` is an overnight
+    window and ``start == end`` the whole day, as the engine reads them.
+    """
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        return [("", 'must be {"days": [1, ...], "start": "HH:MM", "end": "HH:MM"} or null')]
+    problems: Problems = [
+        (f".{key}", f'unknown key "{key}"') for key in value if key not in WORKING_HOURS_KEYS
+    ]
+    days = value.get("days")
+    if not isinstance(days, list) or not days:
+        problems.append(
+            (".days", "must be a non-empty list of ISO weekdays (1 = Monday, 7 = Sunday)")
+        )
+    else:
+        seen: set[int] = set()
+        for i, day in enumerate(days):
+            if not _is_int(day) or not 1 <= day <= 7:
+                problems.append((f".days[{i}]", f"must be a weekday from 1 to 7, got {day!r}"))
+            elif day in seen:
+                problems.append((f".days[{i}]", f"duplicate weekday {day}"))
+            else:
+                seen.add(day)
+    for key in ("start", "end"):
+        moment = value.get(key)
+        if not isinstance(moment, str) or not _HH_MM.fullmatch(moment):
+            problems.append((f".{key}", f'must be a time "HH:MM" (00:00-23:59), got {moment!r}'))
+    return problems
+
+
+def countries_errors(value: Any) -> Problems:
+    """Problems with a territory's countries: a non-empty list of ISO 3166-1 alpha-2 codes."""
+    if not isinstance(value, list) or not value:
+        return [("", "must be a non-empty list of ISO 3166-1 alpha-2 country codes")]
+    problems: Problems = []
+    for i, code in enumerate(value):
+        if not isinstance(code, str) or code not in _country_codes():
+            problems.append((f"[{i}]", f"unknown country code {code!r} (ISO 3166-1 alpha-2)"))
+    if not problems and len(set(value)) != len(value):
+        problems.append(("", "lists a country twice"))
+    return problems
+
+
+def codes_errors(value: Any, *, max_length: int, what: str) -> Problems:
+    """Problems with a list of upper-case codes (regions, postal prefixes) of bounded length."""
+    if not isinstance(value, list):
+        return [("", f"must be a list of {what}")]
+    problems: Problems = []
+    for i, code in enumerate(value):
+        if (
+            not isinstance(code, str)
+            or not code
+            or code != code.strip().upper()
+            or len(code) > max_length
+        ):
+            problems.append(
+                (
+                    f"[{i}]",
+                    f"must be a non-empty upper-case code of at most {max_length} characters, "
+                    f"got {code!r}",
+                )
+            )
+    if not problems and len(set(value)) != len(value):
+        problems.append(("", f"lists one of its {what} twice"))
+    return problems
+
+
+def domain_errors(value: Any) -> Problems:
+    """Problems with an account domain: a lower-case host name such as ``acme.com``."""
+    if not isinstance(value, str) or not _DOMAIN.fullmatch(value):
+        return [("", f'must be a lower-case domain such as "acme.com", got {value!r}')]
+    return []
+
+
+def strings_errors(value: Any) -> Problems:
+    """Problems with a value list's values: a list of non-empty strings."""
+    if not isinstance(value, list):
+        return [("", "must be a list of text values")]
+    return [
+        (f"[{i}]", f"must be non-empty text, got {item!r}")
+        for i, item in enumerate(value)
+        if not isinstance(item, str) or not item.strip()
+    ]
+
+
+def _raise_problems(problems: dict[str, Problems]) -> None:
+    errors = {
+        field: [f"{field}{path}: {message}" if path else message for path, message in found]
+        for field, found in problems.items()
+        if found
+    }
+    if errors:
+        raise ValidationError(errors)
+
+
+# --- Reps, teams, territories, accounts, value lists ------------------------------------------
+
+
+class Rep(models.Model):
+    """A sales rep who can own leads: availability, working hours and caps."""
+
+    email = models.EmailField(unique=True, help_text="Unique, ignoring case.")
+    name = models.CharField(max_length=200)
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="rep",
+        help_text="The login of this rep, if they have one.",
+    )
+    active = models.BooleanField(default=True)
+    out_of_office_until = models.DateTimeField(null=True, blank=True)
+    timezone = models.CharField(
+        max_length=64, default="UTC", help_text="IANA time zone name, e.g. Europe/Berlin."
+    )
+    working_hours = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='{"days": [1, 2, 3, 4, 5], "start": "08:00", "end": "18:00"} in the rep\'s '
+        "time zone (1 = Monday); empty = always available.",
+    )
+    max_open = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most assigned leads awaiting first touch; empty = no cap."
+    )
+    max_per_day = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Most assignments per day (local midnight to midnight); empty = no cap.",
+    )
+    last_assigned_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("email",)
+        constraints = [
+            models.UniqueConstraint(Lower("email"), name="rep_email_unique_ignoring_case"),
+            models.CheckConstraint(condition=~Q(email=""), name="rep_email_not_empty"),
+            models.CheckConstraint(
+                condition=Q(max_open__isnull=True) | Q(max_open__gte=1),
+                name="rep_max_open_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_per_day__isnull=True) | Q(max_per_day__gte=1),
+                name="rep_max_per_day_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} <{self.email}>"
+
+    def clean(self) -> None:
+        _raise_problems(
+            {
+                "timezone": timezone_errors(self.timezone),
+                "working_hours": working_hours_errors(self.working_hours),
+            }
+        )
+
+
+class TeamStrategy(models.TextChoices):
+    ROUND_ROBIN = "round_robin", "Round robin"
+    WEIGHTED = "weighted", "Weighted round robin"
+    LEAST_LOADED = "least_loaded", "Least loaded"
+
+
+class Team(models.Model):
+    """Reps who share leads by a strategy; remembers whose turn it is (``rotation_state``)."""
+
+    name = models.CharField(max_length=200, unique=True)
+    strategy = models.CharField(
+        max_length=16, choices=TeamStrategy.choices, default=TeamStrategy.ROUND_ROBIN
+    )
+    respect_working_hours = models.BooleanField(
+        default=False, help_text="Only members inside their working hours get leads."
+    )
+    sla_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Default first-touch SLA for this team's leads."
+    )
+    # A user, not a rep: managers log in to watch SLAs and reassign, and need not take leads.
+    manager = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="managed_teams",
+    )
+    # The engine's RotationState.to_json(); written only under this row's lock by route_lead.
+    rotation_state = models.JSONField(default=dict, blank=True, editable=False)
+    members = models.ManyToManyField(Rep, through="TeamMembership", related_name="teams")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("name",)
+        constraints = [
+            models.CheckConstraint(condition=~Q(name=""), name="team_name_not_empty"),
+            models.CheckConstraint(
+                condition=Q(strategy__in=TeamStrategy.values), name="team_strategy_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(sla_minutes__isnull=True) | Q(sla_minutes__gte=1),
+                name="team_sla_minutes_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TeamMembership(models.Model):
+    """A rep's place (``position``) and ``weight`` in a team's rotation."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    rep = models.ForeignKey(Rep, on_delete=models.CASCADE, related_name="memberships")
+    position = models.PositiveIntegerField(default=0)
+    weight = models.PositiveIntegerField(default=1, help_text="Weighted teams: share of leads.")
+
+    class Meta:
+        ordering = ("team", "position", "id")
+        constraints = [
+            models.UniqueConstraint(fields=("team", "rep"), name="team_membership_unique_rep"),
+            # Deferred so that swapping two positions in one transaction works (PostgreSQL;
+            # other databases do not create a deferrable constraint, see models.W038).
+            models.UniqueConstraint(
+                fields=("team", "position"),
+                name="team_membership_unique_position",
+                deferrable=models.Deferrable.DEFERRED,
+            ),
+            models.CheckConstraint(condition=Q(weight__gte=1), name="team_membership_weight_min_1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} #{self.position}: {self.rep}"
+
+
+class Territory(models.Model):
+    """Countries, optionally narrowed by regions and postal prefixes, owned by a team or a rep.
+
+    Ties between equally specific territories go to the lowest id (the one created first).
+    """
+
+    name = models.CharField(max_length=200, unique=True)
+    countries = models.JSONField(default=list, help_text='ISO 3166-1 alpha-2, e.g. ["DE", "AT"]')
+    regions = models.JSONField(default=list, blank=True, help_text='e.g. ["CA", "WA"]')
+    postal_prefixes = models.JSONField(default=list, blank=True, help_text='e.g. ["940", "941"]')
+    team = models.ForeignKey(
+        Team, on_delete=models.PROTECT, null=True, blank=True, related_name="territories"
+    )
+    rep = models.ForeignKey(
+        Rep, on_delete=models.PROTECT, null=True, blank=True, related_name="territories"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("id",)
+        verbose_name_plural = "territories"
+        constraints = [
+            models.CheckConstraint(condition=~Q(name=""), name="territory_name_not_empty"),
+            models.CheckConstraint(
+                condition=Q(team__isnull=False, rep__isnull=True)
+                | Q(team__isnull=True, rep__isnull=False),
+                name="territory_team_xor_rep",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        _raise_problems(
+            {
+                "countries": countries_errors(self.countries),
+                "regions": codes_errors(
+                    self.regions, max_length=REGION_MAX_LENGTH, what="region codes"
+                ),
+                "postal_prefixes": codes_errors(
+                    self.postal_prefixes,
+                    max_length=POSTAL_PREFIX_MAX_LENGTH,
+                    what="postal prefixes",
+                ),
+            }
+        )
+        if (self.team_id is None) == (self.rep_id is None):
+            raise ValidationError({NON_FIELD_ERRORS: ["Choose either a team or a rep, not both."]})
+
+
+class Account(models.Model):
+    """A named account, matched to leads by domain; its owner takes them (``account_owner``)."""
+
+    domain = models.CharField(max_length=253, unique=True, help_text="Lower case, e.g. acme.com")
+    name = models.CharField(max_length=200, blank=True)
+    # PROTECT: deleting a rep must not silently un-own their accounts; deactivate the rep, or
+    # hand the accounts over first.
+    owner = models.ForeignKey(
+        Rep, on_delete=models.PROTECT, null=True, blank=True, related_name="accounts"
+    )
+    tier = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("domain",)
+        constraints = [
+            models.CheckConstraint(condition=~Q(domain=""), name="account_domain_not_empty"),
+            models.CheckConstraint(
+                condition=Q(domain=Lower("domain")), name="account_domain_lower_case"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.domain
+
+    def clean(self) -> None:
+        _raise_problems({"domain": domain_errors(self.domain)})
+
+
+class ValueList(models.Model):
+    """A named list of values for the ``in_list`` / ``not_in_list`` operators."""
+
+    name = models.CharField(max_length=100, unique=True)
+    values = models.JSONField(default=list, blank=True, help_text='e.g. ["rival.io", "acme.com"]')
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("name",)
+        constraints = [
+            models.CheckConstraint(condition=~Q(name=""), name="value_list_name_not_empty"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        _raise_problems({"values": strings_errors(self.values)})
+
+
+# --- Rulesets -----------------------------------------------------------------------------------
+
+
+class RuleSetStatus(models.TextChoices):
+    DRAFT = "draft", "Draft"
+    PUBLISHED = "published", "Published"
+    ARCHIVED = "archived", "Archived"
+
+
+class RuleSet(models.Model):
+    """One version of the routing rules: a draft, the published (live) one, or archived.
+
+    Only drafts change; publishing goes through ``routing.rules_io.ruleset_publish``.
+    """
+
+    version = models.PositiveIntegerField(unique=True, editable=False)
+    name = models.CharField(max_length=200, blank=True)
+    status = models.CharField(
+        max_length=16, choices=RuleSetStatus.choices, default=RuleSetStatus.DRAFT, editable=False
+    )
+    note = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    published_at = models.DateTimeField(null=True, blank=True, editable=False)
+    published_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="+",
+    )
+
+    class Meta:
+        ordering = ("-version",)
+        verbose_name = "ruleset"
+        constraints = [
+            models.CheckConstraint(condition=Q(version__gte=1), name="ruleset_version_positive"),
+            models.CheckConstraint(
+                condition=Q(status__in=RuleSetStatus.values), name="ruleset_status_valid"
+            ),
+            models.UniqueConstraint(
+                fields=("status",),
+                condition=Q(status=RuleSetStatus.PUBLISHED),
+                name="ruleset_one_published",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=RuleSetStatus.PUBLISHED) | Q(published_at__isnull=False),
+                name="ruleset_published_has_published_at",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        label = " ".join(filter(None, [f"v{self.version}" if self.version else "new", self.name]))
+        return f"{label} ({self.get_status_display()})"
+
+    @property
+    def is_editable(self) -> bool:
+        return self.status == RuleSetStatus.DRAFT
+
+    def clean(self) -> None:
+        if self.pk is None:
+            return
+        stored = RuleSet.objects.filter(pk=self.pk).values_list("status", flat=True).first()
+        if stored is not None and stored != RuleSetStatus.DRAFT:
+            raise ValidationError(f"Version {self.version} is {stored}: only drafts can change.")
+
+
+class OnSlaBreach(models.TextChoices):
+    NOTIFY = "notify", "Notify"
+    REASSIGN = "reassign", "Reassign"
+
+
+class Rule(models.Model):
+    """One rule of a ruleset: when its condition matches, its action tries to route the lead."""
+
+    ruleset = models.ForeignKey(RuleSet, on_delete=models.CASCADE, related_name="rules")
+    priority = models.IntegerField(help_text="Lower runs first; unique within the ruleset.")
+    name = models.CharField(max_length=200)
+    when = models.JSONField(
+        null=True, blank=True, help_text="Condition tree (rules-format.md); empty = always."
+    )
+    action = models.JSONField(help_text='e.g. {"type": "team", "team": "EMEA SDR"}')
+    sla_minutes = models.PositiveIntegerField(null=True, blank=True)
+    on_sla_breach = models.CharField(
+        max_length=16, choices=OnSlaBreach.choices, default=OnSlaBreach.NOTIFY
+    )
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ("ruleset", "priority")
+        constraints = [
+            models.UniqueConstraint(fields=("ruleset", "priority"), name="rule_unique_priority"),
+            models.UniqueConstraint(fields=("ruleset", "name"), name="rule_unique_name"),
+            models.CheckConstraint(condition=~Q(name=""), name="rule_name_not_empty"),
+            models.CheckConstraint(
+                condition=Q(sla_minutes__isnull=True) | Q(sla_minutes__gte=1),
+                name="rule_sla_minutes_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(on_sla_breach__in=OnSlaBreach.values), name="rule_on_sla_breach_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.priority}: {self.name}"
+
+    def to_data(self) -> dict[str, Any]:
+        """The rule in the rules-as-code format (defaults left out, key order fixed)."""
+        data: dict[str, Any] = {"name": self.name, "priority": self.priority}
+        if self.when is not None:
+            data["when"] = self.when
+        data["action"] = self.action
+        if self.sla_minutes is not None:
+            data["sla_minutes"] = self.sla_minutes
+        if self.on_sla_breach != OnSlaBreach.NOTIFY:
+            data["on_sla_breach"] = self.on_sla_breach
+        if not self.active:
+            data["active"] = False
+        return data
+
+    def clean(self) -> None:
+        # Imported here: the selector module imports this one.
+        from routing.engine import RuleErrors, compile_ruleset
+        from routing.selectors import rule_references
+
+        ruleset = self.ruleset if self.ruleset_id is not None else None
+        if ruleset is not None:
+            stored = RuleSet.objects.filter(pk=ruleset.pk).values_list("status", flat=True).first()
+            if stored is not None and stored != RuleSetStatus.DRAFT:
+                raise ValidationError(
+                    f"Version {ruleset.version} is {stored}: only drafts can change."
+                )
+        if not self.name or self.priority is None or self.action is None:
+            return  # the field errors say it
+        references = rule_references()
+        try:
+            compile_ruleset(
+                {"rules": [self.to_data()]},
+                value_lists=references.value_lists,
+                known_teams=references.teams,
+                known_reps=references.reps,
+            )
+        except RuleErrors as errors:
+            by_field: dict[str, list[str]] = {}
+            prefix = "ruleset.rules[0]."
+            for error in errors.errors:
+                path = error.path.removeprefix(prefix)
+                field = re.split(r"[.\[]", path, maxsplit=1)[0]
+                if field not in {"name", "priority", "when", "action", "sla_minutes"}:
+                    field = NON_FIELD_ERRORS
+                by_field.setdefault(field, []).append(f"{path}: {error.message}")
+            raise ValidationError(by_field) from None
+
+
+# --- Operations ---------------------------------------------------------------------------------
 
 
 class QueueHeartbeat(models.Model):

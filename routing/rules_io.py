@@ -1,0 +1,1029 @@
+"""Rules as code (rules-format.md): the document in (``rules_import``) and out (``rules_export``),
+and the ruleset version services (``ruleset_add_draft``, ``ruleset_copy``, ``ruleset_publish``).
+
+Import contract:
+
+- The whole document is validated before anything is written; every problem is reported with
+  its path (``reps[2].email: ...``) in one :class:`RulesFileErrors`, and nothing is written.
+  References may point at objects defined in the same file or already in the database.
+- Objects are upserted by natural key: source slug, rep e-mail (ignoring case), team name,
+  territory name, account domain, value-list name. A key present in an entry sets that field; a
+  key left out leaves an existing object's field as it is (a new object gets the default), so
+  operational state such as ``out_of_office_until`` survives a file that does not mention it.
+  Nothing is deleted. A team's ``members``, when given, replace its memberships in file order.
+- A new source gets the file's ``token`` or a fresh one (returned once, in
+  ``ImportResult.source_tokens``). An existing source's token is not changed by an import
+  (rotate it in the admin) unless it has none.
+- The ruleset becomes a new draft version, unless it is identical (name and rules) to the
+  published version or to the latest version while that is a draft: then that version is
+  reused, so importing one file twice creates one version. ``publish=True`` publishes it.
+
+Export writes every key of every object in a fixed order (sources by slug, reps by e-mail,
+teams by name, territories by id, which is their tie-break order, accounts by domain, value
+lists by name, rules by priority) and never a token, so export -> import -> export is identical.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import yaml
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email, validate_slug
+from django.db import IntegrityError, models, transaction
+from django.db.models import Max
+from django.db.models.functions import Lower
+from django.utils import timezone
+
+from leads.models import Source, token_digest
+from leads.services import new_token
+from routing.engine import RuleError, RuleErrors, compile_ruleset
+from routing.models import (
+    POSTAL_PREFIX_MAX_LENGTH,
+    REGION_MAX_LENGTH,
+    Account,
+    OnSlaBreach,
+    Problems,
+    Rep,
+    Rule,
+    RuleSet,
+    RuleSetStatus,
+    Team,
+    TeamMembership,
+    TeamStrategy,
+    Territory,
+    ValueList,
+    codes_errors,
+    countries_errors,
+    domain_errors,
+    strings_errors,
+    timezone_errors,
+    working_hours_errors,
+)
+from routing.selectors import (
+    rule_references,
+    ruleset_by_version,
+    ruleset_latest,
+    ruleset_published,
+)
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+    Actor = AbstractBaseUser | None
+
+SECTIONS = ("sources", "reps", "teams", "territories", "accounts", "value_lists", "ruleset")
+_INT_MAX = 2**31 - 1  # IntegerField on every supported database
+_MIN_TOKEN_LENGTH = 16
+_VERSION_ATTEMPTS = 5
+
+
+class RulesFileErrors(RuleErrors):
+    """Every problem found in a rules file, each ``path: message``; nothing was written."""
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What an import did: the ruleset version it produced, and tokens to show once."""
+
+    ruleset: RuleSet
+    created: bool  # False when an identical existing version was reused
+    source_tokens: dict[str, str] = field(default_factory=dict)  # new source slug -> token
+
+
+# --- Reading files ------------------------------------------------------------------------------
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """``safe_load`` with YAML 1.2 plain scalars: NO (Norway) and 18:00 stay text."""
+
+
+_YamlLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag.rsplit(":", 1)[-1] not in {"bool", "int", "float", "timestamp"}
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^-?(?:0|[1-9][0-9]*)$"), list("-0123456789")
+)
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)$"),
+    list("-0123456789"),
+)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def rules_parse(text: str, *, yaml_format: bool = False) -> Any:
+    """Parse a rules document (JSON, or YAML when ``yaml_format``); raises RulesFileErrors."""
+    if yaml_format:
+        try:
+            return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError as exc:
+            raise RulesFileErrors([RuleError("", f"not valid YAML: {exc}")]) from None
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except ValueError as exc:
+        detail = (
+            f"{exc.msg} (line {exc.lineno}, column {exc.colno})"
+            if isinstance(exc, json.JSONDecodeError)
+            else str(exc)
+        )
+        raise RulesFileErrors([RuleError("", f"not valid JSON: {detail}")]) from None
+
+
+def rules_read(path: str | Path) -> Any:
+    """Read and parse a rules file: YAML when it ends in .yaml/.yml, JSON otherwise."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RulesFileErrors([RuleError("", f"cannot read {file}: {exc}")]) from None
+    return rules_parse(text, yaml_format=file.suffix.lower() in {".yaml", ".yml"})
+
+
+# --- Validation ---------------------------------------------------------------------------------
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value[:80], ensure_ascii=False)
+    if value is None or isinstance(value, bool | int | float):
+        return json.dumps(value)
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_ABSENT: Any = object()  # a key the entry does not have
+
+_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {  # section -> (allowed, required)
+    "sources": (
+        frozenset({"slug", "name", "token", "field_map", "rate_limit_per_minute"}),
+        frozenset({"slug", "name"}),
+    ),
+    "reps": (
+        frozenset(
+            {
+                "email",
+                "name",
+                "active",
+                "out_of_office_until",
+                "timezone",
+                "working_hours",
+                "max_open",
+                "max_per_day",
+            }
+        ),
+        frozenset({"email", "name"}),
+    ),
+    "teams": (
+        frozenset({"name", "strategy", "respect_working_hours", "sla_minutes", "members"}),
+        frozenset({"name"}),
+    ),
+    "territories": (
+        frozenset({"name", "countries", "regions", "postal_prefixes", "team", "rep"}),
+        frozenset({"name", "countries"}),
+    ),
+    "accounts": (frozenset({"domain", "name", "owner", "tier"}), frozenset({"domain"})),
+    "value_lists": (frozenset({"name", "values"}), frozenset({"name", "values"})),
+}
+
+
+@dataclass
+class _Entry:
+    """One validated entry: its natural key and the model fields the file sets."""
+
+    key: str
+    fields: dict[str, Any]
+    refs: dict[str, Any] = field(default_factory=dict)  # team/rep/owner names, members
+
+
+@dataclass
+class _Plan:
+    sections: dict[str, list[_Entry]]
+    ruleset_name: str
+    rules: list[dict[str, Any]]  # in the stored shape, by priority
+    new_source_tokens: dict[str, str | None]  # new source slug -> file token (None = generate)
+
+
+class _Checker:
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.data = data
+        self.errors: list[RuleError] = []
+        self.rep_ids = {
+            email.lower(): rep_id for email, rep_id in Rep.objects.values_list("email", "id")
+        }
+        self.team_ids = dict(Team.objects.values_list("name", "id"))
+        self.territory_names = set(Territory.objects.values_list("name", flat=True))
+        self.source_tokens = dict(Source.objects.values_list("slug", "token_hash"))
+        self.value_lists: dict[str, list[str]] = dict(
+            ValueList.objects.values_list("name", "values")
+        )
+
+    def error(self, path: str, message: str) -> None:
+        self.errors.append(RuleError(path, message))
+
+    def problems(self, path: str, problems: Problems) -> bool:
+        for sub_path, message in problems:
+            self.error(f"{path}{sub_path}", message)
+        return not problems
+
+    # Value checks: each returns the normalised value, or _ABSENT after reporting an error.
+
+    def text(self, value: Any, path: str, *, max_length: int, blank: bool = False) -> Any:
+        if not isinstance(value, str) or (not blank and not value.strip()):
+            self.error(
+                path, f"must be {'text' if blank else 'non-empty text'}, got {_shown(value)}"
+            )
+            return _ABSENT
+        value = value.strip()
+        if len(value) > max_length:
+            self.error(path, f"must be at most {max_length} characters, got {len(value)}")
+            return _ABSENT
+        return value
+
+    def boolean(self, value: Any, path: str) -> Any:
+        if not isinstance(value, bool):
+            self.error(path, f"must be true or false, got {_shown(value)}")
+            return _ABSENT
+        return value
+
+    def positive(self, value: Any, path: str, *, nullable: bool = True) -> Any:
+        if value is None and nullable:
+            return None
+        if not _is_int(value) or not 1 <= value <= _INT_MAX:
+            self.error(
+                path,
+                f"must be a whole number of at least 1{' or null' if nullable else ''}, "
+                f"got {_shown(value)}",
+            )
+            return _ABSENT
+        return value
+
+    def choice(self, value: Any, path: str, choices: Sequence[str]) -> Any:
+        if value not in choices:
+            allowed = ", ".join(f'"{c}"' for c in choices)
+            self.error(path, f"must be one of {allowed}, got {_shown(value)}")
+            return _ABSENT
+        return value
+
+    def moment(self, value: Any, path: str) -> Any:
+        if value is None:
+            return None
+        parsed = None
+        if isinstance(value, str):
+            try:
+                parsed = datetime.fromisoformat(value.strip())
+            except ValueError:
+                parsed = None
+        if parsed is None or parsed.utcoffset() is None:
+            self.error(
+                path,
+                "must be an ISO 8601 date-time with a UTC offset "
+                f'("2026-05-04T18:00:00Z") or null, got {_shown(value)}',
+            )
+            return _ABSENT
+        return parsed.astimezone(UTC)
+
+    def checked(self, value: Any, path: str, problems: Problems) -> Any:
+        return value if self.problems(path, problems) else _ABSENT
+
+    def codes(self, value: Any, path: str, *, max_length: int, what: str) -> Any:
+        if isinstance(value, list):
+            value = [item.strip().upper() if isinstance(item, str) else item for item in value]
+        return self.checked(value, path, codes_errors(value, max_length=max_length, what=what))
+
+    # Sections
+
+    def entries(self, section: str) -> Iterable[tuple[str, Mapping[str, Any]]]:
+        raw = self.data.get(section)
+        if raw is None:
+            return
+        if not isinstance(raw, list):
+            self.error(section, f"must be a list, got {_shown(raw)}")
+            return
+        allowed, required = _KEYS[section]
+        for i, entry in enumerate(raw):
+            path = f"{section}[{i}]"
+            if not isinstance(entry, Mapping):
+                self.error(path, f"must be an object, got {_shown(entry)}")
+                continue
+            for key in entry:
+                if key not in allowed:
+                    self.error(f"{path}.{key}", f'unknown key "{key}"')
+            for key in sorted(required - entry.keys()):
+                self.error(f"{path}.{key}", "is required")
+            yield path, entry
+
+    def collect(
+        self,
+        section: str,
+        check: Callable[[str, Mapping[str, Any]], _Entry | None],
+        *,
+        fold: Callable[[str], str] = str,
+    ) -> list[_Entry]:
+        result: list[_Entry] = []
+        seen: dict[str, str] = {}
+        for path, raw in list(self.entries(section)):
+            entry = check(path, raw)
+            if entry is None:
+                continue
+            earlier = seen.setdefault(fold(entry.key), path)
+            if earlier != path:
+                self.error(path, f'duplicate "{entry.key}" (also {earlier})')
+                continue
+            result.append(entry)
+        return result
+
+    def fields(
+        self, path: str, raw: Mapping[str, Any], checks: Mapping[str, Callable[[Any, str], Any]]
+    ) -> dict[str, Any] | None:
+        """Check every present key; None when any of them (or the entry) had an error."""
+        before = len(self.errors)
+        values: dict[str, Any] = {}
+        for key, check in checks.items():
+            if key in raw:
+                value = check(raw[key], f"{path}.{key}")
+                if value is not _ABSENT:
+                    values[key] = value
+        return values if len(self.errors) == before else None
+
+    def source(self, path: str, raw: Mapping[str, Any]) -> _Entry | None:
+        def slug(value: Any, at: str) -> Any:
+            try:
+                if not isinstance(value, str) or len(value) > 64:
+                    raise ValidationError("bad")
+                validate_slug(value)
+            except ValidationError:
+                self.error(at, f"must be a slug (letters, digits, - and _), got {_shown(value)}")
+                return _ABSENT
+            return value
+
+        def token(value: Any, at: str) -> Any:
+            if not isinstance(value, str) or not _MIN_TOKEN_LENGTH <= len(value.strip()) <= 512:
+                self.error(at, f"must be text of {_MIN_TOKEN_LENGTH} to 512 characters")
+                return _ABSENT
+            return value.strip()
+
+        def field_map(value: Any, at: str) -> Any:
+            if not isinstance(value, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
+                self.error(
+                    at, f"must map raw keys to field names (text to text), got {_shown(value)}"
+                )
+                return _ABSENT
+            return dict(value)
+
+        values = self.fields(
+            path,
+            raw,
+            {
+                "slug": slug,
+                "name": lambda v, at: self.text(v, at, max_length=200),
+                "token": token,
+                "field_map": field_map,
+                "rate_limit_per_minute": lambda v, at: self.positive(v, at, nullable=False),
+            },
+        )
+        if values is None or "slug" not in values:
+            return None
+        key = values.pop("slug")
+        return _Entry(key, values)
+
+    def rep(self, path: str, raw: Mapping[str, Any]) -> _Entry | None:
+        def email(value: Any, at: str) -> Any:
+            text = value.strip() if isinstance(value, str) else value
+            try:
+                if not isinstance(text, str) or len(text) > 254:
+                    raise ValidationError("bad")
+                validate_email(text)
+            except ValidationError:
+                self.error(at, f"must be an e-mail address, got {_shown(value)}")
+                return _ABSENT
+            return text
+
+        values = self.fields(
+            path,
+            raw,
+            {
+                "email": email,
+                "name": lambda v, at: self.text(v, at, max_length=200),
+                "active": self.boolean,
+                "out_of_office_until": self.moment,
+                "timezone": lambda v, at: self.checked(v, at, timezone_errors(v)),
+                "working_hours": lambda v, at: self.checked(v, at, working_hours_errors(v)),
+                "max_open": self.positive,
+                "max_per_day": self.positive,
+            },
+        )
+        if values is None or "email" not in values:
+            return None
+        return _Entry(values["email"], values)
+
+    def team(self, path: str, raw: Mapping[str, Any]) -> _Entry | None:
+        values = self.fields(
+            path,
+            raw,
+            {
+                "name": lambda v, at: self.text(v, at, max_length=200),
+                "strategy": lambda v, at: self.choice(v, at, TeamStrategy.values),
+                "respect_working_hours": self.boolean,
+                "sla_minutes": self.positive,
+            },
+        )
+        members = self.members(raw["members"], f"{path}.members") if "members" in raw else None
+        if values is None or "name" not in values or members is _ABSENT:
+            return None
+        entry = _Entry(values.pop("name"), values)
+        if members is not None:
+            entry.refs["members"] = members
+        return entry
+
+    def members(self, value: Any, path: str) -> Any:
+        if not isinstance(value, list):
+            self.error(path, f"must be a list of {{rep, weight}}, got {_shown(value)}")
+            return _ABSENT
+        before = len(self.errors)
+        members: list[tuple[str, int]] = []
+        seen: dict[str, int] = {}
+        for i, raw in enumerate(value):
+            at = f"{path}[{i}]"
+            if not isinstance(raw, Mapping):
+                self.error(at, f"must be an object {{rep, weight}}, got {_shown(raw)}")
+                continue
+            for key in raw:
+                if key not in {"rep", "weight"}:
+                    self.error(f"{at}.{key}", f'unknown key "{key}"')
+            email = self.rep_ref(raw.get("rep"), f"{at}.rep")
+            weight = self.positive(raw.get("weight", 1), f"{at}.weight", nullable=False)
+            if email is _ABSENT or weight is _ABSENT:
+                continue
+            earlier = seen.setdefault(email.lower(), i)
+            if earlier != i:
+                self.error(f"{at}.rep", f'"{email}" is already a member ({path}[{earlier}])')
+                continue
+            members.append((email, weight))
+        return members if len(self.errors) == before else _ABSENT
+
+    def rep_ref(self, value: Any, path: str) -> Any:
+        if not isinstance(value, str) or not value.strip():
+            self.error(path, f"must be a rep's e-mail, got {_shown(value)}")
+            return _ABSENT
+        if value.strip().lower() not in self.rep_ids:
+            self.error(path, f'unknown rep "{value}"')
+            return _ABSENT
+        return value.strip()
+
+    def team_ref(self, value: Any, path: str) -> Any:
+        if not isinstance(value, str) or not value.strip():
+            self.error(path, f"must be a team name, got {_shown(value)}")
+            return _ABSENT
+        if value.strip() not in self.team_ids:
+            self.error(path, f'unknown team "{value}"')
+            return _ABSENT
+        return value.strip()
+
+    def territory(self, path: str, raw: Mapping[str, Any]) -> _Entry | None:
+        def countries(value: Any, at: str) -> Any:
+            if isinstance(value, list):
+                value = [c.strip().upper() if isinstance(c, str) else c for c in value]
+            return self.checked(value, at, countries_errors(value))
+
+        values = self.fields(
+            path,
+            raw,
+            {
+                "name": lambda v, at: self.text(v, at, max_length=200),
+                "countries": countries,
+                "regions": lambda v, at: self.codes(
+                    v, at, max_length=REGION_MAX_LENGTH, what="region codes"
+                ),
+                "postal_prefixes": lambda v, at: self.codes(
+                    v, at, max_length=POSTAL_PREFIX_MAX_LENGTH, what="postal prefixes"
+                ),
+            },
+        )
+        team, rep = raw.get("team"), raw.get("rep")
+        refs: dict[str, Any] = {}
+        if team is not None and rep is not None:
+            self.error(path, "has both a team and a rep: give one")
+        elif team is not None:
+            refs["team"] = self.team_ref(team, f"{path}.team")
+        elif rep is not None:
+            refs["rep"] = self.rep_ref(rep, f"{path}.rep")
+        elif values is not None and values.get("name") not in self.territory_names:
+            self.error(path, "needs a team or a rep")
+        if values is None or "name" not in values or _ABSENT in refs.values():
+            return None
+        return _Entry(values.pop("name"), values, refs)
+
+    def account(self, path: str, raw: Mapping[str, Any]) -> _Entry | None:
+        def domain(value: Any, at: str) -> Any:
+            if isinstance(value, str):
+                value = value.strip().lower()
+            return self.checked(value, at, domain_errors(value))
+
+        def owner(value: Any, at: str) -> Any:
+            return None if value is None else self.rep_ref(value, at)
+
+        values = self.fields(
+            path,
+            raw,
+            {
+                "domain": domain,
+                "name": lambda v, at: self.text(v, at, max_length=200, blank=True),
+                "tier": lambda v, at: (
+                    "" if v is None else self.text(v, at, max_length=64, blank=True)
+                ),
+            },
+        )
+        refs = {"owner": owner(raw["owner"], f"{path}.owner")} if "owner" in raw else {}
+        if values is None or "domain" not in values or _ABSENT in refs.values():
+            return None
+        return _Entry(values.pop("domain"), values, refs)
+
+    def value_list(self, path: str, raw: Mapping[str, Any]) -> _Entry | None:
+        values = self.fields(
+            path,
+            raw,
+            {
+                "name": lambda v, at: self.text(v, at, max_length=100),
+                "values": lambda v, at: self.checked(v, at, strings_errors(v)),
+            },
+        )
+        if values is None or "name" not in values:
+            return None
+        return _Entry(values.pop("name"), values)
+
+    def names(self, section: str, key: str) -> Iterable[str]:
+        """The names the file defines in ``section``, even in entries with other errors."""
+        raw = self.data.get(section)
+        for entry in raw if isinstance(raw, list) else []:
+            if isinstance(entry, Mapping) and isinstance(entry.get(key), str):
+                name = entry[key].strip()
+                if name:
+                    yield name
+
+    def plan(self) -> _Plan:
+        for key in self.data:
+            if key not in SECTIONS:
+                self.error(str(key), f'unknown section "{key}"')
+        # A name defined in the file counts as known even if its entry has other errors, so one
+        # mistake is reported once rather than again at every reference to it.
+        placeholder = -1
+        for email in self.names("reps", "email"):
+            self.rep_ids.setdefault(email.lower(), placeholder)
+        for name in self.names("teams", "name"):
+            self.team_ids.setdefault(name, placeholder)
+        sections = {
+            "sources": self.collect("sources", self.source),
+            "reps": self.collect("reps", self.rep, fold=str.lower),
+            "teams": self.collect("teams", self.team),
+            "territories": self.collect("territories", self.territory),
+            "accounts": self.collect("accounts", self.account),
+            "value_lists": self.collect("value_lists", self.value_list),
+        }
+        raw_lists = self.data.get("value_lists")
+        for entry in raw_lists if isinstance(raw_lists, list) else []:
+            if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+                values = entry.get("values")
+                self.value_lists[entry["name"].strip()] = (
+                    values if isinstance(values, list) and not strings_errors(values) else []
+                )
+        name, rules = self.ruleset(self.data.get("ruleset", _ABSENT))
+        tokens: dict[str, str | None] = {}
+        for entry in sections["sources"]:
+            token = entry.fields.pop("token", None)
+            if entry.key not in self.source_tokens:
+                tokens[entry.key] = token  # None: a fresh one is generated
+            elif token is not None and not self.source_tokens[entry.key]:
+                tokens[entry.key] = token  # an existing source without a token takes it
+        return _Plan(sections, name, rules, tokens)
+
+    def ruleset(self, raw: Any) -> tuple[str, list[dict[str, Any]]]:
+        if raw is _ABSENT:
+            self.error("ruleset", "is required")
+            return "", []
+        try:
+            compile_ruleset(
+                raw,
+                value_lists=self.value_lists,
+                known_teams=self.team_ids,
+                known_reps=self.rep_ids,
+            )
+        except RuleErrors as exc:
+            self.errors.extend(exc.errors)
+            return "", []
+        name = raw.get("name") or ""
+        if len(name.strip()) > 200:
+            self.error("ruleset.name", "must be at most 200 characters")
+        rules = []
+        for i, rule in enumerate(raw["rules"]):
+            if len(rule["name"].strip()) > 200:
+                self.error(f"ruleset.rules[{i}].name", "must be at most 200 characters")
+            if not -_INT_MAX <= rule["priority"] <= _INT_MAX:
+                self.error(f"ruleset.rules[{i}].priority", f"must be within ±{_INT_MAX}")
+            rules.append(_stored_rule(rule))
+        return name.strip(), sorted(rules, key=lambda r: r["priority"])
+
+
+def _stored_rule(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A validated rule as the Rule row keeps it (defaults filled in, ``id`` dropped)."""
+    return {
+        "name": raw["name"].strip(),
+        "priority": raw["priority"],
+        "when": raw.get("when"),
+        "action": raw["action"],
+        "sla_minutes": raw.get("sla_minutes"),
+        "on_sla_breach": raw.get("on_sla_breach") or OnSlaBreach.NOTIFY,
+        "active": raw.get("active", True),
+    }
+
+
+def _rules_plan(data: Any) -> _Plan:
+    if not isinstance(data, Mapping):
+        raise RulesFileErrors([RuleError("", f"must be an object, got {_shown(data)}")])
+    checker = _Checker(data)
+    plan = checker.plan()
+    if checker.errors:
+        raise RulesFileErrors(checker.errors)
+    return plan
+
+
+# --- Import -------------------------------------------------------------------------------------
+
+_M = TypeVar("_M", bound=models.Model)
+
+
+def _upsert(
+    model: type[_M], existing: Mapping[str, _M], rows: Iterable[tuple[str, dict[str, Any]]]
+) -> None:
+    """Create the rows whose key is new, update the changed fields of the others; bulk."""
+    created: list[_M] = []
+    changed: list[_M] = []
+    changed_fields: set[str] = set()
+    for key, values in rows:
+        obj = existing.get(key)
+        if obj is None:
+            created.append(model(**values))
+            continue
+        differs = [name for name, value in values.items() if getattr(obj, name) != value]
+        if differs:
+            for name in differs:
+                setattr(obj, name, values[name])
+            changed.append(obj)
+            changed_fields.update(differs)
+    model._default_manager.bulk_create(created)
+    if changed:
+        now = timezone.now()
+        for obj in changed:
+            obj.updated_at = now  # type: ignore[attr-defined]  # every upserted model has it
+        model._default_manager.bulk_update(changed, [*sorted(changed_fields), "updated_at"])
+
+
+def _rep_ids() -> dict[str, int]:
+    return {email.lower(): rep_id for email, rep_id in Rep.objects.values_list("email", "id")}
+
+
+def _apply_sections(plan: _Plan) -> dict[str, str]:
+    sections = plan.sections
+    _upsert(
+        ValueList,
+        ValueList.objects.in_bulk([e.key for e in sections["value_lists"]], field_name="name"),
+        ((e.key, {"name": e.key, **e.fields}) for e in sections["value_lists"]),
+    )
+
+    keys = [e.key.lower() for e in sections["reps"]]
+    reps = {
+        rep.email.lower(): rep
+        for rep in Rep.objects.annotate(email_lower=Lower("email")).filter(email_lower__in=keys)
+    }
+    _upsert(Rep, reps, ((e.key.lower(), e.fields) for e in sections["reps"]))
+    rep_ids = _rep_ids()
+
+    teams = Team.objects.in_bulk([e.key for e in sections["teams"]], field_name="name")
+    _upsert(Team, teams, ((e.key, {"name": e.key, **e.fields}) for e in sections["teams"]))
+    team_ids = dict(Team.objects.values_list("name", "id"))
+    _replace_members(
+        {
+            team_ids[e.key]: [
+                (rep_ids[email.lower()], weight) for email, weight in e.refs["members"]
+            ]
+            for e in sections["teams"]
+            if "members" in e.refs
+        }
+    )
+
+    def territory_fields(entry: _Entry) -> dict[str, Any]:
+        values = {"name": entry.key, **entry.fields}
+        if "team" in entry.refs:
+            values.update(team_id=team_ids[entry.refs["team"]], rep_id=None)
+        elif "rep" in entry.refs:
+            values.update(team_id=None, rep_id=rep_ids[entry.refs["rep"].lower()])
+        return values
+
+    _upsert(
+        Territory,
+        Territory.objects.in_bulk([e.key for e in sections["territories"]], field_name="name"),
+        ((e.key, territory_fields(e)) for e in sections["territories"]),
+    )
+
+    def account_fields(entry: _Entry) -> dict[str, Any]:
+        values = {"domain": entry.key, **entry.fields}
+        if "owner" in entry.refs:
+            owner = entry.refs["owner"]
+            values["owner_id"] = None if owner is None else rep_ids[owner.lower()]
+        return values
+
+    _upsert(
+        Account,
+        Account.objects.in_bulk([e.key for e in sections["accounts"]], field_name="domain"),
+        ((e.key, account_fields(e)) for e in sections["accounts"]),
+    )
+    return _apply_sources(plan)
+
+
+def _replace_members(wanted: Mapping[int, list[tuple[int, int]]]) -> None:
+    current: dict[int, list[tuple[int, int]]] = {team_id: [] for team_id in wanted}
+    for team_id, rep_id, weight in TeamMembership.objects.filter(
+        team_id__in=list(wanted)
+    ).values_list("team_id", "rep_id", "weight"):
+        current[team_id].append((rep_id, weight))  # Meta.ordering: by position
+    stale = [team_id for team_id, members in wanted.items() if current[team_id] != members]
+    TeamMembership.objects.filter(team_id__in=stale).delete()
+    TeamMembership.objects.bulk_create(
+        TeamMembership(team_id=team_id, rep_id=rep_id, weight=weight, position=position)
+        for team_id in stale
+        for position, (rep_id, weight) in enumerate(wanted[team_id])
+    )
+
+
+def _apply_sources(plan: _Plan) -> dict[str, str]:
+    entries = plan.sections["sources"]
+    sources = Source.objects.in_bulk([e.key for e in entries], field_name="slug")
+    _upsert(Source, sources, ((e.key, {"slug": e.key, **e.fields}) for e in entries))
+    shown: dict[str, str] = {}
+    for slug, file_token in plan.new_source_tokens.items():
+        token = file_token or new_token()
+        if file_token is None:
+            shown[slug] = token
+        Source.objects.filter(slug=slug).update(
+            token_hash=token_digest(token), token_hint=token[:6], updated_at=timezone.now()
+        )
+    return shown
+
+
+def _content(name: str, rules: Iterable[Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    return name, sorted((dict(rule) for rule in rules), key=lambda r: r["priority"])
+
+
+def _stored_content(ruleset: RuleSet) -> tuple[str, list[dict[str, Any]]]:
+    return _content(
+        ruleset.name,
+        (
+            {name: getattr(rule, name) for name in _STORED_RULE_FIELDS}
+            for rule in ruleset.rules.all()
+        ),
+    )
+
+
+_STORED_RULE_FIELDS = (
+    "name",
+    "priority",
+    "when",
+    "action",
+    "sla_minutes",
+    "on_sla_breach",
+    "active",
+)
+
+
+@transaction.atomic(durable=True)
+def rules_import(data: Any, *, publish: bool, actor: Actor = None) -> ImportResult:
+    """Validate a whole rules document, then upsert it and store its ruleset as a version.
+
+    Raises RulesFileErrors (every problem, with its path) and writes nothing when anything is
+    wrong. See the module docstring for the contract.
+    """
+    plan = _rules_plan(data)
+    tokens = _apply_sections(plan)
+    wanted = _content(plan.ruleset_name, plan.rules)
+    ruleset: RuleSet | None = None
+    published, latest = ruleset_published(), ruleset_latest()
+    if published is not None and _stored_content(published) == wanted:
+        ruleset = published
+    elif (
+        latest is not None
+        and latest.status == RuleSetStatus.DRAFT
+        and _stored_content(latest) == wanted
+    ):
+        ruleset = latest
+    created = ruleset is None
+    if ruleset is None:
+        ruleset = ruleset_add_draft(
+            ruleset=RuleSet(name=plan.ruleset_name, note="Imported from rules file"),
+            actor=actor,
+        )
+        Rule.objects.bulk_create(Rule(ruleset=ruleset, **rule) for rule in plan.rules)
+    if publish and ruleset.status == RuleSetStatus.DRAFT:
+        ruleset = ruleset_publish(ruleset=ruleset, actor=actor)
+    return ImportResult(ruleset=ruleset, created=created, source_tokens=tokens)
+
+
+# --- Ruleset versions ---------------------------------------------------------------------------
+
+
+def _user(actor: Actor) -> Any:
+    return actor if actor is not None and actor.is_authenticated else None
+
+
+@transaction.atomic
+def ruleset_add_draft(*, ruleset: RuleSet, actor: Actor = None) -> RuleSet:
+    """Save a new, unsaved ruleset as a draft with the next version number."""
+    ruleset.status = RuleSetStatus.DRAFT
+    ruleset.created_by = _user(actor)
+    for attempt in range(_VERSION_ATTEMPTS):
+        latest = RuleSet.objects.aggregate(latest=Max("version"))["latest"] or 0
+        ruleset.version = latest + 1
+        try:
+            with transaction.atomic():
+                ruleset.save(force_insert=True)
+        except IntegrityError:
+            # Another writer took this number first; the next try sees it.
+            ruleset.pk = None
+            if (
+                attempt + 1 == _VERSION_ATTEMPTS
+                or not RuleSet.objects.filter(version=ruleset.version).exists()
+            ):
+                raise
+        else:
+            return ruleset
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@transaction.atomic
+def ruleset_copy(*, ruleset: RuleSet, actor: Actor = None) -> RuleSet:
+    """A new draft with the name and rules of ``ruleset`` (how a rollback starts)."""
+    copy = ruleset_add_draft(
+        ruleset=RuleSet(name=ruleset.name, note=f"Copy of version {ruleset.version}"), actor=actor
+    )
+    Rule.objects.bulk_create(
+        Rule(ruleset=copy, **{name: getattr(rule, name) for name in _STORED_RULE_FIELDS})
+        for rule in ruleset.rules.order_by("priority")
+    )
+    return copy
+
+
+def ruleset_compile_errors(ruleset: RuleSet) -> list[RuleError]:
+    """What keeps ``ruleset``'s rules from compiling against today's teams, reps and lists."""
+    references = rule_references()
+    rules = [rule.to_data() for rule in ruleset.rules.order_by("priority")]
+    try:
+        compile_ruleset(
+            {"name": ruleset.name, "rules": rules},
+            value_lists=references.value_lists,
+            known_teams=references.teams,
+            known_reps=references.reps,
+        )
+    except RuleErrors as exc:
+        return list(exc.errors)
+    return []
+
+
+@transaction.atomic
+def ruleset_publish(*, ruleset: RuleSet, actor: Actor = None) -> RuleSet:
+    """Make a draft the live version, archiving the one published before; returns it.
+
+    Raises RuleErrors when it is not a draft or its rules no longer compile (a team renamed,
+    a value list deleted). Two publishes racing: the partial unique constraint lets one win.
+    """
+    locked = RuleSet.objects.select_for_update().get(pk=ruleset.pk)
+    if locked.status != RuleSetStatus.DRAFT:
+        raise RuleErrors(
+            [RuleError("ruleset", f"version {locked.version} is {locked.status}, not a draft")]
+        )
+    errors = ruleset_compile_errors(locked)
+    if errors:
+        raise RuleErrors(errors)
+    RuleSet.objects.filter(status=RuleSetStatus.PUBLISHED).update(status=RuleSetStatus.ARCHIVED)
+    locked.status = RuleSetStatus.PUBLISHED
+    locked.published_at = timezone.now()
+    locked.published_by = _user(actor)
+    locked.save(update_fields=["status", "published_at", "published_by"])
+    return locked
+
+
+# --- Export -------------------------------------------------------------------------------------
+
+
+def _moment(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def rules_export(version: int | None = None) -> dict[str, Any]:
+    """The rules-format.md document for the published ruleset (or ``version``).
+
+    Raises RuleSet.DoesNotExist when there is no such version (or nothing is published).
+    """
+    ruleset = ruleset_published() if version is None else ruleset_by_version(version=version)
+    if ruleset is None:
+        raise RuleSet.DoesNotExist(
+            "no published ruleset" if version is None else f"no ruleset version {version}"
+        )
+    reps = sorted(Rep.objects.all(), key=lambda rep: (rep.email.lower(), rep.email))
+    emails = {rep.id: rep.email for rep in reps}
+    teams = sorted(Team.objects.prefetch_related("memberships"), key=lambda team: team.name)
+    team_names = {team.id: team.name for team in teams}
+    return {
+        "sources": [
+            {
+                "slug": source.slug,
+                "name": source.name,
+                "field_map": source.field_map,
+                "rate_limit_per_minute": source.rate_limit_per_minute,
+            }
+            for source in sorted(Source.objects.all(), key=lambda source: source.slug)
+        ],
+        "reps": [
+            {
+                "email": rep.email,
+                "name": rep.name,
+                "active": rep.active,
+                "out_of_office_until": _moment(rep.out_of_office_until),
+                "timezone": rep.timezone,
+                "working_hours": rep.working_hours,
+                "max_open": rep.max_open,
+                "max_per_day": rep.max_per_day,
+            }
+            for rep in reps
+        ],
+        "teams": [
+            {
+                "name": team.name,
+                "strategy": team.strategy,
+                "respect_working_hours": team.respect_working_hours,
+                "sla_minutes": team.sla_minutes,
+                "members": [
+                    {"rep": emails[member.rep_id], "weight": member.weight}
+                    for member in sorted(team.memberships.all(), key=lambda m: (m.position, m.id))
+                ],
+            }
+            for team in teams
+        ],
+        "territories": [
+            {
+                "name": territory.name,
+                "countries": territory.countries,
+                "regions": territory.regions,
+                "postal_prefixes": territory.postal_prefixes,
+                **(
+                    {"team": team_names[territory.team_id]}
+                    if territory.team_id is not None
+                    else {"rep": emails[territory.rep_id]}  # type: ignore[index]  # XOR
+                ),
+            }
+            for territory in Territory.objects.order_by("id")
+        ],
+        "accounts": [
+            {
+                "domain": account.domain,
+                "name": account.name,
+                "owner": None if account.owner_id is None else emails[account.owner_id],
+                "tier": account.tier,
+            }
+            for account in sorted(Account.objects.all(), key=lambda account: account.domain)
+        ],
+        "value_lists": [
+            {"name": value_list.name, "values": value_list.values}
+            for value_list in sorted(ValueList.objects.all(), key=lambda vl: vl.name)
+        ],
+        "ruleset": {
+            "name": ruleset.name,
+            "rules": [rule.to_data() for rule in ruleset.rules.all()],
+        },
+    }

@@ -1,0 +1,98 @@
+"""Factories for the routing models (the engine's plain-data builders are in engine/factories)."""
+
+from __future__ import annotations
+
+import factory
+from django.utils import timezone
+
+from routing.models import (
+    Account,
+    Rep,
+    Rule,
+    RuleSet,
+    RuleSetStatus,
+    Team,
+    TeamMembership,
+    Territory,
+    ValueList,
+)
+
+
+class RepFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Rep
+
+    email = factory.Sequence(lambda n: f"rep{n}@example.com")
+    name = factory.Sequence(lambda n: f"Rep {n}")
+    timezone = "UTC"
+
+
+class TeamFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Team
+
+    name = factory.Sequence(lambda n: f"Team {n}")
+
+
+class TeamMembershipFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = TeamMembership
+
+    team = factory.SubFactory(TeamFactory)
+    rep = factory.SubFactory(RepFactory)
+    position = factory.Sequence(lambda n: n)
+    weight = 1
+
+
+class TerritoryFactory(factory.django.DjangoModelFactory):
+    """A country-wide territory owned by a new team."""
+
+    class Meta:
+        model = Territory
+
+    name = factory.Sequence(lambda n: f"Territory {n}")
+    countries = factory.LazyFunction(lambda: ["DE"])
+    team = factory.SubFactory(TeamFactory)
+
+
+class AccountFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Account
+
+    domain = factory.Sequence(lambda n: f"account{n}.example")
+    name = factory.Sequence(lambda n: f"Account {n}")
+
+
+class ValueListFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ValueList
+
+    name = factory.Sequence(lambda n: f"list-{n}")
+    values = factory.LazyFunction(lambda: ["a.example", "b.example"])
+
+
+class RuleSetFactory(factory.django.DjangoModelFactory):
+    """A draft ruleset; ``published=True`` makes it the live one (published_at set)."""
+
+    class Meta:
+        model = RuleSet
+
+    class Params:
+        published = factory.Trait(
+            status=RuleSetStatus.PUBLISHED, published_at=factory.LazyFunction(timezone.now)
+        )
+
+    version = factory.Sequence(lambda n: n + 1)
+    name = "Inbound routing"
+
+
+class RuleFactory(factory.django.DjangoModelFactory):
+    """An always-matching exclude rule in a new draft ruleset."""
+
+    class Meta:
+        model = Rule
+
+    ruleset = factory.SubFactory(RuleSetFactory)
+    priority = factory.Sequence(lambda n: (n + 1) * 10)
+    name = factory.Sequence(lambda n: f"Rule {n}")
+    action = factory.LazyFunction(lambda: {"type": "exclude", "reason": "test"})
