@@ -152,6 +152,9 @@ class Lead(models.Model):
     requeued_at = models.DateTimeField(
         null=True, blank=True, help_text="Last time the stale-lead sweeper re-enqueued it."
     )
+    claimed_until = models.DateTimeField(
+        null=True, blank=True, help_text="While processing: the worker's lease expires then."
+    )
     attempts = models.PositiveSmallIntegerField(default=0)
     last_error = models.TextField(blank=True)
     duplicate_of = models.ForeignKey(
@@ -173,6 +176,12 @@ class Lead(models.Model):
                 fields=("received_at",),
                 condition=Q(status="received"),
                 name="lead_waiting_idx",
+            ),
+            # The sweeper: leads whose worker died mid-way (lease expired).
+            models.Index(
+                fields=("claimed_until",),
+                condition=Q(status="processing"),
+                name="lead_leased_idx",
             ),
             # Worker dedup by e-mail, then phone, within a window.
             models.Index(fields=("email", "received_at"), name="lead_email_idx"),

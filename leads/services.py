@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
+import os
+import queue
 import secrets
+import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -208,7 +213,7 @@ def lead_ingest(
         # enqueue runs once it is committed (at once here; at the outer commit if a caller
         # wraps this in a transaction).
         _new_lead(source, item, timezone.now()).save(force_insert=True)
-        transaction.on_commit(lambda: leads_enqueue([item.lead_id]), robust=True)
+        leads_enqueue_after_commit([item.lead_id])
     except IntegrityError:
         if item.key is None:
             raise
@@ -271,8 +276,7 @@ def lead_ingest_batch(
                 outcomes[item.index] = Accepted(lead_id=item.lead_id)
             else:  # only keyed rows can conflict
                 outcomes[item.index] = _replay_or_error(item, *winners[str(item.key)])
-        new_ids = [item.lead_id for item in to_insert if item.lead_id in inserted]
-        transaction.on_commit(lambda: leads_enqueue(new_ids), robust=True)
+        leads_enqueue_after_commit([item.lead_id for item in to_insert if item.lead_id in inserted])
 
     # A key repeated inside the batch replays whichever lead now holds that key.
     for item, first in repeats:
@@ -356,6 +360,83 @@ def _replay_or_error(
 broker_breaker = CircuitBreaker()
 
 
+class BackgroundPublisher:
+    """Publishes from a thread of the web process, so no request ever waits on the broker.
+
+    The kickoff hands the committed lead ids over and answers at once; a bounded queue and
+    one daemon thread per process do the publishing (with the breaker and timeouts of
+    ``leads_enqueue``). If the queue is full or the process dies first, the ids are only
+    delayed: the leads are committed and the stale sweeper re-enqueues them.
+    """
+
+    def __init__(self, maxsize: int = 10_000) -> None:
+        self._maxsize = maxsize
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[list[uuid.UUID]] = queue.Queue(maxsize)
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def submit(self, lead_ids: Sequence[uuid.UUID]) -> bool:
+        """Queue these ids for publishing; False (logged) when the queue is full."""
+        if not lead_ids:
+            return True
+        self._ensure_thread()
+        try:
+            self._queue.put_nowait(list(lead_ids))
+        except queue.Full:
+            logger.error("publish queue full; %d lead(s) left for the stale sweeper", len(lead_ids))
+            return False
+        return True
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything queued so far was handed to the broker (or gave up)."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def _ensure_thread(self) -> None:
+        pid = os.getpid()
+        if self._thread is not None and self._thread.is_alive() and self._pid == pid:
+            return
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive() and self._pid == pid:
+                return
+            if self._pid != pid:  # a forked child must not share its parent's queue
+                self._queue = queue.Queue(self._maxsize)
+            self._pid = pid
+            self._thread = threading.Thread(
+                target=self._run, name="leadrouter-publisher", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        work = self._queue
+        while True:
+            ids = work.get()
+            try:
+                leads_enqueue(ids)
+            except Exception:  # leads_enqueue does not raise; never let the thread die
+                logger.exception("background publish failed")
+            finally:
+                work.task_done()
+
+
+publisher = BackgroundPublisher()
+atexit.register(publisher.flush, 2.0)
+
+
+def leads_enqueue_after_commit(lead_ids: Sequence[uuid.UUID]) -> None:
+    """The kickoff's enqueue: in the background (default) or inline (ENQUEUE_IN_BACKGROUND)."""
+    ids = list(lead_ids)
+    if settings.ENQUEUE_IN_BACKGROUND:
+        transaction.on_commit(lambda: publisher.submit(ids), robust=True)
+    else:
+        transaction.on_commit(lambda: leads_enqueue(ids), robust=True)
+
+
 def leads_enqueue(lead_ids: Sequence[uuid.UUID]) -> int:
     """Publish processing tasks for these leads; never raises. Returns how many were published.
 
@@ -405,7 +486,8 @@ def leads_requeue_stale(
     max_batches: int = 20,
     now: datetime | None = None,
 ) -> int:
-    """Re-enqueue leads waiting in ``received`` too long (lost message, broker outage).
+    """Re-enqueue leads waiting in ``received`` too long (lost message, broker outage), and
+    leads left in ``processing`` by a worker that died (lease expired).
 
     Works in bounded batches. Each batch is claimed with ``FOR UPDATE SKIP LOCKED`` on
     PostgreSQL (SQLite serialises writers), published, and only what was published is stamped
@@ -420,8 +502,11 @@ def leads_requeue_stale(
     total = 0
     for _ in range(max_batches):
         with transaction.atomic(durable=True):
+            waiting = Q(status=LeadStatus.RECEIVED, received_at__lt=cutoff)
+            # A worker died while holding the lead: its lease ran out.
+            abandoned = Q(status=LeadStatus.PROCESSING, claimed_until__lt=now)
             stale = (
-                Lead.objects.filter(status=LeadStatus.RECEIVED, received_at__lt=cutoff)
+                Lead.objects.filter(waiting | abandoned)
                 .filter(Q(requeued_at__isnull=True) | Q(requeued_at__lt=cutoff))
                 .order_by("received_at")
             )

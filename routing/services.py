@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from leads.models import Lead, LeadStatus
@@ -27,12 +28,14 @@ def heartbeat_record(*, queue: str, worker: str) -> QueueHeartbeat:
 
 
 def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
-    """Run the pipeline for one lead; a no-op unless the lead is still waiting.
+    """Run the pipeline for one lead; a no-op unless this call wins the lead's lease.
 
-    The attempt is counted in its own transaction first, so a lead that crashes its worker
-    every time is quarantined as ``failed`` after ``LEAD_MAX_ATTEMPTS`` deliveries instead of
-    looping. The processing itself is one transaction: a crash leaves the lead ``received`` and
-    its message is redelivered (late acks) or swept.
+    The claim is one UPDATE: ``received`` (or ``processing`` whose lease expired: a worker died
+    mid-way) becomes ``processing`` with a lease until ``claimed_until`` and one more attempt.
+    Only one of several concurrent deliveries of a message can win it; the others return at
+    once without counting an attempt. The winner re-checks its lease under a row lock before
+    writing the outcome, so an execution that outlived its lease writes nothing. A lead that
+    keeps crashing its worker is quarantined as ``failed`` after ``LEAD_MAX_ATTEMPTS`` claims.
 
     Routing rules arrive with the routing core; until a ruleset is published no rule can yield
     an owner, so a processed lead is ``unassigned`` (rules-format.md: "When no rule yields").
@@ -42,35 +45,44 @@ def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
     except ValueError:
         logger.error("process_lead: %r is not a lead id", lead_id)
         return None
-    counted = Lead.objects.filter(id=lead_uuid, status=LeadStatus.RECEIVED).update(
-        attempts=F("attempts") + 1
+    now = timezone.now()
+    lease = now + timedelta(seconds=settings.LEAD_LEASE_SECONDS)
+    claimable = Q(status=LeadStatus.RECEIVED) | Q(
+        status=LeadStatus.PROCESSING, claimed_until__lt=now
     )
-    if not counted:
-        logger.info("process_lead: lead %s is not waiting; nothing to do", lead_uuid)
+    claimed = Lead.objects.filter(claimable, id=lead_uuid).update(
+        status=LeadStatus.PROCESSING, claimed_until=lease, attempts=F("attempts") + 1
+    )
+    if not claimed:
+        logger.info("process_lead: lead %s is not waiting or is leased; nothing to do", lead_uuid)
         return None
     try:
-        return _lead_process_claimed(lead_uuid)
+        return _lead_process_claimed(lead_uuid, lease)
     except Exception as exc:
-        # Keep the error on the lead; it stays `received`, so the sweeper retries it and the
-        # attempt bound quarantines it. A crash (no exception) leaves last_error unchanged.
+        # Keep the error on the lead and hand it back to the sweeper (status `received`); the
+        # attempt bound quarantines it. A crash (no exception) leaves the lease to expire.
         logger.exception("processing lead %s failed", lead_uuid)
-        Lead.objects.filter(id=lead_uuid, status=LeadStatus.RECEIVED).update(
-            last_error=f"{type(exc).__name__}: {exc}"[:2000]
+        Lead.objects.filter(id=lead_uuid, status=LeadStatus.PROCESSING, claimed_until=lease).update(
+            status=LeadStatus.RECEIVED,
+            claimed_until=None,
+            last_error=f"{type(exc).__name__}: {exc}"[:2000],
         )
         raise
 
 
-def _lead_process_claimed(lead_uuid: uuid.UUID) -> str | None:
+def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
     with transaction.atomic(durable=True):
         lead = (
             Lead.objects.select_for_update()
             .select_related("source")
-            .filter(id=lead_uuid, status=LeadStatus.RECEIVED)
+            .filter(id=lead_uuid, status=LeadStatus.PROCESSING, claimed_until=lease)
             .first()
         )
         if lead is None:
+            logger.warning("process_lead: lease on lead %s lost; writing nothing", lead_uuid)
             return None
         now = timezone.now()
+        lead.claimed_until = None
         if lead.attempts > settings.LEAD_MAX_ATTEMPTS:
             lead.status = LeadStatus.FAILED
             cause = (
@@ -80,7 +92,7 @@ def _lead_process_claimed(lead_uuid: uuid.UUID) -> str | None:
             )
             lead.last_error = f"gave up after {lead.attempts - 1} attempts; {cause}"[:2000]
             lead.processed_at = now
-            lead.save(update_fields=["status", "last_error", "processed_at"])
+            lead.save(update_fields=["status", "last_error", "processed_at", "claimed_until"])
             logger.error("lead %s quarantined as failed: %s", lead.id, lead.last_error)
             return lead.status
         lead_apply_normalization(lead=lead)

@@ -124,6 +124,9 @@ else:
     )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# SQLite cannot defer a unique constraint (team membership positions): it is enforced on
+# PostgreSQL, and the warning would otherwise print on every migrate.
+SILENCED_SYSTEM_CHECKS = ["models.W038"] if IS_SQLITE else []
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -336,7 +339,12 @@ REQUEUE_STALE_BATCH_SIZE = env.int("REQUEUE_STALE_BATCH_SIZE", default=500)
 BROKER_BREAKER_SECONDS = env.float("BROKER_BREAKER_SECONDS", default=30.0)
 # Lead ids per message when a batch is enqueued (one publish per chunk, not per lead).
 ENQUEUE_CHUNK_SIZE = env.int("ENQUEUE_CHUNK_SIZE", default=100)
+# The kickoff hands committed lead ids to a publisher thread and answers at once, so a down,
+# hung or slow broker never delays a request. False publishes inline, after commit.
+ENQUEUE_IN_BACKGROUND = env.bool("ENQUEUE_IN_BACKGROUND", default=True)
 LEAD_MAX_ATTEMPTS = env.int("LEAD_MAX_ATTEMPTS", default=3)
+# How long a worker holds a lead it claimed; past it (a dead worker) the lead is claimable again.
+LEAD_LEASE_SECONDS = env.int("LEAD_LEASE_SECONDS", default=CELERY_TASK_TIME_LIMIT + 30)
 
 READYZ_BROKER_TIMEOUT_SECONDS = env.float("READYZ_BROKER_TIMEOUT_SECONDS", default=2.0)
 DB_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int("DB_UNAVAILABLE_RETRY_AFTER_SECONDS", default=30)

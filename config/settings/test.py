@@ -23,3 +23,6 @@ STORAGES = {
 
 # Tests change sources between requests; the source cache has its own test.
 SOURCE_CACHE_SECONDS = 0
+
+# Tests assert what was published right after a request; one test covers the background path.
+ENQUEUE_IN_BACKGROUND = False

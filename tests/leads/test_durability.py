@@ -177,3 +177,47 @@ def test_a_sweep_whose_publish_was_skipped_stamps_nothing(source, published):
     services.broker_breaker.reset()
     assert leads_requeue_stale(older_than=timedelta(minutes=2)) == 3
     assert sorted(published) == sorted(str(lead.id) for lead in leads)
+
+
+@pytest.mark.django_db
+def test_the_sweeper_requeues_leads_whose_lease_expired(published):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.leads.factories import LeadFactory
+
+    leased = LeadFactory(
+        status=LeadStatus.PROCESSING, claimed_until=timezone.now() + timedelta(minutes=1)
+    )
+    expired = LeadFactory(
+        status=LeadStatus.PROCESSING, claimed_until=timezone.now() - timedelta(seconds=5)
+    )
+    assert leads_requeue_stale(older_than=timedelta(minutes=2)) == 1
+    assert published == [str(expired.id)]
+    assert leased.id not in published
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_background_mode_no_request_waits_on_a_hung_broker(
+    client, source, monkeypatch, settings, hung_broker
+):
+    settings.ENQUEUE_IN_BACKGROUND = True
+    monkeypatch.setattr(services, "celery_app", _app_with_broker(hung_broker))
+    timings = []
+    for i in range(5):
+        started = time.monotonic()
+        response = _post(client, f"p{i}@example.com")
+        timings.append(time.monotonic() - started)
+        assert response.status_code == 202
+    assert max(timings) < 0.5, timings  # the first request too: the thread pays the timeout
+    assert services.publisher.flush(timeout=15)
+    assert Lead.objects.filter(status=LeadStatus.RECEIVED).count() == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_background_publishing_delivers_after_commit(client, source, published, settings):
+    settings.ENQUEUE_IN_BACKGROUND = True
+    lead_id = _post(client, "a@example.com").json()["id"]
+    assert services.publisher.flush(timeout=5)
+    assert published == [lead_id]

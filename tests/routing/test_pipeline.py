@@ -67,3 +67,53 @@ def test_one_bad_lead_does_not_stop_its_chunk(monkeypatch):
         bad.id: LeadStatus.RECEIVED,
         other.id: LeadStatus.UNASSIGNED,
     }
+
+
+def test_a_lead_abandoned_by_a_dead_worker_is_claimed_again_after_its_lease(settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    lead = LeadFactory()
+    lead.status = LeadStatus.PROCESSING
+    lead.claimed_until = timezone.now() + timedelta(minutes=1)
+    lead.attempts = 1
+    lead.save()
+    assert lead_process(lead_id=lead.id) is None  # still leased by the (dead) worker
+    type(lead).objects.filter(id=lead.id).update(
+        claimed_until=timezone.now() - timedelta(seconds=1)
+    )
+    assert lead_process(lead_id=lead.id) == LeadStatus.UNASSIGNED
+    lead.refresh_from_db()
+    assert lead.attempts == 2
+    assert lead.claimed_until is None
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_deliveries_of_one_lead_process_it_exactly_once():
+    import threading
+
+    from django.db import connection
+
+    leads = [LeadFactory(raw_payload={"email": f"p{i}@acme.com"}) for i in range(10)]
+    for lead in leads:
+        barrier = threading.Barrier(6)
+        results: list = []
+
+        def deliver(lead_id=lead.id, barrier=barrier, results=results) -> None:
+            barrier.wait()
+            try:
+                results.append(lead_process(lead_id=lead_id))
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=deliver) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results, key=str) == [None] * 5 + [LeadStatus.UNASSIGNED], results
+        lead.refresh_from_db()
+        assert lead.status == LeadStatus.UNASSIGNED
+        assert lead.attempts == 1
