@@ -11,8 +11,9 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import DatabaseError, InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -66,7 +67,11 @@ def _flatten_fields(detail: Any) -> dict[str, list[str]]:
     return {}
 
 
-_DRF_CODES: dict[type[exceptions.APIException], str] = {
+# Django's own exceptions that DRF's handler converts (to NotFound / PermissionDenied) for the
+# response, while ``exc`` is still the Django one.
+_DRF_CODES: dict[type[Exception], str] = {
+    Http404: "not_found",
+    DjangoPermissionDenied: "forbidden",
     exceptions.ParseError: "invalid_body",
     exceptions.UnsupportedMediaType: "unsupported_media_type",
     exceptions.NotAuthenticated: "unauthorized",
@@ -105,6 +110,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
             code = exc_code
             break
     detail = getattr(exc, "detail", None)
+    if detail is None and isinstance(response.data, dict):
+        detail = response.data.get("detail")  # Http404 / PermissionDenied, converted by DRF
     fields: dict[str, list[str]] | None = None
     if isinstance(exc, exceptions.ValidationError) and isinstance(detail, dict):
         fields = _flatten_fields(detail)

@@ -1,7 +1,9 @@
 """Logging filters shared by every process."""
 
+import copy
 import logging
 import re
+from collections.abc import Mapping
 from typing import Any
 
 # A source token may arrive in a URL (``?token=...``) for tools that can only set a URL; it must
@@ -16,19 +18,44 @@ def redact(text: str) -> str:
 
 
 class RedactTokensFilter(logging.Filter):
-    """Redacts source tokens from log records before any handler formats them."""
+    """Redacts source tokens from log records before any handler formats them.
+
+    Arguments may be strings, bytes (decoded as latin-1, as HTTP/1 request lines are, and kept
+    bytes), or dicts, lists and tuples of them — gunicorn's access log passes one dict of atoms.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.args:
-            if isinstance(record.args, dict):
-                record.args = {
-                    k: redact(v) if isinstance(v, str) else v for k, v in record.args.items()
-                }
-            else:
-                record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+            record.args = _redact_arg(record.args)
         if isinstance(record.msg, str):
             record.msg = redact(record.msg)
         return True
+
+
+def _redact_arg(value: Any, depth: int = 0) -> Any:
+    """``value`` with tokens redacted from its strings; containers are copied, types kept."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, (bytes, bytearray)):
+        text = bytes(value).decode("latin-1")
+        cleaned = redact(text)
+        return value if cleaned == text else cleaned.encode("latin-1")
+    if depth > 4:
+        return value
+    if isinstance(value, Mapping):
+        # A copy of the same type: gunicorn's access atoms answer "-" for unknown keys.
+        try:
+            scrubbed = copy.copy(value) if isinstance(value, dict) else dict(value)
+        except Exception:
+            scrubbed = dict(value)
+        for key, item in list(scrubbed.items()):
+            scrubbed[key] = _redact_arg(item, depth + 1)
+        return scrubbed
+    if type(value) is tuple:  # exact types: a named tuple keeps its own repr
+        return tuple(_redact_arg(item, depth + 1) for item in value)
+    if type(value) is list:
+        return [_redact_arg(item, depth + 1) for item in value]
+    return value
 
 
 def _scrub(value: Any) -> Any:

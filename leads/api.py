@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -18,8 +19,11 @@ from drf_spectacular.utils import (
     inline_serializer,
 )
 from rest_framework import serializers
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.pagination import PageNumberPagination
+from rest_framework.parsers import BaseParser
 from rest_framework.permissions import AllowAny, BasePermission
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -184,6 +188,24 @@ def _read_chunked_body(request: HttpRequest, max_bytes: int) -> None:
     request._stream = io.BytesIO(data)
 
 
+class IgnoreClientContentNegotiation(BaseContentNegotiation):
+    """Always JSON, whatever ``Accept`` or ``?format=`` say (DRF docs' custom negotiation).
+
+    A lead must not be refused because the sending tool asks for HTML or XML: DRF's default
+    negotiation answers 406 (or 404 for an unknown ``format``) before the view runs.
+    """
+
+    def select_parser(self, request: Request, parsers: Iterable[BaseParser]) -> BaseParser | None:
+        return next(iter(parsers), None)  # intake reads bodies itself (leads.parsing)
+
+    def select_renderer(
+        self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        candidates = list(renderers)
+        renderer = next((r for r in candidates if isinstance(r, JSONRenderer)), candidates[0])
+        return renderer, renderer.media_type
+
+
 def _accepted_body(lead_id: Any) -> dict[str, Any]:
     return {"id": str(lead_id), "status": "received", "url": f"/api/v1/leads/{lead_id}/"}
 
@@ -195,6 +217,8 @@ class IntakeView(APIView):
     permission_classes = [AllowAny]
     throttle_classes: list[Any] = []
     parser_classes: list[Any] = []
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = IgnoreClientContentNegotiation
 
     @extend_schema(
         operation_id="intake_create",
@@ -275,6 +299,8 @@ class IntakeBatchView(APIView):
     permission_classes = [AllowAny]
     throttle_classes: list[Any] = []
     parser_classes: list[Any] = []
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = IgnoreClientContentNegotiation
 
     @extend_schema(
         operation_id="intake_batch_create",
@@ -408,7 +434,7 @@ class LeadDetailView(APIView):
 
 
 class LeadListView(APIView):
-    """Leads, newest first, filtered by status, source, date range and free text."""
+    """Leads, newest first, filtered by status, source, rep, date range and free text."""
 
     permission_classes = [CanViewLeads]
 
@@ -417,6 +443,11 @@ class LeadListView(APIView):
         parameters=[
             OpenApiParameter("status", str, enum=list(LeadStatus.values)),
             OpenApiParameter("source", str, description="source slug"),
+            OpenApiParameter(
+                "rep",
+                OpenApiTypes.EMAIL,
+                description="e-mail of the assigned rep (no lead is assigned yet: none match)",
+            ),
             OpenApiParameter("since", OpenApiTypes.DATETIME),
             OpenApiParameter("until", OpenApiTypes.DATETIME),
             OpenApiParameter("q", str, description="e-mail, company or name contains"),

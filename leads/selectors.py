@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import django_filters
+from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
@@ -118,11 +119,18 @@ class UTCDateTimeFilter(django_filters.IsoDateTimeFilter):
     field_class = UTCDateTimeField
 
 
+class EmailFilter(django_filters.CharFilter):
+    """An e-mail address; anything else is an invalid filter (400)."""
+
+    field_class = forms.EmailField
+
+
 class LeadFilter(django_filters.FilterSet):
     """The list endpoint's filters (api.md)."""
 
     status = django_filters.ChoiceFilter(choices=LeadStatus.choices)
     source = django_filters.CharFilter(field_name="source__slug")
+    rep = EmailFilter(method="by_rep")
     since = UTCDateTimeFilter(field_name="received_at", lookup_expr="gte")
     until = UTCDateTimeFilter(field_name="received_at", lookup_expr="lt")
     q = django_filters.CharFilter(method="search")
@@ -130,6 +138,15 @@ class LeadFilter(django_filters.FilterSet):
     class Meta:
         model = Lead
         fields: list[str] = []
+
+    def by_rep(self, queryset: QuerySet[Lead], name: str, value: str) -> QuerySet[Lead]:
+        """Leads assigned to the rep with this e-mail.
+
+        Assignments are not stored yet, so no lead has an owner and none matches (rather than
+        ignoring the filter and answering every lead). The routing issue replaces this with a
+        filter on the assignment's rep e-mail (case-insensitive).
+        """
+        return queryset.none()
 
     def search(self, queryset: QuerySet[Lead], name: str, value: str) -> QuerySet[Lead]:
         value = value.strip()[:200]

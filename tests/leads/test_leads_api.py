@@ -100,6 +100,33 @@ def test_list_filters(api):
     assert ids(f"until={since}") == [str(a.id)]
 
 
+def test_rep_filter_matches_no_lead_until_assignments_exist(api):
+    LeadFactory(email="ana@acme.com")
+    response = api.get("/api/v1/leads/?rep=ana@example.com")
+    assert response.status_code == 200, response.content
+    assert response.json()["count"] == 0
+    assert response.json()["results"] == []
+    assert api.get("/api/v1/leads/?rep=").json()["count"] == 1  # empty: no filter
+    response = api.get("/api/v1/leads/?rep=not-an-email")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_filter"
+    assert "rep" in response.json()["error"]["fields"]
+
+
+def test_rep_filter_is_in_the_schema(client, db):
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    params = schema["paths"]["/api/v1/leads/"]["get"]["parameters"]
+    assert "rep" in {p["name"] for p in params}
+
+
+def test_an_unknown_format_is_a_404_with_the_not_found_code(api):
+    response = api.get("/api/v1/leads/?format=xml")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
 def test_bad_filters_are_400(api):
     response = api.get("/api/v1/leads/?status=bogus")
     assert response.status_code == 400
