@@ -20,6 +20,7 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
+from django.utils import timezone as dj_timezone
 
 # --- Validation shared by clean() and the rules-as-code import --------------------------------
 
@@ -559,6 +560,98 @@ class Rule(models.Model):
                     field = NON_FIELD_ERRORS
                 by_field.setdefault(field, []).append(f"{path}: {error.message}")
             raise ValidationError(by_field) from None
+
+
+# --- Assignments --------------------------------------------------------------------------------
+
+
+class AssignmentKind(models.TextChoices):
+    INITIAL = "initial", "Initial"
+    REASSIGNMENT = "reassignment", "Reassignment"
+    DUPLICATE = "duplicate", "Duplicate (sticky to the original's owner)"
+
+
+class Assignment(models.Model):
+    """A lead given to a rep: who, through which team and rule, under which ruleset version.
+
+    A lead's first assignment is ``initial`` (or ``duplicate``, sticky to the original's owner);
+    a reassignment is a new row that ``supersedes`` the previous one, which becomes inactive.
+    The constraints make a second first assignment, a forked chain and two current owners
+    impossible to store. Names are snapshots: the history reads the same after renames.
+    """
+
+    lead = models.ForeignKey("leads.Lead", on_delete=models.PROTECT, related_name="assignments")
+    rep = models.ForeignKey(Rep, on_delete=models.PROTECT, related_name="assignments")
+    team = models.ForeignKey(
+        Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="assignments"
+    )
+    rule = models.ForeignKey(
+        Rule, on_delete=models.SET_NULL, null=True, blank=True, related_name="assignments"
+    )
+    rule_name = models.CharField(max_length=200, blank=True)
+    rep_name = models.CharField(max_length=200, blank=True)
+    team_name = models.CharField(max_length=200, blank=True)
+    ruleset_version = models.PositiveIntegerField(null=True, blank=True)
+    kind = models.CharField(
+        max_length=16, choices=AssignmentKind.choices, default=AssignmentKind.INITIAL
+    )
+    reason = models.TextField(blank=True)
+    trace = models.JSONField(default=list, blank=True)
+    sla_minutes = models.PositiveIntegerField(null=True, blank=True)
+    sla_due_at = models.DateTimeField(null=True, blank=True)
+    touched_at = models.DateTimeField(null=True, blank=True)
+    assigned_at = models.DateTimeField(default=dj_timezone.now)
+    supersedes = models.OneToOneField(
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="superseded_by",
+    )
+    active = models.BooleanField(default=True, help_text="The lead's current owner.")
+
+    class Meta:
+        ordering = ("-assigned_at", "-id")
+        constraints = [
+            # At most one first assignment per lead (initial, or duplicate-sticky).
+            models.UniqueConstraint(
+                fields=("lead",),
+                condition=Q(kind__in=(AssignmentKind.INITIAL, AssignmentKind.DUPLICATE)),
+                name="assignment_one_initial_per_lead",
+            ),
+            models.UniqueConstraint(
+                fields=("lead",), condition=Q(active=True), name="assignment_one_active_per_lead"
+            ),
+            # A reassignment supersedes exactly the row before it; a first assignment nothing.
+            models.CheckConstraint(
+                condition=Q(kind=AssignmentKind.REASSIGNMENT, supersedes__isnull=False)
+                | (
+                    Q(kind__in=(AssignmentKind.INITIAL, AssignmentKind.DUPLICATE))
+                    & Q(supersedes__isnull=True)
+                ),
+                name="assignment_supersedes_iff_reassignment",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=AssignmentKind.values), name="assignment_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(sla_minutes__isnull=True) | Q(sla_minutes__gte=1),
+                name="assignment_sla_minutes_positive",
+            ),
+        ]
+        indexes = [
+            # Open leads per rep (max_open, least loaded): active and awaiting first touch.
+            models.Index(
+                fields=("rep",),
+                condition=Q(active=True, touched_at__isnull=True),
+                name="assignment_open_per_rep_idx",
+            ),
+            # Assigned today per rep (max_per_day).
+            models.Index(fields=("rep", "assigned_at"), name="assignment_rep_day_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lead_id} → {self.rep_name or self.rep_id} ({self.kind})"
 
 
 # --- Operations ---------------------------------------------------------------------------------

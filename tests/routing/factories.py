@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import factory
 from django.utils import timezone
 
 from routing.models import (
     Account,
+    Assignment,
+    AssignmentKind,
     Rep,
     Rule,
     RuleSet,
@@ -96,3 +100,45 @@ class RuleFactory(factory.django.DjangoModelFactory):
     priority = factory.Sequence(lambda n: (n + 1) * 10)
     name = factory.Sequence(lambda n: f"Rule {n}")
     action = factory.LazyFunction(lambda: {"type": "exclude", "reason": "test"})
+
+
+class AssignmentFactory(factory.django.DjangoModelFactory):
+    """An initial, active assignment of a new lead to a new rep."""
+
+    class Meta:
+        model = Assignment
+
+    lead = factory.SubFactory("tests.leads.factories.LeadFactory")
+    rep = factory.SubFactory(RepFactory)
+    rep_name = factory.LazyAttribute(lambda o: o.rep.name)
+    kind = AssignmentKind.INITIAL
+    active = True
+
+
+def team_with(reps: list[Rep], *, strategy: str = "round_robin", **fields: Any) -> Team:
+    """A team whose members are ``reps`` in that order (weight 1 unless ``weights`` given)."""
+    weights = fields.pop("weights", None) or [1] * len(reps)
+    team = cast(Team, TeamFactory(strategy=strategy, **fields))
+    for position, (rep, weight) in enumerate(zip(reps, weights, strict=True)):
+        TeamMembershipFactory(team=team, rep=rep, position=position, weight=weight)
+    return team
+
+
+def published_ruleset(*rules: dict[str, Any]) -> RuleSet:
+    """A published ruleset holding ``rules`` (rules-format dicts; priorities 10, 20, ...)."""
+    ruleset = cast(RuleSet, RuleSetFactory(published=True))
+    for i, data in enumerate(rules):
+        Rule.objects.create(
+            ruleset=ruleset,
+            priority=data.get("priority", (i + 1) * 10),
+            name=data["name"],
+            when=data.get("when"),
+            action=data["action"],
+            sla_minutes=data.get("sla_minutes"),
+        )
+    return ruleset
+
+
+def make_rep(**fields: Any) -> Rep:
+    """A saved rep (RepFactory, typed)."""
+    return cast(Rep, RepFactory(**fields))

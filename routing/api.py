@@ -1,0 +1,200 @@
+"""Routing API: ``POST /api/v1/routing/simulate/`` (api.md, "Routing")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.parsers import FormParser, JSONParser
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from config.errors import ApiError
+from routing import decisions
+from routing.engine import RuleErrors
+
+_ENVELOPE_KEYS = frozenset({"lead", "source", "ruleset_version"})
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "fields": {
+                    "type": "object",
+                    "additionalProperties": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+            "required": ["code", "message"],
+        }
+    },
+    "required": ["error"],
+}
+
+SIMULATE_REQUEST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "A lead as a source would send it, or "
+    '{"lead": {...}, "source": "<slug>", "ruleset_version": <n>}.',
+    "properties": {
+        "lead": {"type": "object", "additionalProperties": True},
+        "source": {"type": "string", "nullable": True},
+        "ruleset_version": {"type": "integer", "minimum": 1, "nullable": True},
+    },
+    "additionalProperties": True,
+}
+
+SIMULATE_RESPONSE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "outcome": {"type": "string", "enum": ["owner", "excluded", "nothing"]},
+        "rep": {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "id": {"type": "integer"},
+                "email": {"type": "string"},
+                "name": {"type": "string"},
+            },
+        },
+        "team": {"type": "string", "nullable": True},
+        "rule": {"type": "string", "nullable": True},
+        "ruleset_version": {"type": "integer"},
+        "reason": {"type": "string"},
+        "sla_minutes": {"type": "integer", "nullable": True},
+        "priority": {"type": "string", "nullable": True},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "exclusion_reason": {"type": "string", "nullable": True},
+        "trace": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "rule": {"type": "string"},
+                    "matched": {"type": "boolean"},
+                    "decided": {"type": "boolean"},
+                    "why": {"type": "string"},
+                },
+            },
+        },
+    },
+    "required": ["outcome", "rep", "team", "rule", "ruleset_version", "reason", "trace"],
+}
+
+
+def _errors(*codes: int) -> dict[int, OpenApiResponse]:
+    return {code: OpenApiResponse(ERROR_SCHEMA) for code in codes}
+
+
+class CanViewRuleset(BasePermission):
+    """Authenticated users holding ``routing.view_ruleset``."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        return bool(user and user.is_authenticated and user.has_perm("routing.view_ruleset"))
+
+
+def _invalid(message: str, fields: dict[str, list[str]] | None = None) -> ApiError:
+    return ApiError(code="invalid_body", message=message, status_code=400, fields=fields)
+
+
+def _request(data: Any) -> tuple[dict[str, Any], str | None, int | None]:
+    """(lead, source slug, version) from the body; ApiError 400 when it is not usable."""
+    if hasattr(data, "dict") and not isinstance(data, dict):
+        data = data.dict()  # a form-encoded body (QueryDict)
+    if not isinstance(data, dict):
+        raise _invalid('The body must be a JSON object: a lead, or {"lead": {...}}.')
+    if not (isinstance(data.get("lead"), dict) and set(data) <= _ENVELOPE_KEYS):
+        return data, None, None
+    fields: dict[str, list[str]] = {}
+    source = data.get("source")
+    if source is not None and (not isinstance(source, str) or not source.strip()):
+        fields["source"] = ["Must be a source slug."]
+    version = data.get("ruleset_version")
+    if version is not None and (
+        not isinstance(version, int) or isinstance(version, bool) or version < 1
+    ):
+        fields["ruleset_version"] = ["Must be a positive whole number."]
+    if fields:
+        raise _invalid("Invalid simulation request.", fields)
+    return data["lead"], source.strip() if isinstance(source, str) else None, version
+
+
+class SimulateView(APIView):
+    """The decision the worker would make now for a lead; persists nothing, moves no turn."""
+
+    permission_classes = [CanViewRuleset]
+    parser_classes = [JSONParser, FormParser]
+
+    @extend_schema(
+        operation_id="routing_simulate",
+        request={"application/json": SIMULATE_REQUEST_SCHEMA},
+        responses={
+            200: OpenApiResponse(SIMULATE_RESPONSE_SCHEMA),
+            **_errors(400, 401, 403, 404, 409, 415),
+        },
+        examples=[
+            OpenApiExample(
+                "A lead as a source sends it",
+                value={"email": "ana@acme.com", "country": "DE", "employees": 1200},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "With a source and a version",
+                value={"lead": {"Email Address": "ana@acme.com"}, "source": "webinar"},
+                request_only=True,
+            ),
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        lead, source, version = _request(request.data)
+        try:
+            result = decisions.simulate(lead_data=lead, source_slug=source, version=version)
+        except decisions.RulesetNotFound as exc:
+            raise ApiError(
+                code="ruleset_not_found", message=str(exc), status_code=status.HTTP_404_NOT_FOUND
+            ) from None
+        except decisions.SourceNotFound as exc:
+            raise ApiError(
+                code="source_not_found", message=str(exc), status_code=status.HTTP_404_NOT_FOUND
+            ) from None
+        except RuleErrors as exc:
+            raise ApiError(
+                code="ruleset_invalid",
+                message="The ruleset no longer compiles against today's teams, reps and lists: "
+                + "; ".join(str(error) for error in exc.errors[:20]),
+                status_code=status.HTTP_409_CONFLICT,
+            ) from None
+        return Response(simulation_document(result))
+
+
+def simulation_document(result: decisions.Simulation) -> dict[str, Any]:
+    """The simulate response body."""
+    decision = result.decision
+    rep = result.rep
+    return {
+        "outcome": decision.outcome,
+        "rep": {"id": rep.id, "email": rep.email, "name": rep.name} if rep is not None else None,
+        "team": result.team.name if result.team is not None else None,
+        "rule": decision.rule_name,
+        "ruleset_version": decision.ruleset_version,
+        "reason": decision.reason,
+        "sla_minutes": result.sla_minutes,
+        "priority": decision.priority,
+        "tags": list(decision.tags),
+        "exclusion_reason": decision.exclusion_reason,
+        "trace": [
+            {
+                "rule": entry.rule_name,
+                "matched": entry.matched,
+                "decided": entry.decided,
+                "why": entry.why,
+            }
+            for entry in decision.trace
+        ],
+    }

@@ -1,0 +1,693 @@
+"""Routing a lead with the live ruleset: gather the state, ask the engine, apply under locks.
+
+- ``lead_facts(lead)``: what the engine knows of a stored lead (one query: the account match).
+- ``live_config(version=None)``: the compiled ruleset, teams and territory index, cached per
+  process and keyed by the ruleset and a cheap fingerprint of the configuration tables (one
+  query per call), so a publish or an edit takes effect for the next lead without a restart.
+- ``route_lead(lead=...)``: decides with a fresh snapshot of the reps (one query: rows plus their
+  open and today counts) and the teams' turns (one query), then applies the decision in one
+  transaction: the team row locked while its turn is read and moved, the chosen rep's row locked
+  while its caps are re-checked, the assignment inserted (constraints forbid a second one).
+  The number of queries does not depend on the number of rules, reps or territories.
+- ``simulate(lead_data=..., source_slug=..., version=...)``: the same decision, read-only.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import (
+    Case,
+    Count,
+    DateTimeField,
+    IntegerField,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from leads.models import Lead, LeadStatus, Source
+from leads.normalize import FLAG_FREE_EMAIL, is_free_email_domain, normalize
+from routing.engine import (
+    AccountFacts,
+    CompiledRuleset,
+    Decision,
+    LeadFacts,
+    RepState,
+    RotationState,
+    TeamSpec,
+    TerritoryIndex,
+    TerritorySpec,
+    WorkingHours,
+    compile_ruleset,
+    decide,
+    rep_is_eligible,
+)
+from routing.engine.ruleset import RepAction
+from routing.engine.types import STRATEGIES, Strategy
+from routing.models import (
+    Account,
+    Assignment,
+    AssignmentKind,
+    Rep,
+    Rule,
+    RuleSet,
+    RuleSetStatus,
+    Team,
+    TeamMembership,
+    Territory,
+    ValueList,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "LiveConfig",
+    "RouteResult",
+    "RoutingContention",
+    "RulesetNotFound",
+    "Simulation",
+    "SourceNotFound",
+    "account_for_domain",
+    "clear_live_config_cache",
+    "lead_facts",
+    "live_config",
+    "local_midnight",
+    "route_lead",
+    "simulate",
+]
+
+# How many times route_lead re-decides under its locks before giving up (each retry means a
+# concurrent worker changed a turn or filled a cap between the snapshot and the lock).
+_MAX_ATTEMPTS = 8
+
+
+class RulesetNotFound(LookupError):
+    """No published ruleset (or no such version)."""
+
+
+class SourceNotFound(LookupError):
+    """A simulation named a source that does not exist."""
+
+
+class RoutingContention(RuntimeError):
+    """The decision kept changing under concurrent workers; the caller retries the lead."""
+
+
+# --- Lead facts --------------------------------------------------------------------------------
+
+_FACT_FIELDS: tuple[str, ...] = tuple(
+    name
+    for name in (
+        "email",
+        "email_domain",
+        "first_name",
+        "last_name",
+        "phone",
+        "company",
+        "domain",
+        "title",
+        "country",
+        "region",
+        "city",
+        "postal_code",
+        "employees",
+        "annual_revenue",
+        "industry",
+        "lead_score",
+        "utm_source",
+        "utm_medium",
+        "utm_campaign",
+    )
+)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return value
+
+
+def _domain_candidates(domain: str) -> list[str]:
+    """``a.b.acme.com`` -> the domain and each parent with at least two labels."""
+    labels = [label for label in domain.strip().strip(".").lower().split(".") if label]
+    return [".".join(labels[i:]) for i in range(len(labels) - 1)]
+
+
+def account_for_domain(domain: str | None) -> AccountFacts | None:
+    """The account whose domain is ``domain`` or its nearest parent (one query, or none)."""
+    candidates = _domain_candidates(domain) if domain else []
+    if not candidates:
+        return None
+    rows = list(
+        Account.objects.filter(domain__in=candidates).values("domain", "name", "tier", "owner_id")
+    )
+    if not rows:
+        return None
+    best = max(rows, key=lambda row: len(row["domain"]))  # the most specific
+    return AccountFacts(
+        name=best["name"] or None,
+        tier=best["tier"] or None,
+        domain=best["domain"],
+        owner_rep_id=best["owner_id"],
+    )
+
+
+def _facts(
+    fields: Mapping[str, Any], custom: Mapping[str, Any], source: str | None, free: bool
+) -> LeadFacts:
+    clean = {
+        name: _plain(value) for name, value in fields.items() if value is not None and value != ""
+    }
+    domain = clean.get("domain") or clean.get("email_domain")
+    return LeadFacts(
+        fields=clean,
+        custom=dict(custom) if isinstance(custom, Mapping) else {},
+        source=source,
+        is_free_email=free,
+        account=account_for_domain(domain if isinstance(domain, str) else None),
+    )
+
+
+def lead_facts(lead: Lead) -> LeadFacts:
+    """The engine's view of a stored (normalised) lead; one query for the account match.
+
+    The source slug is read through ``lead.source`` (select it with the lead to save a query).
+    """
+    email_domain = lead.email_domain or ""
+    free = FLAG_FREE_EMAIL in (lead.flags or []) or (
+        bool(email_domain) and is_free_email_domain(email_domain)
+    )
+    return _facts(
+        {name: getattr(lead, name) for name in _FACT_FIELDS},
+        lead.custom or {},
+        lead.source.slug if lead.source_id is not None else None,
+        free,
+    )
+
+
+# --- The live configuration, compiled and cached ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LiveConfig:
+    """A compiled ruleset with the teams and territories it routes to."""
+
+    ruleset_id: int
+    version: int
+    status: str
+    ruleset: CompiledRuleset
+    teams: Mapping[int, TeamSpec]
+    territories: TerritoryIndex
+    rep_action_ignores_caps: Mapping[int, bool]  # rule id -> a rep action's ignore_caps
+    time_zones: tuple[str, ...]  # the reps' distinct time zones (for "today" per rep)
+
+
+_cache_lock = threading.Lock()
+_cache: dict[tuple[Any, ...], LiveConfig] = {}
+_CACHE_SIZE = 4
+
+
+def clear_live_config_cache() -> None:
+    """Forget every compiled configuration (tests; normally the fingerprint handles it)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def _fingerprint_sql() -> str:
+    quote = connection.ops.quote_name
+
+    def table(model: type[Any]) -> str:
+        return quote(model._meta.db_table)
+
+    # Only quoted table names of our own models are interpolated; values go as parameters.
+    stamped = [
+        f"(SELECT COUNT(*) FROM {table(model)}), (SELECT MAX(updated_at) FROM {table(model)})"  # noqa: S608
+        for model in (Rep, Team, Territory, ValueList)
+    ]
+    members = table(TeamMembership)
+    return (
+        f"SELECT r.id, r.version, r.status, {', '.join(stamped)}, "  # noqa: S608
+        f"(SELECT COUNT(*) FROM {members}), (SELECT MAX(id) FROM {members}), "
+        f"(SELECT SUM(weight + (position + 1) * rep_id + team_id) FROM {members}) "
+        f"FROM {table(RuleSet)} r WHERE "
+    )
+
+
+def _fingerprint(version: int | None) -> tuple[Any, ...] | None:
+    """(ruleset id, version, status, stamps of the configuration tables) in one query."""
+    sql = _fingerprint_sql()
+    if version is None:
+        sql += "r.status = %s"
+        params: list[Any] = [RuleSetStatus.PUBLISHED.value]
+    else:
+        sql += "r.version = %s"
+        params = [version]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return tuple(row) if row is not None else None
+
+
+def _working_hours(data: Any) -> WorkingHours | None:
+    if not isinstance(data, dict):
+        return None
+    try:
+        start = time.fromisoformat(data["start"])
+        end = time.fromisoformat(data["end"])
+        days = frozenset(int(day) for day in data["days"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return WorkingHours(days=days, start=start, end=end)
+
+
+def _strategy(value: str) -> Strategy:
+    for strategy in STRATEGIES:
+        if strategy == value:
+            return strategy
+    return "round_robin"  # a check constraint keeps the column to the three strategies
+
+
+def _load_config(ruleset_id: int, version: int, status: str) -> LiveConfig:
+    """Compile a ruleset against today's teams, reps, lists and territories (fixed queries)."""
+    rules = list(Rule.objects.filter(ruleset_id=ruleset_id).order_by("priority"))
+    name = RuleSet.objects.filter(pk=ruleset_id).values_list("name", flat=True).first() or ""
+    teams = list(
+        Team.objects.order_by("id").values(
+            "id", "name", "strategy", "respect_working_hours", "sla_minutes"
+        )
+    )
+    memberships: dict[int, list[tuple[int, int]]] = {}
+    for team_id, rep_id, weight in TeamMembership.objects.order_by(
+        "team_id", "position", "id"
+    ).values_list("team_id", "rep_id", "weight"):
+        memberships.setdefault(team_id, []).append((rep_id, weight))
+    reps = list(Rep.objects.values_list("email", "id", "timezone"))
+    value_lists = dict(ValueList.objects.values_list("name", "values"))
+    compiled = compile_ruleset(
+        {
+            "name": name,
+            "version": version,
+            "rules": [{"id": rule.id, **rule.to_data()} for rule in rules],
+        },
+        value_lists=value_lists,
+        known_teams={team["name"]: team["id"] for team in teams},
+        known_reps={email: rep_id for email, rep_id, _tz in reps},
+    )
+    team_specs = {
+        team["id"]: TeamSpec(
+            id=team["id"],
+            name=team["name"],
+            strategy=_strategy(team["strategy"]),
+            respect_working_hours=team["respect_working_hours"],
+            sla_minutes=team["sla_minutes"],
+            members=tuple(memberships.get(team["id"], ())),
+        )
+        for team in teams
+    }
+    territories = TerritoryIndex(
+        TerritorySpec(
+            id=row["id"],
+            name=row["name"],
+            countries=tuple(row["countries"] or ()),
+            regions=tuple(row["regions"] or ()),
+            postal_prefixes=tuple(row["postal_prefixes"] or ()),
+            team_id=row["team_id"],
+            rep_id=row["rep_id"],
+        )
+        for row in Territory.objects.values(
+            "id", "name", "countries", "regions", "postal_prefixes", "team_id", "rep_id"
+        )
+    )
+    ignores = {
+        rule.id: rule.action.ignore_caps
+        for rule in compiled.rules
+        if rule.id is not None and isinstance(rule.action, RepAction)
+    }
+    return LiveConfig(
+        ruleset_id=ruleset_id,
+        version=version,
+        status=status,
+        ruleset=compiled,
+        teams=team_specs,
+        territories=territories,
+        rep_action_ignores_caps=ignores,
+        time_zones=tuple(sorted({tz for _email, _id, tz in reps})),
+    )
+
+
+def live_config(version: int | None = None) -> LiveConfig:
+    """The published ruleset (or ``version``) compiled, from the cache when nothing changed.
+
+    One query per call (the fingerprint); a miss compiles anew (a fixed handful of queries).
+    Drafts are never cached (their rules may change without touching the fingerprint).
+    Raises RulesetNotFound, or RuleErrors when the rules no longer compile.
+    """
+    stamp = _fingerprint(version)
+    if stamp is None:
+        raise RulesetNotFound(
+            "No ruleset is published." if version is None else f"No ruleset version {version}."
+        )
+    ruleset_id, found_version, status = stamp[0], stamp[1], stamp[2]
+    key = (connection.alias, *stamp)
+    if status != RuleSetStatus.DRAFT:
+        with _cache_lock:
+            cached = _cache.get(key)
+        if cached is not None:
+            return cached
+    config = _load_config(ruleset_id, found_version, status)
+    if status != RuleSetStatus.DRAFT:
+        with _cache_lock:
+            if len(_cache) >= _CACHE_SIZE:
+                _cache.clear()
+            _cache[key] = config
+    return config
+
+
+# --- The reps' and teams' state ----------------------------------------------------------------
+
+
+def _zone(name: str) -> ZoneInfo | None:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+def local_midnight(now: datetime, zone_name: str) -> datetime:
+    """The start of ``now``'s day in the time zone (UTC for an unknown zone)."""
+    zone = _zone(zone_name) or ZoneInfo("UTC")
+    local = now.astimezone(zone)
+    return datetime.combine(local.date(), time(0), tzinfo=zone)
+
+
+def _reps_with_counts(config: LiveConfig, now: datetime) -> QuerySet[Rep]:
+    """Reps annotated with ``open_count`` and ``assigned_today`` (correlated index lookups)."""
+    midnight = Case(
+        *(When(timezone=tz, then=Value(local_midnight(now, tz))) for tz in config.time_zones),
+        default=Value(local_midnight(now, "UTC")),
+        output_field=DateTimeField(),
+    )
+    open_q = (
+        Assignment.objects.filter(rep=OuterRef("pk"), active=True, touched_at__isnull=True)
+        .order_by()
+        .values("rep")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    today_q = (
+        Assignment.objects.filter(rep=OuterRef("pk"), assigned_at__gte=OuterRef("day_start"))
+        .order_by()
+        .values("rep")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return (
+        Rep.objects.order_by()
+        .annotate(day_start=midnight)
+        .annotate(
+            open_count=Coalesce(Subquery(open_q, output_field=IntegerField()), 0),
+            assigned_today=Coalesce(Subquery(today_q, output_field=IntegerField()), 0),
+        )
+    )
+
+
+_REP_COLUMNS = (
+    "id",
+    "email",
+    "name",
+    "active",
+    "out_of_office_until",
+    "timezone",
+    "working_hours",
+    "max_open",
+    "max_per_day",
+    "last_assigned_at",
+    "open_count",
+    "assigned_today",
+)
+
+
+def _rep_state(row: Mapping[str, Any]) -> RepState:
+    return RepState(
+        id=row["id"],
+        email=row["email"],
+        name=row["name"],
+        active=row["active"],
+        out_of_office_until=row["out_of_office_until"],
+        timezone=row["timezone"] or "UTC",
+        working_hours=_working_hours(row["working_hours"]),
+        max_open=row["max_open"],
+        max_per_day=row["max_per_day"],
+        open_count=row["open_count"],
+        assigned_today=row["assigned_today"],
+        last_assigned_at=row["last_assigned_at"],
+    )
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    reps: dict[int, RepState]
+    rotation: dict[int, RotationState] = field(default_factory=dict)
+
+
+def _snapshot(config: LiveConfig, now: datetime) -> _Snapshot:
+    """Every rep with its counts (one query) and every team's turn (one query)."""
+    reps = {
+        row["id"]: _rep_state(row) for row in _reps_with_counts(config, now).values(*_REP_COLUMNS)
+    }
+    rotation = {
+        team_id: RotationState.from_json(team_id, state)
+        for team_id, state in Team.objects.order_by().values_list("id", "rotation_state")
+    }
+    return _Snapshot(reps=reps, rotation=rotation)
+
+
+def _decide(facts: LeadFacts, config: LiveConfig, snap: _Snapshot, now: datetime) -> Decision:
+    return decide(
+        facts, config.ruleset, snap.reps, config.teams, snap.rotation, config.territories, now
+    )
+
+
+# --- route_lead ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RouteResult:
+    """What ``route_lead`` did: the decision, the lead's new status and the assignment."""
+
+    decision: Decision
+    status: str
+    assignment: Assignment | None = None
+
+
+class _Retry(Exception):
+    """Roll back this attempt's savepoint (and its rep lock) and decide again."""
+
+
+def _default_sla() -> int | None:
+    value = getattr(settings, "ROUTING_DEFAULT_SLA_MINUTES", None)
+    return value if isinstance(value, int) and value >= 1 else None
+
+
+def _lock_team(team_id: int) -> RotationState:
+    state = (
+        Team.objects.select_for_update()
+        .filter(pk=team_id)
+        .values_list("rotation_state", flat=True)
+        .first()
+    )
+    return RotationState.from_json(team_id, state)
+
+
+def _lock_rep(config: LiveConfig, rep_id: int, now: datetime) -> RepState | None:
+    """The rep's row locked (FOR UPDATE of the rep only), with its counts read under the lock."""
+    row = (
+        _reps_with_counts(config, now)
+        .select_for_update(of=("self",))
+        .filter(pk=rep_id)
+        .values(*_REP_COLUMNS)
+        .first()
+    )
+    return _rep_state(row) if row is not None else None
+
+
+def _apply_owner(
+    lead: Lead, decision: Decision, config: LiveConfig, snap: _Snapshot, now: datetime
+) -> Assignment:
+    if decision.rep_id is None:
+        raise ValueError("an owner decision without a rep")
+    update = decision.rotation_update
+    if update is not None:
+        Team.objects.filter(pk=update.team_id).update(rotation_state=update.to_json())
+    rep = snap.reps[decision.rep_id]
+    team = config.teams.get(decision.team_id) if decision.team_id is not None else None
+    sla = decision.sla_minutes or _default_sla()
+    assignment = Assignment.objects.create(
+        lead=lead,
+        rep_id=rep.id,
+        team_id=team.id if team is not None else None,
+        rule_id=decision.rule_id,
+        rule_name=(decision.rule_name or "")[:200],
+        rep_name=rep.name[:200],
+        team_name=team.name[:200] if team is not None else "",
+        ruleset_version=decision.ruleset_version,
+        kind=AssignmentKind.INITIAL,
+        reason=decision.reason,
+        trace=[entry.to_json() for entry in decision.trace],
+        sla_minutes=sla,
+        sla_due_at=now + timedelta(minutes=sla) if sla else None,
+        assigned_at=now,
+        active=True,
+    )
+    Rep.objects.filter(pk=rep.id).update(last_assigned_at=now)
+    return assignment
+
+
+def _try_owner(
+    lead: Lead,
+    decision: Decision,
+    config: LiveConfig,
+    snap: _Snapshot,
+    now: datetime,
+) -> Assignment:
+    """Lock the chosen rep, re-check it with counts read under the lock, and assign.
+
+    Runs inside a savepoint: ``_Retry`` rolls it back, which releases the rep's lock, so a
+    worker never holds two reps' locks (no deadlock between reps).
+    """
+    if decision.rep_id is None:
+        raise ValueError("an owner decision without a rep")
+    fresh = _lock_rep(config, decision.rep_id, now)
+    if fresh is None:
+        raise _Retry
+    snap.reps[fresh.id] = fresh
+    team = config.teams.get(decision.team_id) if decision.team_id is not None else None
+    ignore_caps = config.rep_action_ignores_caps.get(decision.rule_id or -1, False)
+    eligible, why = rep_is_eligible(fresh, team, now, ignore_caps=ignore_caps)
+    if not eligible:
+        logger.info("route_lead: %s became %s under lock; deciding again", fresh.email, why)
+        raise _Retry
+    return _apply_owner(lead, decision, config, snap, now)
+
+
+def _set_status(lead: Lead, status: str, now: datetime) -> None:
+    lead.status = status
+    lead.processed_at = now
+    lead.save(update_fields=["status", "processed_at"])
+
+
+_STATUS = {"owner": LeadStatus.ASSIGNED, "excluded": LeadStatus.EXCLUDED}
+
+
+def route_lead(*, lead: Lead, now: datetime | None = None) -> RouteResult:
+    """Route one normalised lead with the live ruleset and apply the decision.
+
+    Exactness under concurrency (PostgreSQL): a team's turn is read and moved under its row
+    lock (taken before any rep lock), and the chosen rep's caps are checked with counts read
+    under the rep's row lock, which every assigning worker takes; when either moved since the
+    snapshot, the decision is made again inside the locks. The partial unique constraints on
+    ``Assignment`` refuse a second initial assignment (IntegrityError). With no published
+    ruleset the lead is ``unassigned``. Raises RuleErrors when the live rules no longer compile.
+    """
+    now = now or timezone.now()
+    try:
+        config = live_config()
+    except RulesetNotFound:
+        decision = Decision(
+            outcome="nothing", reason="no ruleset is published: the lead stays unassigned", trace=()
+        )
+        with transaction.atomic():
+            _set_status(lead, LeadStatus.UNASSIGNED, now)
+        return RouteResult(decision=decision, status=LeadStatus.UNASSIGNED)
+    facts = lead_facts(lead)
+    snap = _snapshot(config, now)
+    decision = _decide(facts, config, snap, now)
+    with transaction.atomic():
+        locked_teams: set[int] = set()
+        for _attempt in range(_MAX_ATTEMPTS):
+            if decision.outcome != "owner":
+                break
+            team_id = decision.team_id
+            if team_id is not None and team_id not in locked_teams:
+                turn = _lock_team(team_id)
+                locked_teams.add(team_id)
+                if turn != snap.rotation.get(team_id, RotationState(team_id=team_id)):
+                    # Another worker took a turn since the snapshot: decide with the new one
+                    # and fresh counts, now that nobody else can move this team.
+                    snap = _snapshot(config, now)
+                    snap.rotation[team_id] = turn
+                    decision = _decide(facts, config, snap, now)
+                    continue
+            try:
+                with transaction.atomic():
+                    assignment = _try_owner(lead, decision, config, snap, now)
+            except _Retry:
+                # A cap filled meanwhile: decide again with fresh counts (the turns of the
+                # teams this transaction has locked cannot have moved).
+                snap = _snapshot(config, now)
+                decision = _decide(facts, config, snap, now)
+                continue
+            _set_status(lead, LeadStatus.ASSIGNED, now)
+            return RouteResult(decision=decision, status=LeadStatus.ASSIGNED, assignment=assignment)
+        else:
+            raise RoutingContention(
+                f"lead {lead.pk}: no stable decision after {_MAX_ATTEMPTS} tries"
+            )
+        status = _STATUS.get(decision.outcome, LeadStatus.UNASSIGNED)
+        _set_status(lead, status, now)
+        return RouteResult(decision=decision, status=status)
+
+
+# --- simulate -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Simulation:
+    """A read-only decision with the names the API shows."""
+
+    decision: Decision
+    rep: RepState | None
+    team: TeamSpec | None
+    sla_minutes: int | None
+
+
+def simulate(
+    *, lead_data: Mapping[str, Any], source_slug: str | None = None, version: int | None = None
+) -> Simulation:
+    """The decision the worker would make now for ``lead_data``; writes nothing, moves no turn.
+
+    Raises RulesetNotFound, SourceNotFound, or RuleErrors when the rules no longer compile.
+    """
+    field_map: Mapping[str, str] | None = None
+    if source_slug is not None:
+        found = Source.objects.filter(slug=source_slug).values_list("field_map", flat=True)
+        if not found:
+            raise SourceNotFound(f'No source "{source_slug}".')
+        field_map = found[0] or None
+    config = live_config(version)
+    now = timezone.now()
+    normalized = normalize(lead_data, field_map)
+    facts = _facts(
+        normalized.fields, normalized.custom, source_slug, FLAG_FREE_EMAIL in normalized.flags
+    )
+    snap = _snapshot(config, now)
+    decision = _decide(facts, config, snap, now)
+    decision = replace(decision, rotation_update=None)
+    rep = snap.reps.get(decision.rep_id) if decision.rep_id is not None else None
+    team = config.teams.get(decision.team_id) if decision.team_id is not None else None
+    sla = (decision.sla_minutes or _default_sla()) if decision.outcome == "owner" else None
+    return Simulation(decision=decision, rep=rep, team=team, sla_minutes=sla)
