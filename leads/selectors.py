@@ -12,7 +12,7 @@ import django_filters
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db.models import Q, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 from django_filters.fields import IsoDateTimeField
 
 from leads.models import Lead, LeadStatus, Source
@@ -53,7 +53,14 @@ def source_for_intake(*, slug: str) -> Source | None:
 
 def lead_list() -> QuerySet[Lead]:
     """Leads newest first, with what their API document needs."""
-    return Lead.objects.select_related("source").order_by("-received_at", "-id")
+    from routing.models import Assignment  # routing depends on leads, not the reverse
+
+    current = Assignment.objects.filter(active=True).select_related("rep")
+    return (
+        Lead.objects.select_related("source")
+        .prefetch_related(Prefetch("assignments", queryset=current, to_attr="current_assignments"))
+        .order_by("-received_at", "-id")
+    )
 
 
 def lead_get(*, lead_id: str | uuid.UUID) -> Lead | None:
@@ -78,8 +85,36 @@ def lead_fields(lead: Lead) -> dict[str, Any]:
     return out
 
 
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _assignment_document(assignment: Any) -> dict[str, Any] | None:
+    """The current owner as api.md shows it (names as they were when assigned)."""
+    if assignment is None:
+        return None
+    return {
+        "rep": {
+            "id": assignment.rep_id,
+            "email": assignment.rep.email,
+            "name": assignment.rep_name or assignment.rep.name,
+        },
+        "team": assignment.team_name or None,
+        "rule": assignment.rule_name or None,
+        "ruleset_version": assignment.ruleset_version,
+        "reason": assignment.reason,
+        "assigned_at": _iso(assignment.assigned_at),
+        "sla_due_at": _iso(assignment.sla_due_at),
+        "touched_at": _iso(assignment.touched_at),
+    }
+
+
 def lead_document(lead: Lead) -> dict[str, Any]:
     """A lead as api.md's ``GET /api/v1/leads/<id>/`` shows it."""
+    current = getattr(lead, "current_assignments", None)
+    if current is None:  # a lead not loaded through lead_list()
+        current = list(lead.assignments.filter(active=True).select_related("rep"))  # type: ignore[attr-defined]
+    assignment = current[0] if current else None
     return {
         "id": str(lead.id),
         "status": lead.status,
@@ -89,8 +124,8 @@ def lead_document(lead: Lead) -> dict[str, Any]:
         "fields": lead_fields(lead),
         "flags": list(lead.flags or []),
         "duplicate_of": str(lead.duplicate_of_id) if lead.duplicate_of_id else None,
-        "assignment": None,
-        "trace": [],
+        "assignment": _assignment_document(assignment),
+        "trace": list(assignment.trace) if assignment is not None else [],
         "events": [],
         "idempotency_key": lead.idempotency_key,
         "attempts": lead.attempts,
@@ -140,13 +175,10 @@ class LeadFilter(django_filters.FilterSet):
         fields: list[str] = []
 
     def by_rep(self, queryset: QuerySet[Lead], name: str, value: str) -> QuerySet[Lead]:
-        """Leads assigned to the rep with this e-mail.
-
-        Assignments are not stored yet, so no lead has an owner and none matches (rather than
-        ignoring the filter and answering every lead). The routing issue replaces this with a
-        filter on the assignment's rep e-mail (case-insensitive).
-        """
-        return queryset.none()
+        """Leads whose current owner is the rep with this e-mail (case-insensitive)."""
+        return queryset.filter(
+            assignments__active=True, assignments__rep__email__iexact=value
+        ).distinct()
 
     def search(self, queryset: QuerySet[Lead], name: str, value: str) -> QuerySet[Lead]:
         value = value.strip()[:200]

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from leads.models import Lead, LeadStatus
 from leads.services import lead_apply_normalization
+from routing.decisions import route_lead
 from routing.models import QueueHeartbeat
 
 logger = logging.getLogger(__name__)
@@ -37,8 +38,8 @@ def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
     writing the outcome, so an execution that outlived its lease writes nothing. A lead that
     keeps crashing its worker is quarantined as ``failed`` after ``LEAD_MAX_ATTEMPTS`` claims.
 
-    Routing rules arrive with the routing core; until a ruleset is published no rule can yield
-    an owner, so a processed lead is ``unassigned`` (rules-format.md: "When no rule yields").
+    Normalises the lead, then routes it with the live ruleset (``route_lead``): ``assigned``,
+    ``excluded``, or ``unassigned`` when no rule yields (or no ruleset is published yet).
     """
     try:
         lead_uuid = uuid.UUID(str(lead_id))
@@ -96,7 +97,7 @@ def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
             logger.error("lead %s quarantined as failed: %s", lead.id, lead.last_error)
             return lead.status
         lead_apply_normalization(lead=lead)
-        lead.status = LeadStatus.UNASSIGNED
-        lead.processed_at = now
         lead.save()
-        return lead.status
+        # Still under the lead's row lock and lease: route_lead takes the team's, then the
+        # rep's lock, writes the assignment and the final status in this same transaction.
+        return route_lead(lead=lead, now=now).status

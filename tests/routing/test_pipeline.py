@@ -117,3 +117,63 @@ def test_concurrent_deliveries_of_one_lead_process_it_exactly_once():
         lead.refresh_from_db()
         assert lead.status == LeadStatus.UNASSIGNED
         assert lead.attempts == 1
+
+
+RULES = {
+    "reps": [
+        {"email": "ana@example.com", "name": "Ana", "timezone": "Europe/Berlin"},
+        {"email": "ben@example.com", "name": "Ben", "timezone": "Europe/Berlin"},
+    ],
+    "teams": [
+        {
+            "name": "EMEA SDR",
+            "strategy": "round_robin",
+            "members": [{"rep": "ana@example.com"}, {"rep": "ben@example.com"}],
+        }
+    ],
+    "value_lists": [{"name": "competitors", "values": ["rival.io"]}],
+    "ruleset": {
+        "name": "Inbound",
+        "rules": [
+            {
+                "name": "Exclude competitors",
+                "priority": 10,
+                "when": {
+                    "all": [{"field": "email_domain", "op": "in_list", "value": "competitors"}]
+                },
+                "action": {"type": "exclude", "reason": "competitor"},
+            },
+            {"name": "Everyone", "priority": 20, "action": {"type": "team", "team": "EMEA SDR"}},
+        ],
+    },
+}
+
+
+def test_the_worker_routes_with_the_published_ruleset_and_the_api_shows_the_owner(client):
+    from django.contrib.auth.models import Permission, User
+
+    from routing.decisions import clear_live_config_cache
+    from routing.rules_io import rules_import
+
+    clear_live_config_cache()
+    rules_import(RULES, publish=True)
+    first = LeadFactory(raw_payload={"email": "x@acme.com"})
+    second = LeadFactory(raw_payload={"email": "y@acme.com"})
+    rival = LeadFactory(raw_payload={"email": "spy@rival.io"})
+    assert lead_process(lead_id=first.id) == LeadStatus.ASSIGNED
+    assert lead_process(lead_id=second.id) == LeadStatus.ASSIGNED
+    assert lead_process(lead_id=rival.id) == LeadStatus.EXCLUDED
+
+    user = User.objects.create_user("m", password="pw")
+    user.user_permissions.add(Permission.objects.get(codename="view_lead"))
+    client.login(username="m", password="pw")
+    docs = [client.get(f"/api/v1/leads/{lead.id}/").json() for lead in (first, second)]
+    owners = [doc["assignment"]["rep"]["email"] for doc in docs]
+    assert owners == ["ana@example.com", "ben@example.com"]  # exact round robin
+    assert docs[0]["assignment"]["team"] == "EMEA SDR"
+    assert docs[0]["assignment"]["rule"] == "Everyone"
+    assert docs[0]["status"] == "assigned"
+    assert [entry["rule"] for entry in docs[0]["trace"]][-1] == "Everyone"
+    listed = client.get("/api/v1/leads/?rep=BEN@example.com").json()["results"]
+    assert [doc["id"] for doc in listed] == [str(second.id)]
+    clear_live_config_cache()
