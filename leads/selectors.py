@@ -113,7 +113,7 @@ def lead_document(lead: Lead) -> dict[str, Any]:
     """A lead as api.md's ``GET /api/v1/leads/<id>/`` shows it."""
     current = getattr(lead, "current_assignments", None)
     if current is None:  # a lead not loaded through lead_list()
-        current = list(lead.assignments.filter(active=True).select_related("rep"))  # type: ignore[attr-defined]
+        current = list(lead.assignments.filter(active=True).select_related("rep"))
     assignment = current[0] if current else None
     return {
         "id": str(lead.id),

@@ -525,6 +525,24 @@ def _lock_rep(config: LiveConfig, rep_id: int, now: datetime) -> RepState | None
     return _rep_state(row) if row is not None else None
 
 
+# A full trace lists every rule considered: with thousands of rules that is megabytes per lead
+# (measured in docs/benchmarks.md). Beyond this many entries, only the rules that matched are
+# kept (the decision can be replayed from the lead's facts and the ruleset version).
+STORED_TRACE_MAX_ENTRIES = 200
+
+
+def stored_trace(decision: Decision) -> list[dict[str, Any]]:
+    """The trace to store with an assignment: whole when small, else the matched rules."""
+    if len(decision.trace) <= STORED_TRACE_MAX_ENTRIES:
+        return [entry.to_json() for entry in decision.trace]
+    matched = [entry.to_json() for entry in decision.matched_trace()]
+    skipped = len(decision.trace) - len(matched)
+    return [
+        *matched,
+        {"rule": None, "matched": False, "why": f"{skipped} other rules did not match"},
+    ]
+
+
 def _apply_owner(
     lead: Lead, decision: Decision, config: LiveConfig, snap: _Snapshot, now: datetime
 ) -> Assignment:
@@ -547,7 +565,7 @@ def _apply_owner(
         ruleset_version=decision.ruleset_version,
         kind=AssignmentKind.INITIAL,
         reason=decision.reason,
-        trace=[entry.to_json() for entry in decision.trace],
+        trace=stored_trace(decision),
         sla_minutes=sla,
         sla_due_at=now + timedelta(minutes=sla) if sla else None,
         assigned_at=now,

@@ -177,3 +177,19 @@ def test_the_worker_routes_with_the_published_ruleset_and_the_api_shows_the_owne
     listed = client.get("/api/v1/leads/?rep=BEN@example.com").json()["results"]
     assert [doc["id"] for doc in listed] == [str(second.id)]
     clear_live_config_cache()
+
+
+def test_a_huge_trace_is_stored_as_its_matched_rules():
+    from routing.decisions import STORED_TRACE_MAX_ENTRIES, stored_trace
+    from routing.engine.types import Decision, TraceEntry
+
+    entries = tuple(
+        TraceEntry(i, f"rule {i}", i, i == 250, "no" if i != 250 else "yes", i == 250)
+        for i in range(251)
+    )
+    big = Decision(outcome="owner", reason="r", trace=entries)
+    stored = stored_trace(big)
+    assert [e["rule"] for e in stored] == ["rule 250", None]
+    assert stored[-1]["why"] == "250 other rules did not match"
+    small = Decision(outcome="owner", reason="r", trace=entries[:STORED_TRACE_MAX_ENTRIES])
+    assert len(stored_trace(small)) == STORED_TRACE_MAX_ENTRIES
