@@ -514,14 +514,17 @@ def _lock_team(team_id: int) -> RotationState:
 
 
 def _lock_rep(config: LiveConfig, rep_id: int, now: datetime) -> RepState | None:
-    """The rep's row locked (FOR UPDATE of the rep only), with its counts read under the lock."""
-    row = (
-        _reps_with_counts(config, now)
-        .select_for_update(of=("self",))
-        .filter(pk=rep_id)
-        .values(*_REP_COLUMNS)
-        .first()
-    )
+    """The rep's row locked, then its counts read in a second statement.
+
+    Two statements on purpose: under READ COMMITTED, a statement that waited for the lock sees
+    the rep row as re-read after the wait, but its subqueries still count assignments from the
+    snapshot taken before it; a worker that waited would miss the one just committed and exceed
+    the cap. The count statement starts after the lock is held, so it sees every committed
+    assignment to this rep.
+    """
+    if not Rep.objects.select_for_update().filter(pk=rep_id).values_list("pk", flat=True):
+        return None
+    row = _reps_with_counts(config, now).filter(pk=rep_id).values(*_REP_COLUMNS).first()
     return _rep_state(row) if row is not None else None
 
 
