@@ -17,6 +17,8 @@ from urllib.parse import parse_qsl
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
 from django.http import HttpRequest, QueryDict
 from django.http.multipartparser import MultiPartParserError
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
 
 
 class IntakeError(Exception):
@@ -235,3 +237,14 @@ def parse_csv(text: str, *, max_records: int, limits: Limits) -> list[dict[str, 
     except csv.Error as exc:
         raise _bad(f"The CSV could not be read: {exc}") from None
     return records
+
+
+class StrictJSONParser(JSONParser):
+    """DRF's JSON parser with the intake's rules: bounded depth and sizes, never a 500."""
+
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
+        body = stream.read() if stream is not None else b""
+        try:
+            return parse_json(body, Limits())
+        except IntakeError as error:
+            raise ParseError(error.message) from None

@@ -6,13 +6,14 @@ from typing import Any
 
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.parsers import FormParser, JSONParser
+from rest_framework.parsers import FormParser
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.errors import ApiError
+from leads.parsing import StrictJSONParser
 from routing import decisions
 from routing.engine import RuleErrors
 
@@ -129,7 +130,7 @@ class SimulateView(APIView):
     """The decision the worker would make now for a lead; persists nothing, moves no turn."""
 
     permission_classes = [CanViewRuleset]
-    parser_classes = [JSONParser, FormParser]
+    parser_classes = [StrictJSONParser, FormParser]
 
     @extend_schema(
         operation_id="routing_simulate",

@@ -34,6 +34,10 @@ _ACTION_KEYS: dict[str, frozenset[str]] = {
 }
 
 
+# An SLA longer than a year is a typo; unbounded values overflowed the database and datetimes.
+MAX_SLA_MINUTES = 525_600
+
+
 @dataclass(frozen=True, slots=True)
 class RepAction:
     """Assign a named rep if eligible (``ignore_caps`` skips max_open / max_per_day)."""
@@ -184,12 +188,16 @@ class _Compiler:
             if key not in allowed:
                 self.error(f"{path}.{key}", f'unknown key "{key}"')
 
-    def positive_int(self, node: Mapping[str, Any], key: str, path: str) -> int | None:
+    def positive_int(
+        self, node: Mapping[str, Any], key: str, path: str, maximum: int = MAX_SLA_MINUTES
+    ) -> int | None:
         value = node.get(key)
         if value is None:
             return None
-        if not _is_int(value) or value < 1:
-            self.error(f"{path}.{key}", f"must be a whole number of at least 1, got {value!r}")
+        if not _is_int(value) or not 1 <= value <= maximum:
+            self.error(
+                f"{path}.{key}", f"must be a whole number from 1 to {maximum}, got {value!r}"
+            )
             return None
         return int(value)
 

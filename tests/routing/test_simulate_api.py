@@ -157,3 +157,19 @@ def test_schema_documents_the_endpoint(revops):
     response = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json")
     assert response.status_code == 200
     assert "/api/v1/routing/simulate/" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "body", [b"[" * 50_000, b'{"lead":' * 3000 + b"{}" + b"}" * 3000, b'{"a": 1, "a": 2}']
+)
+def test_hostile_json_is_a_json_400_not_a_500(body, db):
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+
+    user = User.objects.create_user("sim-hostile")
+    user.user_permissions.add(Permission.objects.get(codename="view_ruleset"))
+    client = Client()
+    client.force_login(user)
+    response = client.post("/api/v1/routing/simulate/", data=body, content_type="application/json")
+    assert response.status_code == 400, response.content[:200]
+    assert response.json()["error"]["code"] == "invalid_body"

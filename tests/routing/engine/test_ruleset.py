@@ -174,7 +174,7 @@ def test_the_issue_example_path() -> None:
         ),
         (
             rule("r", 1, {"type": "tag", "sla_minutes": 0}),
-            "rules[0].action.sla_minutes: must be a whole number of at least 1, got 0",
+            "rules[0].action.sla_minutes: must be a whole number from 1 to 525600, got 0",
         ),
         (
             rule("r", 1, {"type": "tag", "tags": "hot"}),
@@ -194,7 +194,7 @@ def test_the_issue_example_path() -> None:
         (rule("r", True, TEAM), "rules[0].priority: must be a whole number, got true/false"),
         (
             rule("r", 1, TEAM, sla_minutes=-5),
-            "rules[0].sla_minutes: must be a whole number of at least 1, got -5",
+            "rules[0].sla_minutes: must be a whole number from 1 to 525600, got -5",
         ),
         (
             rule("r", 1, TEAM, on_sla_breach="page"),
@@ -292,3 +292,25 @@ def test_the_index_skips_rules_whose_required_value_differs() -> None:
     assert list(ruleset.candidates({"country": " DE ", "source": "web"})) == [0, 1, 2, 3, 5]
     assert list(ruleset.candidates({"email_domain": "Rival.io"})) == [2, 4, 5]
     assert list(ruleset.candidates({})) == [2, 5]
+
+
+def test_sla_minutes_are_bounded_with_a_path():
+    from routing.engine import RuleErrors, compile_ruleset
+    from routing.engine.ruleset import MAX_SLA_MINUTES
+
+    data = {
+        "rules": [
+            {
+                "name": "Slow",
+                "priority": 1,
+                "sla_minutes": MAX_SLA_MINUTES + 1,
+                "action": {"type": "exclude"},
+            },
+            {"name": "Tag", "priority": 2, "action": {"type": "tag", "sla_minutes": 3_000_000_000}},
+        ]
+    }
+    with pytest.raises(RuleErrors) as caught:
+        compile_ruleset(data, value_lists={}, known_teams={}, known_reps={})
+    text = str(caught.value)
+    assert "rules[0].sla_minutes" in text
+    assert "rules[1].action.sla_minutes" in text
