@@ -702,9 +702,14 @@ def simulate(
     config = live_config(version)
     now = timezone.now()
     normalized = normalize(lead_data, field_map)
-    facts = _facts(
-        normalized.fields, normalized.custom, source_slug, FLAG_FREE_EMAIL in normalized.flags
+    # Exactly the facts the worker has: the stored columns (no `website`, no `external_id`)
+    # and the same free-mail rule as lead_facts().
+    fields = {name: normalized.fields.get(name) for name in _FACT_FIELDS}
+    email_domain = fields.get("email_domain") or ""
+    free = FLAG_FREE_EMAIL in normalized.flags or (
+        isinstance(email_domain, str) and bool(email_domain) and is_free_email_domain(email_domain)
     )
+    facts = _facts(fields, normalized.custom, source_slug, free)
     snap = _snapshot(config, now)
     decision = _decide(facts, config, snap, now)
     decision = replace(decision, rotation_update=None)

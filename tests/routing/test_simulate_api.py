@@ -173,3 +173,28 @@ def test_hostile_json_is_a_json_400_not_a_500(body, db):
     response = client.post("/api/v1/routing/simulate/", data=body, content_type="application/json")
     assert response.status_code == 400, response.content[:200]
     assert response.json()["error"]["code"] == "invalid_body"
+
+
+def test_simulate_sees_the_same_facts_as_the_worker(db):
+    from routing import decisions
+    from routing.services import lead_process
+    from tests.leads.factories import LeadFactory
+    from tests.routing.factories import make_rep, published_ruleset
+
+    decisions.clear_live_config_cache()
+    rep = make_rep(email="web@x.example")
+    published_ruleset(
+        {
+            "name": "By website",
+            "when": {"all": [{"field": "website", "op": "exists"}]},
+            "action": {"type": "rep", "rep": rep.email},
+        }
+    )
+    payload = {"email": "a@acme.com", "website": "https://acme.com"}
+    simulated = decisions.simulate(lead_data=payload).decision.outcome
+    lead = LeadFactory(raw_payload=payload)
+    lead_process(lead_id=lead.id)
+    lead.refresh_from_db()
+    worker = "owner" if lead.status == "assigned" else "nothing"
+    assert simulated == worker
+    decisions.clear_live_config_cache()
