@@ -48,6 +48,7 @@ from routing.engine import (
     LeadFacts,
     RepState,
     RotationState,
+    RuleErrors,
     TeamSpec,
     TerritoryIndex,
     TerritorySpec,
@@ -214,6 +215,7 @@ class LiveConfig:
     territories: TerritoryIndex
     rep_action_ignores_caps: Mapping[int, bool]  # rule id -> a rep action's ignore_caps
     time_zones: tuple[str, ...]  # the reps' distinct time zones (for "today" per rep)
+    broken_rules: tuple[str, ...] = ()  # rules skipped because they no longer compile
 
 
 _cache_lock = threading.Lock()
@@ -281,6 +283,50 @@ def _strategy(value: str) -> Strategy:
     return "round_robin"  # a check constraint keeps the column to the three strategies
 
 
+def _compile_what_still_compiles(
+    data: dict[str, Any],
+    *,
+    value_lists: Mapping[str, Any],
+    known_teams: Mapping[str, int],
+    known_reps: Mapping[str, int],
+) -> tuple[CompiledRuleset, tuple[str, ...]]:
+    """Compile the ruleset; if a rule no longer compiles, route with the others.
+
+    A published version compiled when it was published, but a team, rep or value list it names
+    may have been renamed or deleted since. Failing every lead for that would stop routing
+    altogether; instead the broken rules are skipped (their leads fall through to later rules)
+    and logged as errors on every compile.
+    """
+    refs: dict[str, Any] = {
+        "value_lists": value_lists,
+        "known_teams": known_teams,
+        "known_reps": known_reps,
+    }
+    try:
+        return compile_ruleset(data, **refs), ()
+    except RuleErrors as whole:
+        good: list[Any] = []
+        broken: list[str] = []
+        for rule in data["rules"]:
+            try:
+                compile_ruleset({**data, "rules": [rule]}, **refs)
+            except RuleErrors as error:
+                broken.append(f"{rule.get('name')!s}: {error}")
+            else:
+                good.append(rule)
+        try:
+            compiled = compile_ruleset({**data, "rules": good}, **refs)
+        except RuleErrors:
+            raise whole from None
+        logger.error(
+            "ruleset v%s: %d rule(s) no longer compile and are skipped until fixed: %s",
+            data.get("version"),
+            len(broken),
+            "; ".join(broken),
+        )
+        return compiled, tuple(broken)
+
+
 def _load_config(ruleset_id: int, version: int, status: str) -> LiveConfig:
     """Compile a ruleset against today's teams, reps, lists and territories (fixed queries)."""
     rules = list(Rule.objects.filter(ruleset_id=ruleset_id).order_by("priority"))
@@ -297,7 +343,7 @@ def _load_config(ruleset_id: int, version: int, status: str) -> LiveConfig:
         memberships.setdefault(team_id, []).append((rep_id, weight))
     reps = list(Rep.objects.values_list("email", "id", "timezone"))
     value_lists = dict(ValueList.objects.values_list("name", "values"))
-    compiled = compile_ruleset(
+    compiled, broken = _compile_what_still_compiles(
         {
             "name": name,
             "version": version,
@@ -346,6 +392,7 @@ def _load_config(ruleset_id: int, version: int, status: str) -> LiveConfig:
         territories=territories,
         rep_action_ignores_caps=ignores,
         time_zones=tuple(sorted({tz for _email, _id, tz in reps})),
+        broken_rules=broken,
     )
 
 

@@ -323,3 +323,19 @@ def test_a_rep_reached_without_a_team_lock_never_exceeds_its_cap():
     assert _route_concurrently(ids, 8) == []
     assert Assignment.objects.filter(rep=rep).count() == 5
     assert Lead.objects.filter(status=LeadStatus.UNASSIGNED).count() == 35
+
+
+@pytest.mark.django_db
+def test_a_team_renamed_after_publishing_skips_its_rule_instead_of_failing_every_lead(caplog):
+    ana = make_rep(email="ana@x.example")
+    team = team_with([make_rep(email="ben@x.example")])
+    published_ruleset(
+        {"name": "Team", "action": {"type": "team", "team": team.name}},
+        {"name": "Catch-all", "action": {"type": "rep", "rep": ana.email}},
+    )
+    Team.objects.filter(pk=team.pk).update(name="Renamed")  # bypasses any save-time check
+    decisions.clear_live_config_cache()
+    result = _route(email="x@corp.example")
+    assert _owner(result) == "ana@x.example"
+    assert decisions.live_config().broken_rules
+    assert "no longer compile" in caplog.text
