@@ -12,6 +12,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from leads.normalize import CANONICAL_FIELDS
+
 
 def token_digest(token: str) -> str:
     """SHA-256 hex of a source token. Tokens are 256-bit random, so a fast hash is enough."""
@@ -199,3 +201,10 @@ class Lead(models.Model):
             or f"{self.first_name} {self.last_name}".strip()
             or str(self.id)
         )
+
+
+# The canonical fields (leads.normalize) that the Lead stores as columns: what the worker fills,
+# the API shows and the routing engine sees. (`website` and `external_id` are input-only.)
+CANONICAL_COLUMNS: tuple[str, ...] = tuple(
+    name for name in CANONICAL_FIELDS if name in {f.name for f in Lead._meta.local_fields}
+)

@@ -15,12 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Prefetch, Q, QuerySet
 from django_filters.fields import IsoDateTimeField
 
-from leads.models import Lead, LeadStatus, Source
-from leads.normalize import CANONICAL_FIELDS
-
-_LEAD_COLUMNS = {f.name for f in Lead._meta.get_fields()}
-LEAD_FIELD_NAMES = tuple(name for name in CANONICAL_FIELDS if name in _LEAD_COLUMNS)
-
+from leads.models import CANONICAL_COLUMNS, Lead, LeadStatus, Source
 
 _SLUG = re.compile(r"[-a-zA-Z0-9_]{1,64}")
 _source_cache: dict[str, tuple[float, Source]] = {}
@@ -74,7 +69,7 @@ def lead_get(*, lead_id: str | uuid.UUID) -> Lead | None:
 def lead_fields(lead: Lead) -> dict[str, Any]:
     """The canonical fields that have a value, plus ``custom``."""
     out: dict[str, Any] = {}
-    for name in LEAD_FIELD_NAMES:
+    for name in CANONICAL_COLUMNS:
         value = getattr(lead, name)
         if value is None or value == "":
             continue

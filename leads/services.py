@@ -25,8 +25,8 @@ from django.utils import timezone
 
 from config.celery import app as celery_app
 from leads.breaker import CircuitBreaker
-from leads.models import Lead, LeadStatus, Source, token_digest
-from leads.normalize import CANONICAL_FIELDS, is_a_lead, map_fields, normalize
+from leads.models import CANONICAL_COLUMNS, Lead, LeadStatus, Source, token_digest
+from leads.normalize import is_a_lead, map_fields, normalize
 from leads.parsing import IntakeError, Limits, check_value
 
 logger = logging.getLogger(__name__)
@@ -528,16 +528,12 @@ def leads_requeue_stale(
 
 # --- Normalisation (worker side) -------------------------------------------------------------
 
-_DIRECT_FIELDS = tuple(
-    name for name in CANONICAL_FIELDS if name in {f.name for f in Lead._meta.get_fields()}
-)
-
 
 def lead_apply_normalization(*, lead: Lead) -> Lead:
     """Fill the lead's canonical fields, custom and flags from its raw payload (not saved)."""
     source_map = lead.source.field_map or None
     result = normalize(lead.raw_payload if isinstance(lead.raw_payload, dict) else {}, source_map)
-    for name in _DIRECT_FIELDS:
+    for name in CANONICAL_COLUMNS:
         value = result.fields.get(name)
         model_field: Any = Lead._meta.get_field(name)
         if value is None:

@@ -39,7 +39,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from leads.models import Lead, LeadStatus, Source
+from leads.models import CANONICAL_COLUMNS, Lead, LeadStatus, Source
 from leads.normalize import FLAG_FREE_EMAIL, is_free_email_domain, normalize
 from routing.engine import (
     AccountFacts,
@@ -110,30 +110,7 @@ class RoutingContention(RuntimeError):
 
 # --- Lead facts --------------------------------------------------------------------------------
 
-_FACT_FIELDS: tuple[str, ...] = tuple(
-    name
-    for name in (
-        "email",
-        "email_domain",
-        "first_name",
-        "last_name",
-        "phone",
-        "company",
-        "domain",
-        "title",
-        "country",
-        "region",
-        "city",
-        "postal_code",
-        "employees",
-        "annual_revenue",
-        "industry",
-        "lead_score",
-        "utm_source",
-        "utm_medium",
-        "utm_campaign",
-    )
-)
+_FACT_FIELDS = CANONICAL_COLUMNS  # exactly what the worker stored on the lead
 
 
 def _plain(value: Any) -> Any:
