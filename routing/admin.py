@@ -26,10 +26,26 @@ from routing.models import (
     ValueList,
 )
 from routing.rules_io import ruleset_add_draft, ruleset_copy, ruleset_publish
+from routing.selectors import names_in_use
+
+
+class RefuseDeletingWhatRulesUse:
+    """Admin mixin: no deleting a team, rep or list that a draft or published rule names."""
+
+    in_use_kind = ""
+
+    def _users(self, obj: Any) -> list[str]:
+        key = obj.email.strip().lower() if self.in_use_kind == "reps" else obj.name
+        return list(getattr(names_in_use(), self.in_use_kind).get(key, []))
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        allowed: bool = super().has_delete_permission(request, obj)  # type: ignore[misc]
+        return allowed and (obj is None or not self._users(obj))
 
 
 @admin.register(Rep)
-class RepAdmin(admin.ModelAdmin):
+class RepAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
+    in_use_kind = "reps"
     list_display = (
         "email",
         "name",
@@ -55,7 +71,8 @@ class TeamMembershipInline(admin.TabularInline):
 
 
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
+class TeamAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
+    in_use_kind = "teams"
     list_display = ("name", "strategy", "respect_working_hours", "sla_minutes", "member_count")
     list_filter = ("strategy", "respect_working_hours")
     search_fields = ("name",)
@@ -92,7 +109,8 @@ class AccountAdmin(admin.ModelAdmin):
 
 
 @admin.register(ValueList)
-class ValueListAdmin(admin.ModelAdmin):
+class ValueListAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
+    in_use_kind = "value_lists"
     list_display = ("name", "updated_at")
     search_fields = ("name",)
     readonly_fields = ("created_at", "updated_at")

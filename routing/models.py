@@ -145,6 +145,21 @@ def strings_errors(value: Any) -> Problems:
     ]
 
 
+def _refuse_rename_in_use(field: str, what: str, old: str, kind: str, *, key: str) -> None:
+    """Rules name teams, reps and lists: renaming one they use would break them at routing."""
+    from routing.selectors import names_in_use
+
+    used = names_in_use()
+    users = getattr(used, kind).get(key)
+    if users:
+        raise ValidationError(
+            {
+                field: f'The {what} "{old}" is named by {used.describe(users)}: change those '
+                "rules (in a new draft) before renaming it."
+            }
+        )
+
+
 def _raise_problems(problems: dict[str, Problems]) -> None:
     errors = {
         field: [f"{field}{path}: {message}" if path else message for path, message in found]
@@ -219,6 +234,9 @@ class Rep(models.Model):
                 "working_hours": working_hours_errors(self.working_hours),
             }
         )
+        old = Rep.objects.filter(pk=self.pk).values_list("email", flat=True).first()
+        if old and old.strip().lower() != (self.email or "").strip().lower():
+            _refuse_rename_in_use("email", "rep", old, "reps", key=old.strip().lower())
 
 
 class TeamStrategy(models.TextChoices):
@@ -269,6 +287,11 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        old = Team.objects.filter(pk=self.pk).values_list("name", flat=True).first()
+        if old and old != self.name:
+            _refuse_rename_in_use("name", "team", old, "teams", key=old)
 
 
 class TeamMembership(models.Model):
@@ -398,6 +421,9 @@ class ValueList(models.Model):
 
     def clean(self) -> None:
         _raise_problems({"values": strings_errors(self.values)})
+        old = ValueList.objects.filter(pk=self.pk).values_list("name", flat=True).first()
+        if old and old != self.name:
+            _refuse_rename_in_use("name", "value list", old, "value_lists", key=old)
 
 
 # --- Rulesets -----------------------------------------------------------------------------------
