@@ -1,1 +1,96 @@
-"""Models for the audit log (built by the audit issue)."""
+"""The append-only audit log: one row per thing that happened to a lead or to routing.
+
+Rows are written by services in the same transaction as the change they record, never through
+signals. The database refuses UPDATE and DELETE on the table (triggers created by migrations,
+see ``audit.triggers``); each row carries the hash of the previous row of its chain (one chain
+per lead, one for routing configuration), so ``manage.py audit_verify`` can tell exactly which
+rows were altered or removed by someone who bypassed the triggers.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class EventType(models.TextChoices):
+    RECEIVED = "received"
+    DUPLICATE_DETECTED = "duplicate_detected"
+    ENRICHED = "enriched"
+    ENRICHMENT_FAILED = "enrichment_failed"
+    ASSIGNED = "assigned"
+    EXCLUDED = "excluded"
+    UNASSIGNED = "unassigned"
+    DELIVERED = "delivered"
+    DELIVERY_FAILED = "delivery_failed"
+    TOUCHED = "touched"
+    SLA_BREACHED = "sla_breached"
+    REASSIGNED = "reassigned"
+    REROUTE_REQUESTED = "reroute_requested"
+    FAILED = "failed"
+    RULES_PUBLISHED = "rules_published"
+
+
+# The chain of events that are not about one lead (rules published, configuration changes).
+ROUTING_CHAIN = "routing"
+
+
+class Event(models.Model):
+    """One audit event. Names are snapshots, so history reads right after renames/deletions."""
+
+    id = models.BigAutoField(primary_key=True)
+    chain = models.CharField(max_length=64, help_text="The lead's id, or 'routing'.")
+    seq = models.PositiveIntegerField(help_text="Position in its chain, from 1.")
+    lead = models.ForeignKey(
+        "leads.Lead", on_delete=models.PROTECT, null=True, blank=True, related_name="events"
+    )
+    type = models.CharField(max_length=32, choices=EventType.choices)
+    at = models.DateTimeField(default=timezone.now)
+    actor = models.CharField(max_length=200, default="system")
+    # No database constraint: a rep, team or rule may be deleted; the event keeps its snapshot.
+    rep = models.ForeignKey(
+        "routing.Rep",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    team = models.ForeignKey(
+        "routing.Team",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    rule = models.ForeignKey(
+        "routing.Rule",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    rep_name = models.CharField(max_length=200, blank=True)
+    team_name = models.CharField(max_length=200, blank=True)
+    rule_name = models.CharField(max_length=200, blank=True)
+    ruleset_version = models.PositiveIntegerField(null=True, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    trace = models.JSONField(default=list, blank=True)
+    prev_hash = models.CharField(max_length=64, blank=True)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ("chain", "seq")
+        constraints = [
+            models.UniqueConstraint(fields=("chain", "seq"), name="audit_event_chain_seq_unique"),
+            models.CheckConstraint(condition=models.Q(seq__gte=1), name="audit_event_seq_from_1"),
+        ]
+        indexes = [
+            models.Index(fields=("type", "at"), name="audit_event_type_at_idx"),
+            models.Index(fields=("at",), name="audit_event_at_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} #{self.seq} of {self.chain}"

@@ -113,6 +113,13 @@ class LeadStatus(models.TextChoices):
     FAILED = "failed"
 
 
+class EnrichmentStatus(models.TextChoices):
+    NONE = "", "Not needed"
+    PENDING = "pending", "Waiting for a provider"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed (routed without it)"
+
+
 class Lead(models.Model):
     """One lead as received (raw payload kept verbatim) and normalised to canonical fields."""
 
@@ -162,6 +169,22 @@ class Lead(models.Model):
     duplicate_of = models.ForeignKey(
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="duplicates"
     )
+    deduped_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the worker matched it against earlier leads."
+    )
+    dedup_key = models.CharField(
+        max_length=340, blank=True, help_text="What it was matched on: email:… or phone:…"
+    )
+    # Enrichment by outside providers happens on its own queue: while a lead waits for one it
+    # stays `processing` without a lease (claimed_until NULL) and `enrichment_status` pending.
+    enrichment_status = models.CharField(
+        max_length=16, choices=EnrichmentStatus.choices, default="", blank=True
+    )
+    enrichment_attempts = models.PositiveSmallIntegerField(default=0)
+    enrichment_next_at = models.DateTimeField(null=True, blank=True)
+    enrichment = models.JSONField(
+        default=dict, blank=True, help_text="What each enrichment provider returned and filled."
+    )
 
     class Meta:
         ordering = ("-received_at",)
@@ -184,6 +207,12 @@ class Lead(models.Model):
                 fields=("claimed_until",),
                 condition=Q(status="processing"),
                 name="lead_leased_idx",
+            ),
+            # Enrichment retries that are due (the enrichment sweeper).
+            models.Index(
+                fields=("enrichment_next_at",),
+                condition=Q(enrichment_status="pending"),
+                name="lead_enrichment_due_idx",
             ),
             # Worker dedup by e-mail, then phone, within a window.
             models.Index(fields=("email", "received_at"), name="lead_email_idx"),

@@ -48,12 +48,17 @@ def source_for_intake(*, slug: str) -> Source | None:
 
 def lead_list() -> QuerySet[Lead]:
     """Leads newest first, with what their API document needs."""
+    from audit.models import Event
     from routing.models import Assignment  # routing depends on leads, not the reverse
 
     current = Assignment.objects.filter(active=True).select_related("rep")
+    timeline = Event.objects.order_by("seq")
     return (
         Lead.objects.select_related("source")
-        .prefetch_related(Prefetch("assignments", queryset=current, to_attr="current_assignments"))
+        .prefetch_related(
+            Prefetch("assignments", queryset=current, to_attr="current_assignments"),
+            Prefetch("events", queryset=timeline, to_attr="timeline"),
+        )
         .order_by("-received_at", "-id")
     )
 
@@ -104,12 +109,29 @@ def _assignment_document(assignment: Any) -> dict[str, Any] | None:
     }
 
 
+def _event_document(event: Any) -> dict[str, Any]:
+    """One timeline entry as api.md shows it (names as they were at the time)."""
+    return {
+        "type": event.type,
+        "at": event.at.isoformat(),
+        "actor": event.actor,
+        "rep": {"id": event.rep_id, "name": event.rep_name} if event.rep_id is not None else None,
+        "team": event.team_name or None,
+        "rule": event.rule_name or None,
+        "ruleset_version": event.ruleset_version,
+        "data": event.data,
+    }
+
+
 def lead_document(lead: Lead) -> dict[str, Any]:
     """A lead as api.md's ``GET /api/v1/leads/<id>/`` shows it."""
     current = getattr(lead, "current_assignments", None)
     if current is None:  # a lead not loaded through lead_list()
         current = list(lead.assignments.filter(active=True).select_related("rep"))
     assignment = current[0] if current else None
+    timeline = getattr(lead, "timeline", None)
+    if timeline is None:
+        timeline = list(lead.events.order_by("seq"))
     return {
         "id": str(lead.id),
         "status": lead.status,
@@ -121,7 +143,7 @@ def lead_document(lead: Lead) -> dict[str, Any]:
         "duplicate_of": str(lead.duplicate_of_id) if lead.duplicate_of_id else None,
         "assignment": _assignment_document(assignment),
         "trace": list(assignment.trace) if assignment is not None else [],
-        "events": [],
+        "events": [_event_document(event) for event in timeline],
         "idempotency_key": lead.idempotency_key,
         "attempts": lead.attempts,
         "last_error": lead.last_error,

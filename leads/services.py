@@ -23,6 +23,7 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from audit.services import events_record_received
 from config.celery import app as celery_app
 from leads.breaker import CircuitBreaker
 from leads.models import CANONICAL_COLUMNS, Lead, LeadStatus, Source, token_digest
@@ -209,10 +210,12 @@ def lead_ingest(
         if existing is not None:
             return _replay(item.fingerprint, *existing)
     try:
-        # One INSERT in autocommit is its own transaction: no BEGIN/COMMIT round trips. The
-        # enqueue runs once it is committed (at once here; at the outer commit if a caller
-        # wraps this in a transaction).
-        _new_lead(source, item, timezone.now()).save(force_insert=True)
+        # The lead and its `received` audit event in one transaction; the enqueue runs once it
+        # is committed (at the outer commit if a caller wraps this in a transaction).
+        with transaction.atomic():
+            lead = _new_lead(source, item, timezone.now())
+            lead.save(force_insert=True)
+            events_record_received(leads=[lead], actor=f"source:{source.slug}")
         leads_enqueue_after_commit([item.lead_id])
     except IntegrityError:
         if item.key is None:
@@ -321,9 +324,8 @@ def _insert_batch_once(
     now = timezone.now()
     winners: dict[str, tuple[uuid.UUID, str]] = {}
     with transaction.atomic(durable=True):
-        Lead.objects.bulk_create(
-            [_new_lead(source, item, now) for item in rows], batch_size=500, ignore_conflicts=True
-        )
+        new_leads = [_new_lead(source, item, now) for item in rows]
+        Lead.objects.bulk_create(new_leads, batch_size=500, ignore_conflicts=True)
         # A concurrent request may have taken some keys between our SELECT and INSERT: the
         # database skipped those rows; find out which, and replay the winners. Unkeyed rows
         # cannot conflict (their ids are fresh UUIDs).
@@ -331,6 +333,10 @@ def _insert_batch_once(
         inserted = {item.lead_id for item in rows if item.key is None}
         if keyed_ids:
             inserted.update(Lead.objects.filter(id__in=keyed_ids).values_list("id", flat=True))
+        events_record_received(
+            leads=[lead for lead in new_leads if lead.pk in inserted],
+            actor=f"source:{source.slug}",
+        )
         lost = [item.key for item in rows if item.lead_id not in inserted]
         if lost:
             winners = {

@@ -356,15 +356,17 @@ def data_queries(captured):
     ]
 
 
-def test_the_kickoff_costs_two_queries(client, source, published):
+def test_the_kickoff_costs_three_queries(client, source, published):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as ctx:
         assert post_json(client, {"email": "a@b.co"}).status_code == 202
     queries = data_queries(ctx.captured_queries)
-    assert len(queries) == 2, queries  # the source, then the INSERT
-    assert queries[1].startswith("INSERT")
+    # The source, then the lead and its `received` audit event (one transaction).
+    assert len(queries) == 3, queries
+    assert queries[1].startswith('INSERT INTO "leads_lead"')
+    assert queries[2].startswith('INSERT INTO "audit_event"')
 
 
 def test_unsigned_requests_neither_use_up_the_limit_nor_learn_about_the_body(

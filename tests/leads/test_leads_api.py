@@ -140,7 +140,7 @@ def test_bad_filters_are_400(api):
 def test_list_costs_constant_queries(api, django_assert_max_num_queries):
     for _ in range(20):
         LeadFactory()
-    with django_assert_max_num_queries(6):  # auth token, count, page (sources joined)
+    with django_assert_max_num_queries(7):  # token, count, page, assignments, events
         assert len(api.get("/api/v1/leads/").json()["results"]) == 20
 
 

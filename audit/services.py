@@ -1,0 +1,177 @@
+"""Write services of the audit log. The only way events are written."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from audit.hashing import event_hash, plain_json
+from audit.models import ROUTING_CHAIN, Event, EventType
+
+if TYPE_CHECKING:
+    from leads.models import Lead
+    from routing.models import Assignment
+
+
+def _chain_lock(chain: str) -> None:
+    """Serialise appends to one chain (PostgreSQL; SQLite serialises all writers)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ["audit:" + chain]
+            )
+
+
+def _build(
+    *,
+    chain: str,
+    seq: int,
+    prev_hash: str,
+    type: str,
+    lead_id: uuid.UUID | None,
+    at: datetime,
+    actor: str,
+    rep_id: int | None,
+    team_id: int | None,
+    rule_id: int | None,
+    rep_name: str,
+    team_name: str,
+    rule_name: str,
+    ruleset_version: int | None,
+    data: Mapping[str, Any] | None,
+    trace: Sequence[Any] | None,
+) -> Event:
+    if type not in EventType.values:
+        raise ValueError(f"unknown audit event type {type!r}")
+    values: dict[str, Any] = {
+        "chain": chain,
+        "seq": seq,
+        "lead_id": lead_id,
+        "type": type,
+        "at": at,
+        "actor": actor[:200],
+        "rep_id": rep_id,
+        "team_id": team_id,
+        "rule_id": rule_id,
+        "rep_name": rep_name[:200],
+        "team_name": team_name[:200],
+        "rule_name": rule_name[:200],
+        "ruleset_version": ruleset_version,
+        "data": plain_json(dict(data or {})),
+        "trace": plain_json(list(trace or [])),
+        "prev_hash": prev_hash,
+    }
+    return Event(**values, hash=event_hash(values))
+
+
+def event_record(
+    *,
+    type: str,
+    lead: Lead | None = None,
+    lead_id: uuid.UUID | None = None,
+    actor: str = "system",
+    at: datetime | None = None,
+    rep_id: int | None = None,
+    team_id: int | None = None,
+    rule_id: int | None = None,
+    rep_name: str = "",
+    team_name: str = "",
+    rule_name: str = "",
+    ruleset_version: int | None = None,
+    data: Mapping[str, Any] | None = None,
+    trace: Sequence[Any] | None = None,
+) -> Event:
+    """Append one event to its chain (the lead's, else routing's) and return it.
+
+    Call it inside the transaction of the change it records. ``actor`` is ``system``,
+    ``user:<username>`` or ``source:<slug>``.
+    """
+    if lead is not None:
+        lead_id = lead.pk
+    chain = str(lead_id) if lead_id is not None else ROUTING_CHAIN
+    with transaction.atomic():
+        _chain_lock(chain)
+        last = Event.objects.filter(chain=chain).order_by("-seq").values_list("seq", "hash").first()
+        seq, prev_hash = (last[0] + 1, last[1]) if last else (1, "")
+        event = _build(
+            chain=chain,
+            seq=seq,
+            prev_hash=prev_hash,
+            type=type,
+            lead_id=lead_id,
+            at=at or timezone.now(),
+            actor=actor,
+            rep_id=rep_id,
+            team_id=team_id,
+            rule_id=rule_id,
+            rep_name=rep_name,
+            team_name=team_name,
+            rule_name=rule_name,
+            ruleset_version=ruleset_version,
+            data=data,
+            trace=trace,
+        )
+        event.save(force_insert=True)
+    return event
+
+
+def event_record_for_assignment(
+    *,
+    type: str,
+    assignment: Assignment,
+    actor: str = "system",
+    at: datetime | None = None,
+    data: Mapping[str, Any] | None = None,
+    trace: Sequence[Any] | None = None,
+) -> Event:
+    """An event about an assignment: its lead, rep, team, rule and version, with their names."""
+    return event_record(
+        type=type,
+        lead_id=assignment.lead_id,
+        actor=actor,
+        at=at,
+        rep_id=assignment.rep_id,
+        team_id=assignment.team_id,
+        rule_id=assignment.rule_id,
+        rep_name=assignment.rep_name,
+        team_name=assignment.team_name,
+        rule_name=assignment.rule_name,
+        ruleset_version=assignment.ruleset_version,
+        data=data,
+        trace=trace,
+    )
+
+
+def events_record_received(*, leads: Iterable[Lead], actor: str) -> None:
+    """The first event of new leads' chains, in one bulk insert (the kickoff's own transaction).
+
+    A new lead's chain is empty, so there is nothing to read or lock: each starts at 1.
+    """
+    events = [
+        _build(
+            chain=str(lead.pk),
+            seq=1,
+            prev_hash="",
+            type=EventType.RECEIVED,
+            lead_id=lead.pk,
+            at=lead.received_at,
+            actor=actor,
+            rep_id=None,
+            team_id=None,
+            rule_id=None,
+            rep_name="",
+            team_name="",
+            rule_name="",
+            ruleset_version=None,
+            data={},
+            trace=[],
+        )
+        for lead in leads
+    ]
+    if events:
+        Event.objects.bulk_create(events, batch_size=500)
