@@ -81,12 +81,41 @@ class SourceAdmin(admin.ModelAdmin):
 
 @admin.register(Lead)
 class LeadAdmin(admin.ModelAdmin):
-    list_display = ("id", "email", "company", "country", "source", "status", "received_at")
+    list_display = (
+        "id",
+        "email",
+        "company",
+        "country",
+        "source",
+        "status",
+        "received_at",
+        "last_error",
+    )
     list_filter = ("status", "source")
     search_fields = ("email", "company", "last_name")
     list_select_related = ("source",)
     date_hierarchy = "received_at"
     show_full_result_count = False
+    actions = ("reroute",)
+
+    @admin.action(description="Re-route (unassigned or failed leads)")
+    def reroute(self, request: HttpRequest, queryset: QuerySet[Lead]) -> None:
+        from routing.services import LeadActionError, lead_reroute  # routing builds on leads
+
+        if not request.user.has_perm("leads.reroute_lead"):
+            messages.error(request, "You may not re-route leads.")
+            return
+        done, refused = 0, []
+        for lead in queryset.only("id"):
+            try:
+                lead_reroute(lead_id=lead.pk, actor=f"user:{request.user.get_username()}")
+                done += 1
+            except LeadActionError as error:
+                refused.append(f"{lead.pk}: {error.message}")
+        if done:
+            messages.success(request, f"{done} lead(s) sent through routing again.")
+        for line in refused[:20]:
+            messages.warning(request, line)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Lead | None = None) -> list[str]:
         return [f.name for f in Lead._meta.fields]

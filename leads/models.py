@@ -188,6 +188,11 @@ class Lead(models.Model):
 
     class Meta:
         ordering = ("-received_at",)
+        permissions = [
+            ("touch_lead", "Can report a lead's first touch"),
+            ("reassign_lead", "Can reassign leads by hand"),
+            ("reroute_lead", "Can send leads through routing again"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=("source", "idempotency_key"),

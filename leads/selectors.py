@@ -123,6 +123,16 @@ def _event_document(event: Any) -> dict[str, Any]:
     }
 
 
+def _trace(assignment: Any, timeline: list[Any]) -> list[Any]:
+    """The decision's trace: the current owner's, else the last excluded/unassigned decision's."""
+    if assignment is not None:
+        return list(assignment.trace)
+    for event in reversed(timeline):
+        if event.type in ("excluded", "unassigned"):
+            return list(event.trace)
+    return []
+
+
 def lead_document(lead: Lead) -> dict[str, Any]:
     """A lead as api.md's ``GET /api/v1/leads/<id>/`` shows it."""
     current = getattr(lead, "current_assignments", None)
@@ -142,7 +152,7 @@ def lead_document(lead: Lead) -> dict[str, Any]:
         "flags": list(lead.flags or []),
         "duplicate_of": str(lead.duplicate_of_id) if lead.duplicate_of_id else None,
         "assignment": _assignment_document(assignment),
-        "trace": list(assignment.trace) if assignment is not None else [],
+        "trace": _trace(assignment, timeline),
         "events": [_event_document(event) for event in timeline],
         "idempotency_key": lead.idempotency_key,
         "attempts": lead.attempts,

@@ -26,7 +26,14 @@ from django.utils import timezone
 from audit.services import events_record_received
 from config.celery import app as celery_app
 from leads.breaker import CircuitBreaker
-from leads.models import CANONICAL_COLUMNS, Lead, LeadStatus, Source, token_digest
+from leads.models import (
+    CANONICAL_COLUMNS,
+    EnrichmentStatus,
+    Lead,
+    LeadStatus,
+    Source,
+    token_digest,
+)
 from leads.normalize import is_a_lead, map_fields, normalize
 from leads.parsing import IntakeError, Limits, check_value
 
@@ -358,6 +365,15 @@ def _replay_or_error(
         return error
 
 
+# Parked for enrichment (no lease) and the enrichment queue is done with it, either way: the
+# routing worker may claim it again.
+BACK_FROM_ENRICHMENT = Q(
+    status=LeadStatus.PROCESSING,
+    claimed_until__isnull=True,
+    enrichment_status__in=(EnrichmentStatus.DONE, EnrichmentStatus.FAILED),
+)
+
+
 # --- Enqueueing ------------------------------------------------------------------------------
 
 
@@ -511,8 +527,10 @@ def leads_requeue_stale(
             waiting = Q(status=LeadStatus.RECEIVED, received_at__lt=cutoff)
             # A worker died while holding the lead: its lease ran out.
             abandoned = Q(status=LeadStatus.PROCESSING, claimed_until__lt=now)
+            # Back from enrichment, but the message handing it to routing was lost.
+            handed_back = BACK_FROM_ENRICHMENT & Q(received_at__lt=cutoff)
             stale = (
-                Lead.objects.filter(waiting | abandoned)
+                Lead.objects.filter(waiting | abandoned | handed_back)
                 .filter(Q(requeued_at__isnull=True) | Q(requeued_at__lt=cutoff))
                 .order_by("received_at")
             )

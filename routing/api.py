@@ -1,4 +1,4 @@
-"""Routing API: ``POST /api/v1/routing/simulate/`` (api.md, "Routing")."""
+"""Routing API: simulate (api.md, "Routing"), and the lead actions touch, reassign, reroute."""
 
 from __future__ import annotations
 
@@ -12,10 +12,20 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.errors import ApiError
+from config.errors import ApiError, error_body
+from leads import selectors
+from leads.api import LEAD_SCHEMA, CanViewLeads
+from leads.api import _error_responses as error_responses
+from leads.models import Lead
 from leads.parsing import StrictJSONParser
 from routing import decisions
 from routing.engine import RuleErrors
+from routing.services import (
+    LeadActionError,
+    assignment_touch,
+    lead_reassign,
+    lead_reroute,
+)
 
 _ENVELOPE_KEYS = frozenset({"lead", "source", "ruleset_version"})
 
@@ -199,3 +209,119 @@ def simulation_document(result: decisions.Simulation) -> dict[str, Any]:
             for entry in decision.trace
         ],
     }
+
+
+# --- Lead actions: touch, reassign, reroute (the services live in routing) --------------------
+
+
+def _actor(request: Request) -> str:
+    return f"user:{request.user.get_username()}"
+
+
+def _lead_action(lead: Lead, action: Any) -> Response:
+    """Run the action; answer with the lead as it is now, or the action's refusal."""
+    try:
+        action()
+    except LeadActionError as error:
+        return Response(error_body(error.code, error.message), status=error.status)
+    return Response(selectors.lead_document(selectors.lead_get(lead_id=lead.pk) or lead))
+
+
+class _LeadActionView(APIView):
+    permission_classes = [CanViewLeads]
+    parser_classes = [StrictJSONParser]
+
+    def _lead_or_404(self, lead_id: str) -> Lead:
+        lead = selectors.lead_get(lead_id=lead_id)
+        if lead is None:
+            raise ApiError(code="not_found", message="No such lead.", status_code=404)
+        return lead
+
+
+class LeadTouchView(_LeadActionView):
+    """The owner's first touch (idempotent). The rep's own user, or ``leads.touch_lead``."""
+
+    @extend_schema(
+        operation_id="lead_touch",
+        request=None,
+        responses={200: OpenApiResponse(LEAD_SCHEMA), **error_responses(401, 403, 404, 409)},
+    )
+    def post(self, request: Request, lead_id: str) -> Response:
+        lead = self._lead_or_404(lead_id)
+        current = getattr(lead, "current_assignments", None) or []
+        owner_user = current[0].rep.user_id if current else None
+        if not request.user.has_perm("leads.touch_lead") and owner_user != request.user.pk:
+            raise ApiError(
+                code="forbidden",
+                message="Only the lead's owner or a manager may report its first touch.",
+                status_code=403,
+            )
+        return _lead_action(lead, lambda: assignment_touch(lead_id=lead.pk, actor=_actor(request)))
+
+
+REASSIGN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "rep": {"type": "string", "format": "email"},
+        "reason": {"type": "string", "minLength": 1, "maxLength": 1000},
+    },
+    "required": ["rep", "reason"],
+}
+
+
+class LeadReassignView(_LeadActionView):
+    """Give the lead to another rep by hand, with a reason (``leads.reassign_lead``)."""
+
+    @extend_schema(
+        operation_id="lead_reassign",
+        request={"application/json": REASSIGN_SCHEMA},
+        responses={
+            200: OpenApiResponse(LEAD_SCHEMA),
+            **error_responses(400, 401, 403, 404, 409, 422),
+        },
+    )
+    def post(self, request: Request, lead_id: str) -> Response:
+        if not request.user.has_perm("leads.reassign_lead"):
+            raise ApiError(code="forbidden", message="You may not reassign leads.", status_code=403)
+        body = request.data
+        if not isinstance(body, dict):
+            raise ApiError(code="invalid_body", message="Send a JSON object.")
+        problems: dict[str, list[str]] = {}
+        rep, reason = body.get("rep"), body.get("reason")
+        if not isinstance(rep, str) or not rep.strip() or len(rep) > 320:
+            problems["rep"] = ["The e-mail of the rep to give the lead to."]
+        if not isinstance(reason, str) or not reason.strip():
+            problems["reason"] = ["Say why the lead is reassigned."]
+        elif len(reason) > 1000:
+            problems["reason"] = ["At most 1,000 characters."]
+        if problems:
+            raise ApiError(
+                code="invalid_body",
+                message="The reassignment needs a rep and a reason.",
+                fields=problems,
+            )
+        lead = self._lead_or_404(lead_id)
+        return _lead_action(
+            lead,
+            lambda: lead_reassign(
+                lead_id=lead.pk, rep_email=str(rep), reason=str(reason), actor=_actor(request)
+            ),
+        )
+
+
+class LeadRerouteView(_LeadActionView):
+    """Run routing again for an unassigned or failed lead (``leads.reroute_lead``): 202."""
+
+    @extend_schema(
+        operation_id="lead_reroute",
+        request=None,
+        responses={202: OpenApiResponse(LEAD_SCHEMA), **error_responses(401, 403, 404, 409)},
+    )
+    def post(self, request: Request, lead_id: str) -> Response:
+        if not request.user.has_perm("leads.reroute_lead"):
+            raise ApiError(code="forbidden", message="You may not re-route leads.", status_code=403)
+        lead = self._lead_or_404(lead_id)
+        response = _lead_action(lead, lambda: lead_reroute(lead_id=lead.pk, actor=_actor(request)))
+        if response.status_code == 200:
+            response.status_code = 202
+        return response

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, time, timedelta
 from decimal import Decimal
@@ -523,7 +523,7 @@ class _Retry(Exception):
 
 
 def _default_sla() -> int | None:
-    value = getattr(settings, "ROUTING_DEFAULT_SLA_MINUTES", None)
+    value = getattr(settings, "DEFAULT_SLA_MINUTES", None)
     return value if isinstance(value, int) and value >= 1 else None
 
 
@@ -558,20 +558,30 @@ def _lock_rep(config: LiveConfig, rep_id: int, now: datetime) -> RepState | None
 STORED_TRACE_MAX_ENTRIES = 200
 
 
-def stored_trace(decision: Decision) -> list[dict[str, Any]]:
-    """The trace to store with an assignment: whole when small, else the matched rules."""
+def stored_trace(decision: Decision, notes: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The trace to store with a decision: whole when small, else the matched rules.
+
+    ``notes`` come first, as entries without a rule (e.g. "routed without enrichment").
+    """
+    head = [{"rule": None, "matched": False, "why": note} for note in notes]
     if len(decision.trace) <= STORED_TRACE_MAX_ENTRIES:
-        return [entry.to_json() for entry in decision.trace]
+        return [*head, *(entry.to_json() for entry in decision.trace)]
     matched = [entry.to_json() for entry in decision.matched_trace()]
     skipped = len(decision.trace) - len(matched)
     return [
+        *head,
         *matched,
         {"rule": None, "matched": False, "why": f"{skipped} other rules did not match"},
     ]
 
 
 def _apply_owner(
-    lead: Lead, decision: Decision, config: LiveConfig, snap: _Snapshot, now: datetime
+    lead: Lead,
+    decision: Decision,
+    config: LiveConfig,
+    snap: _Snapshot,
+    now: datetime,
+    notes: Sequence[str] = (),
 ) -> Assignment:
     if decision.rep_id is None:
         raise ValueError("an owner decision without a rep")
@@ -592,7 +602,7 @@ def _apply_owner(
         ruleset_version=decision.ruleset_version,
         kind=AssignmentKind.INITIAL,
         reason=decision.reason,
-        trace=stored_trace(decision),
+        trace=stored_trace(decision, notes),
         sla_minutes=sla,
         sla_due_at=now + timedelta(minutes=sla) if sla else None,
         assigned_at=now,
@@ -608,6 +618,7 @@ def _try_owner(
     config: LiveConfig,
     snap: _Snapshot,
     now: datetime,
+    notes: Sequence[str] = (),
 ) -> Assignment:
     """Lock the chosen rep, re-check it with counts read under the lock, and assign.
 
@@ -626,7 +637,7 @@ def _try_owner(
     if not eligible:
         logger.info("route_lead: %s became %s under lock; deciding again", fresh.email, why)
         raise _Retry
-    return _apply_owner(lead, decision, config, snap, now)
+    return _apply_owner(lead, decision, config, snap, now, notes)
 
 
 def _set_status(lead: Lead, status: str, now: datetime) -> None:
@@ -638,7 +649,9 @@ def _set_status(lead: Lead, status: str, now: datetime) -> None:
 _STATUS = {"owner": LeadStatus.ASSIGNED, "excluded": LeadStatus.EXCLUDED}
 
 
-def route_lead(*, lead: Lead, now: datetime | None = None) -> RouteResult:
+def route_lead(
+    *, lead: Lead, now: datetime | None = None, notes: Sequence[str] = ()
+) -> RouteResult:
     """Route one normalised lead with the live ruleset and apply the decision.
 
     Exactness under concurrency (PostgreSQL): a team's turn is read and moved under its row
@@ -679,7 +692,7 @@ def route_lead(*, lead: Lead, now: datetime | None = None) -> RouteResult:
                     continue
             try:
                 with transaction.atomic():
-                    assignment = _try_owner(lead, decision, config, snap, now)
+                    assignment = _try_owner(lead, decision, config, snap, now, notes)
             except _Retry:
                 # A cap filled meanwhile: decide again with fresh counts (the turns of the
                 # teams this transaction has locked cannot have moved).

@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from leads.models import Lead, LeadStatus
-from leads.services import lead_apply_normalization
-from routing.decisions import route_lead
-from routing.models import QueueHeartbeat
+from audit.models import EventType
+from audit.services import event_record, event_record_for_assignment
+from leads.models import EnrichmentStatus, Lead, LeadStatus
+from leads.services import (
+    BACK_FROM_ENRICHMENT,
+    lead_apply_normalization,
+    leads_enqueue_after_commit,
+)
+from routing.decisions import RouteResult, route_lead, stored_trace
+from routing.dedup import DedupMatch, lead_dedup
+from routing.models import Assignment, AssignmentKind, QueueHeartbeat, Rep
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +57,10 @@ def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
         return None
     now = timezone.now()
     lease = now + timedelta(seconds=settings.LEAD_LEASE_SECONDS)
-    claimable = Q(status=LeadStatus.RECEIVED) | Q(
-        status=LeadStatus.PROCESSING, claimed_until__lt=now
+    claimable = (
+        Q(status=LeadStatus.RECEIVED)
+        | Q(status=LeadStatus.PROCESSING, claimed_until__lt=now)
+        | BACK_FROM_ENRICHMENT
     )
     claimed = Lead.objects.filter(claimable, id=lead_uuid).update(
         status=LeadStatus.PROCESSING, claimed_until=lease, attempts=F("attempts") + 1
@@ -71,6 +82,120 @@ def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
         raise
 
 
+# --- Hooks into enrichment and delivery -------------------------------------------------------
+# (the enrichment and delivery packages plug in here; until they land these do nothing)
+
+
+@dataclass(frozen=True, slots=True)
+class _NoResult:
+    def as_event_data(self) -> dict[str, Any]:
+        return {}
+
+
+def enrichment_builtin(lead: Lead) -> list[_NoResult]:
+    return []
+
+
+def enrichment_http_wanted(lead: Lead) -> bool:
+    return False
+
+
+def enrichment_enqueue_after_commit(lead_id: uuid.UUID) -> None:
+    return None
+
+
+def enrichment_trace_note(lead: Lead) -> str | None:
+    return None
+
+
+def schedule_delivery(*, assignment: Assignment, event: str) -> None:
+    return None
+
+
+def _quarantine(lead: Lead, now: datetime) -> str:
+    lead.status = LeadStatus.FAILED
+    cause = (
+        f"last error: {lead.last_error}"
+        if lead.last_error
+        else "none finished (worker crash or time limit)"
+    )
+    lead.last_error = f"gave up after {lead.attempts - 1} attempts; {cause}"[:2000]
+    lead.processed_at = now
+    lead.save(update_fields=["status", "last_error", "processed_at", "claimed_until"])
+    event_record(type=EventType.FAILED, lead=lead, at=now, data={"error": lead.last_error})
+    logger.error("lead %s quarantined as failed: %s", lead.id, lead.last_error)
+    return lead.status
+
+
+def _assign_sticky(lead: Lead, match: DedupMatch, now: datetime) -> Assignment | None:
+    """Give a duplicate to its original's owner when that rep is still active.
+
+    Sticky: caps are ignored and no team's turn moves (rules-format.md "Dedup").
+    """
+    current = (
+        Assignment.objects.filter(lead=match.original, active=True).select_related("rep").first()
+    )
+    if current is None or not current.rep.active:
+        return None
+    sla = current.sla_minutes or settings.DEFAULT_SLA_MINUTES or None
+    assignment = Assignment.objects.create(
+        lead=lead,
+        rep=current.rep,
+        team_id=current.team_id,
+        rule=None,
+        rule_name="",
+        rep_name=current.rep.name[:200],
+        team_name=current.team_name,
+        ruleset_version=None,
+        kind=AssignmentKind.DUPLICATE,
+        reason=(
+            f"duplicate of lead {match.original.pk} (same {match.key.split(':', 1)[0]}): "
+            f"sticky to its owner {current.rep.name}"
+        ),
+        trace=[],
+        sla_minutes=sla,
+        sla_due_at=now + timedelta(minutes=sla) if sla else None,
+        assigned_at=now,
+        active=True,
+    )
+    Rep.objects.filter(pk=current.rep_id).update(last_assigned_at=now)
+    return assignment
+
+
+def _record_decision(lead: Lead, result: RouteResult, now: datetime, notes: list[str]) -> None:
+    """The audit event of a routing outcome, in the routing transaction."""
+    decision = result.decision
+    if result.assignment is not None:
+        _record_assigned(result.assignment, now)
+        return
+    kind = EventType.EXCLUDED if result.status == LeadStatus.EXCLUDED else EventType.UNASSIGNED
+    event_record(
+        type=kind,
+        lead=lead,
+        at=now,
+        rule_id=decision.rule_id,
+        rule_name=(decision.rule_name or "")[:200],
+        ruleset_version=decision.ruleset_version,
+        data={"reason": decision.reason, "tags": list(decision.tags)},
+        trace=stored_trace(decision, notes),
+    )
+
+
+def _record_assigned(assignment: Assignment, now: datetime) -> None:
+    event_record_for_assignment(
+        type=EventType.ASSIGNED,
+        assignment=assignment,
+        at=now,
+        data={
+            "reason": assignment.reason,
+            "kind": assignment.kind,
+            "sla_due_at": assignment.sla_due_at,
+        },
+        trace=assignment.trace,
+    )
+    schedule_delivery(assignment=assignment, event=EventType.ASSIGNED)
+
+
 def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
     with transaction.atomic(durable=True):
         lead = (
@@ -85,19 +210,199 @@ def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
         now = timezone.now()
         lead.claimed_until = None
         if lead.attempts > settings.LEAD_MAX_ATTEMPTS:
-            lead.status = LeadStatus.FAILED
-            cause = (
-                f"last error: {lead.last_error}"
-                if lead.last_error
-                else "none finished (worker crash or time limit)"
-            )
-            lead.last_error = f"gave up after {lead.attempts - 1} attempts; {cause}"[:2000]
-            lead.processed_at = now
-            lead.save(update_fields=["status", "last_error", "processed_at", "claimed_until"])
-            logger.error("lead %s quarantined as failed: %s", lead.id, lead.last_error)
-            return lead.status
-        lead_apply_normalization(lead=lead)
+            return _quarantine(lead, now)
+        # Each stage runs once: a lead back from enrichment (or retried) skips what is done.
+        if lead.normalized_at is None:
+            lead_apply_normalization(lead=lead)
+        if lead.deduped_at is None:
+            match = lead_dedup(lead=lead, now=now)
+            if match is not None:
+                event_record(
+                    type=EventType.DUPLICATE_DETECTED,
+                    lead=lead,
+                    at=now,
+                    data={"original": str(match.original.pk), "matched_on": match.key},
+                )
+                sticky = _assign_sticky(lead, match, now)
+                if sticky is not None:
+                    lead.status = LeadStatus.DUPLICATE
+                    lead.processed_at = now
+                    lead.save()
+                    _record_assigned(sticky, now)
+                    return lead.status
+        if lead.enrichment_status == EnrichmentStatus.NONE:
+            results = enrichment_builtin(lead)
+            if results:
+                event_record(
+                    type=EventType.ENRICHED,
+                    lead=lead,
+                    at=now,
+                    data={"providers": [result.as_event_data() for result in results]},
+                )
+            if enrichment_http_wanted(lead):
+                # Park it for the enrichment queue; it comes back here when that is done.
+                lead.enrichment_status = EnrichmentStatus.PENDING
+                lead.enrichment_next_at = now
+                lead.save()
+                enrichment_enqueue_after_commit(lead.pk)
+                return lead.status
         lead.save()
+        notes = [note for note in [enrichment_trace_note(lead)] if note]
         # Still under the lead's row lock and lease: route_lead takes the team's, then the
         # rep's lock, writes the assignment and the final status in this same transaction.
-        return route_lead(lead=lead, now=now).status
+        result = route_lead(lead=lead, now=now, notes=notes)
+        if lead.duplicate_of_id is not None and result.status == LeadStatus.ASSIGNED:
+            # A duplicate whose original had no active owner, routed normally.
+            lead.status = LeadStatus.DUPLICATE
+            lead.save(update_fields=["status"])
+        _record_decision(lead, result, now, notes)
+        return lead.status
+
+
+# --- Actions on a lead: first touch, manual reassignment, re-routing ----------------------------
+
+
+class LeadActionError(Exception):
+    """A lead action refused: ``code`` and ``message`` for the API, ``status`` its HTTP code."""
+
+    def __init__(self, code: str, message: str, status: int = 409) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+def _locked_lead(lead_id: uuid.UUID | str) -> Lead:
+    lead = Lead.objects.select_for_update().filter(pk=lead_id).first()
+    if lead is None:
+        raise LeadActionError("not_found", "No such lead.", 404)
+    return lead
+
+
+def _current_assignment(lead: Lead) -> Assignment | None:
+    return Assignment.objects.filter(lead=lead, active=True).select_related("rep").first()
+
+
+@transaction.atomic
+def assignment_touch(*, lead_id: uuid.UUID | str, actor: str) -> Assignment:
+    """Record the owner's first touch of a lead; touching again changes nothing (idempotent)."""
+    lead = _locked_lead(lead_id)
+    assignment = _current_assignment(lead)
+    if assignment is None:
+        raise LeadActionError("not_assigned", "This lead has no owner to touch it.")
+    if assignment.touched_at is None:
+        now = timezone.now()
+        assignment.touched_at = now
+        assignment.save(update_fields=["touched_at"])
+        late = assignment.sla_due_at is not None and now > assignment.sla_due_at
+        event_record_for_assignment(
+            type=EventType.TOUCHED,
+            assignment=assignment,
+            actor=actor,
+            at=now,
+            data={"sla_met": not late if assignment.sla_due_at is not None else None},
+        )
+    return assignment
+
+
+_REASSIGNABLE = (
+    LeadStatus.ASSIGNED,
+    LeadStatus.DUPLICATE,
+    LeadStatus.UNASSIGNED,
+    LeadStatus.EXCLUDED,
+    LeadStatus.FAILED,
+)
+
+
+@transaction.atomic
+def lead_reassign(
+    *, lead_id: uuid.UUID | str, rep_email: str, reason: str, actor: str
+) -> Assignment:
+    """Give a lead to ``rep_email`` by hand (caps are not checked: a manager's decision).
+
+    The current assignment, if any, is superseded by a new one; a lead without an owner gets
+    its first. Reassigning to the current owner changes nothing. Not while the worker has it.
+    """
+    reason = reason.strip()
+    lead = _locked_lead(lead_id)
+    if lead.status not in _REASSIGNABLE:
+        raise LeadActionError(
+            "lead_in_progress", f"This lead is still {lead.status}; try again once it is routed."
+        )
+    rep = Rep.objects.filter(email__iexact=rep_email.strip()).first()
+    if rep is None:
+        raise LeadActionError("unknown_rep", f'No rep with the e-mail "{rep_email}".', 422)
+    if not rep.active:
+        raise LeadActionError("rep_inactive", f"{rep.name} is not active.", 422)
+    current = _current_assignment(lead)
+    if current is not None and current.rep_id == rep.pk:
+        return current
+    now = timezone.now()
+    sla = (current.sla_minutes if current else None) or settings.DEFAULT_SLA_MINUTES or None
+    if current is not None:
+        current.active = False
+        current.save(update_fields=["active"])
+    assignment = Assignment.objects.create(
+        lead=lead,
+        rep=rep,
+        team_id=current.team_id if current else None,
+        team_name=current.team_name if current else "",
+        rule=None,
+        rule_name="",
+        rep_name=rep.name[:200],
+        ruleset_version=None,
+        kind=AssignmentKind.REASSIGNMENT if current else AssignmentKind.INITIAL,
+        supersedes=current,
+        reason=f"reassigned by hand ({actor}): {reason}",
+        trace=[],
+        sla_minutes=sla,
+        sla_due_at=now + timedelta(minutes=sla) if sla else None,
+        assigned_at=now,
+        active=True,
+    )
+    if lead.status != LeadStatus.DUPLICATE:
+        lead.status = LeadStatus.ASSIGNED
+    lead.processed_at = lead.processed_at or now
+    lead.save(update_fields=["status", "processed_at"])
+    Rep.objects.filter(pk=rep.pk).update(last_assigned_at=now)
+    event_record_for_assignment(
+        type=EventType.REASSIGNED,
+        assignment=assignment,
+        actor=actor,
+        at=now,
+        data={
+            "manual": True,
+            "reason": reason,
+            "from": {"id": current.rep_id, "name": current.rep_name} if current else None,
+        },
+    )
+    schedule_delivery(assignment=assignment, event=EventType.REASSIGNED)
+    return assignment
+
+
+_REROUTABLE = (LeadStatus.UNASSIGNED, LeadStatus.FAILED)
+
+
+def lead_reroute(*, lead_id: uuid.UUID | str, actor: str) -> Lead:
+    """Send an unassigned or failed lead through routing again (a fresh attempt budget)."""
+    with transaction.atomic():
+        lead = _locked_lead(lead_id)
+        if lead.status not in _REROUTABLE:
+            raise LeadActionError(
+                "not_reroutable",
+                f"Only unassigned or failed leads are re-routed; this is {lead.status}.",
+            )
+        previous = lead.status
+        lead.status = LeadStatus.RECEIVED
+        lead.attempts = 0
+        lead.claimed_until = None
+        lead.last_error = ""
+        lead.requeued_at = None
+        lead.save(
+            update_fields=["status", "attempts", "claimed_until", "last_error", "requeued_at"]
+        )
+        event_record(
+            type=EventType.REROUTE_REQUESTED, lead=lead, actor=actor, data={"was": previous}
+        )
+        leads_enqueue_after_commit([lead.pk])
+    return lead

@@ -1,9 +1,12 @@
 """Routing API URLs, included under ``/api/v1/``."""
 
-from django.urls import re_path
+from django.urls import path, re_path
 
 from routing import api
 
 urlpatterns = [
     re_path(r"^routing/simulate/?$", api.SimulateView.as_view(), name="routing-simulate"),
+    path("leads/<str:lead_id>/touch/", api.LeadTouchView.as_view(), name="lead-touch"),
+    path("leads/<str:lead_id>/reassign/", api.LeadReassignView.as_view(), name="lead-reassign"),
+    path("leads/<str:lead_id>/reroute/", api.LeadRerouteView.as_view(), name="lead-reroute"),
 ]

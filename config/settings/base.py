@@ -346,5 +346,10 @@ LEAD_MAX_ATTEMPTS = env.int("LEAD_MAX_ATTEMPTS", default=3)
 # How long a worker holds a lead it claimed; past it (a dead worker) the lead is claimable again.
 LEAD_LEASE_SECONDS = env.int("LEAD_LEASE_SECONDS", default=CELERY_TASK_TIME_LIMIT + 30)
 
+# Routing: duplicates are matched against leads of the last DEDUP_WINDOW_DAYS; an assignment
+# whose rule, tag rule and team name no SLA gets DEFAULT_SLA_MINUTES.
+DEDUP_WINDOW_DAYS = env.int("DEDUP_WINDOW_DAYS", default=90)
+DEFAULT_SLA_MINUTES = env.int("DEFAULT_SLA_MINUTES", default=60)
+
 READYZ_BROKER_TIMEOUT_SECONDS = env.float("READYZ_BROKER_TIMEOUT_SECONDS", default=2.0)
 DB_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int("DB_UNAVAILABLE_RETRY_AFTER_SECONDS", default=30)

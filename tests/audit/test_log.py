@@ -29,20 +29,20 @@ def _tamper(sql: str, params: list[object]) -> None:
 
 
 def _chain(lead, n=3):
-    events_record_received(leads=[lead], actor="source:test")
+    events_record_received(leads=[lead], actor="source:test")  # the factory's is skipped
     for i in range(n - 1):
         event_record(type=EventType.ASSIGNED, lead=lead, data={"i": i, "score": 0.5})
     return list(Event.objects.filter(chain=str(lead.pk)).order_by("seq"))
 
 
 def test_events_form_a_chain_per_lead():
-    lead = LeadFactory()
+    lead = LeadFactory(received_event=False)
     events = _chain(lead)
     assert [e.seq for e in events] == [1, 2, 3]
     assert events[0].prev_hash == ""
     assert events[1].prev_hash == events[0].hash
     assert events[2].prev_hash == events[1].hash
-    other = LeadFactory()
+    other = LeadFactory(received_event=False)
     first = event_record(type=EventType.TOUCHED, lead=other)
     assert (first.chain, first.seq, first.prev_hash) == (str(other.pk), 1, "")
 
@@ -55,12 +55,12 @@ def test_events_without_a_lead_go_to_the_routing_chain():
 
 def test_unknown_event_types_are_refused():
     with pytest.raises(ValueError, match="unknown audit event type"):
-        event_record(type="made_up", lead=LeadFactory())
+        event_record(type="made_up", lead=LeadFactory(received_event=False))
 
 
 @pytest.mark.django_db(transaction=True)
 def test_the_database_refuses_update_and_delete():
-    lead = LeadFactory()
+    lead = LeadFactory(received_event=False)
     _chain(lead, 2)
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         Event.objects.filter(chain=str(lead.pk)).update(actor="someone else")
@@ -76,7 +76,7 @@ def test_the_database_refuses_update_and_delete():
 
 
 def test_the_hash_survives_the_database_round_trip():
-    lead = LeadFactory()
+    lead = LeadFactory(received_event=False)
     data = {"big": 1e20, "small": 0.1, "nested": {"b": [1, 2.0, "x"], "a": None}, "uni": "Zoë"}
     event_record(type=EventType.ENRICHED, lead=lead, data=data, trace=[{"rule": "r", "ok": 1.0}])
     stored = Event.objects.get(chain=str(lead.pk))
@@ -109,7 +109,7 @@ def test_plain_json_is_a_fixed_point(value):
 
 
 def test_audit_verify_passes_an_intact_log():
-    lead = LeadFactory()
+    lead = LeadFactory(received_event=False)
     _chain(lead)
     out = StringIO()
     call_command("audit_verify", stdout=out)
@@ -118,7 +118,7 @@ def test_audit_verify_passes_an_intact_log():
 
 @pytest.mark.django_db(transaction=True)
 def test_audit_verify_names_an_altered_row():
-    lead = LeadFactory()
+    lead = LeadFactory(received_event=False)
     events = _chain(lead)
     _tamper("UPDATE audit_event SET rep_name = %s WHERE id = %s", ["Mallory", events[1].pk])
     err = StringIO()
@@ -129,7 +129,7 @@ def test_audit_verify_names_an_altered_row():
 
 @pytest.mark.django_db(transaction=True)
 def test_audit_verify_names_a_removed_row_and_a_forged_rehash():
-    lead = LeadFactory()
+    lead = LeadFactory(received_event=False)
     events = _chain(lead, 4)
     _tamper("DELETE FROM audit_event WHERE id = %s", [events[1].pk])
     # A forger who rewrites a row and recomputes its own hash still breaks the next link.
@@ -154,9 +154,20 @@ def test_the_lead_api_shows_the_timeline_oldest_first(client):
     user = User.objects.create_user("viewer", password="pw")
     user.user_permissions.add(Permission.objects.get(codename="view_lead"))
     client.defaults["HTTP_AUTHORIZATION"] = f"Token {Token.objects.create(user=user).key}"
-    lead = LeadFactory()
+    lead = LeadFactory(received_event=False)
     _chain(lead)
     body = client.get(f"/api/v1/leads/{lead.pk}/").json()
     assert [e["type"] for e in body["events"]] == ["received", "assigned", "assigned"]
     assert body["events"][0]["actor"] == "source:test"
     assert body["events"][2]["data"] == {"i": 1, "score": 0.5}
+
+
+def test_the_admin_shows_events_read_only(admin_client):
+    lead = LeadFactory()
+    response = admin_client.get("/admin/audit/event/")
+    assert response.status_code == 200
+    event = Event.objects.get(lead=lead)
+    page = admin_client.get(f"/admin/audit/event/{event.pk}/change/")
+    assert page.status_code == 200
+    assert b'name="_save"' not in page.content
+    assert admin_client.post(f"/admin/audit/event/{event.pk}/delete/").status_code == 403

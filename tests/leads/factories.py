@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import factory
 
+from audit.services import events_record_received
 from leads.models import Lead, LeadStatus, Source, token_digest
 
 
@@ -24,8 +25,15 @@ class SourceFactory(factory.django.DjangoModelFactory):
 class LeadFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Lead
+        skip_postgeneration_save = True
 
     source = factory.SubFactory(SourceFactory)
     status = LeadStatus.RECEIVED
     raw_payload = factory.Sequence(lambda n: {"email": f"person{n}@example.com"})
     request_fingerprint = factory.Sequence(lambda n: f"{n:064x}")
+
+    @factory.post_generation
+    def received_event(obj: Lead, create: bool, extracted: object, **kwargs: object) -> None:
+        """Like the kickoff, start the lead's audit chain (``received_event=False`` skips it)."""
+        if create and extracted is not False:
+            events_record_received(leads=[obj], actor=f"source:{obj.source.slug}")

@@ -48,7 +48,7 @@ def test_lead_document_has_the_contract_fields(api):
     assert doc["duplicate_of"] is None
     assert doc["assignment"] is None
     assert doc["trace"] == []
-    assert doc["events"] == []
+    assert [event["type"] for event in doc["events"]] == ["received"]
     assert doc["processed_at"] is None
     assert doc["flags"] == ["free_email"]
 

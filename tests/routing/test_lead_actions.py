@@ -1,0 +1,196 @@
+"""POST /api/v1/leads/<id>/touch/, /reassign/ and /reroute/ (api.md, "Leads")."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from rest_framework.authtoken.models import Token
+
+from audit.models import Event
+from leads.models import Lead, LeadStatus
+from routing.decisions import clear_live_config_cache
+from routing.models import Assignment, AssignmentKind, Rep
+from routing.rules_io import rules_import
+from routing.services import lead_process
+from tests.leads.factories import LeadFactory
+from tests.routing.test_pipeline import RULES
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def rules():
+    clear_live_config_cache()
+    rules_import(RULES, publish=True)
+    yield
+    clear_live_config_cache()
+
+
+def _client(client, *perms: str, username: str = "manager"):
+    user = User.objects.create_user(username, password="pw")
+    for perm in ("view_lead", *perms):
+        user.user_permissions.add(Permission.objects.get(codename=perm))
+    client.defaults["HTTP_AUTHORIZATION"] = f"Token {Token.objects.create(user=user).key}"
+    return client, user
+
+
+def _assigned(email: str = "x@acme.com") -> Lead:
+    lead = LeadFactory(raw_payload={"email": email})
+    assert lead_process(lead_id=lead.id) == LeadStatus.ASSIGNED
+    return lead
+
+
+def post(client, url, body=None):
+    return client.post(url, body or {}, content_type="application/json")
+
+
+def test_touch_is_idempotent_and_audited(client, rules):
+    api, _ = _client(client, "touch_lead")
+    lead = _assigned()
+    first = post(api, f"/api/v1/leads/{lead.id}/touch/")
+    assert first.status_code == 200, first.json()
+    touched_at = first.json()["assignment"]["touched_at"]
+    assert touched_at is not None
+    again = post(api, f"/api/v1/leads/{lead.id}/touch/")
+    assert again.status_code == 200
+    assert again.json()["assignment"]["touched_at"] == touched_at
+    types = [e["type"] for e in again.json()["events"]]
+    assert types == ["received", "assigned", "touched"]
+    assert again.json()["events"][-1]["actor"] == "user:manager"
+    assert again.json()["events"][-1]["data"] == {"sla_met": True}
+
+
+def test_the_owner_may_touch_their_own_lead_and_nobody_else_without_the_permission(client, rules):
+    lead = _assigned()
+    ana_user = User.objects.create_user("ana", password="pw")
+    ana_user.user_permissions.add(Permission.objects.get(codename="view_lead"))
+    Rep.objects.filter(email="ana@example.com").update(user=ana_user)
+    other, _ = _client(client, username="ben")
+    assert post(other, f"/api/v1/leads/{lead.id}/touch/").status_code == 403
+    client.defaults["HTTP_AUTHORIZATION"] = f"Token {Token.objects.create(user=ana_user).key}"
+    assert post(client, f"/api/v1/leads/{lead.id}/touch/").status_code == 200
+
+
+def test_touching_a_lead_without_an_owner_is_a_conflict(client):
+    api, _ = _client(client, "touch_lead")
+    lead = LeadFactory()
+    lead_process(lead_id=lead.id)  # no ruleset: unassigned
+    response = post(api, f"/api/v1/leads/{lead.id}/touch/")
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "not_assigned"
+
+
+def test_reassign_supersedes_the_owner_with_actor_and_reason(client, rules):
+    api, _ = _client(client, "reassign_lead")
+    lead = _assigned()
+    response = post(
+        api, f"/api/v1/leads/{lead.id}/reassign/", {"rep": "BEN@example.com", "reason": "speaks DE"}
+    )
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["assignment"]["rep"]["email"] == "ben@example.com"
+    assert body["status"] == "assigned"
+    event = body["events"][-1]
+    assert event["type"] == "reassigned"
+    assert event["actor"] == "user:manager"
+    assert event["data"]["reason"] == "speaks DE"
+    assert event["data"]["from"]["name"] == "Ana"
+    chain = list(Assignment.objects.filter(lead=lead).order_by("id"))
+    assert [(a.kind, a.active) for a in chain] == [
+        (AssignmentKind.INITIAL, False),
+        (AssignmentKind.REASSIGNMENT, True),
+    ]
+    assert chain[1].supersedes_id == chain[0].pk
+    # The same rep again: nothing changes.
+    again = post(
+        api, f"/api/v1/leads/{lead.id}/reassign/", {"rep": "ben@example.com", "reason": "x"}
+    )
+    assert again.status_code == 200
+    assert Assignment.objects.filter(lead=lead).count() == 2
+
+
+def test_an_unassigned_lead_gets_its_first_owner_by_hand(client):
+    api, _ = _client(client, "reassign_lead")
+    Rep.objects.create(email="cleo@example.com", name="Cleo")
+    lead = LeadFactory()
+    lead_process(lead_id=lead.id)
+    response = post(
+        api, f"/api/v1/leads/{lead.id}/reassign/", {"rep": "cleo@example.com", "reason": "mine"}
+    )
+    assert response.status_code == 200, response.json()
+    assert response.json()["status"] == "assigned"
+    assert Assignment.objects.get(lead=lead).kind == AssignmentKind.INITIAL
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"rep": "nobody@example.com", "reason": "r"}, 422, "unknown_rep"),
+        ({"rep": "ben@example.com"}, 400, "invalid_body"),
+        ({"rep": "ben@example.com", "reason": "   "}, 400, "invalid_body"),
+        ({"rep": 5, "reason": "r"}, 400, "invalid_body"),
+        ({"rep": "ben@example.com", "reason": "r" * 1001}, 400, "invalid_body"),
+        ([1, 2], 400, "invalid_body"),
+    ],
+)
+def test_bad_reassignments_are_clear_errors_and_change_nothing(client, rules, body, status, code):
+    api, _ = _client(client, "reassign_lead")
+    lead = _assigned()
+    response = post(api, f"/api/v1/leads/{lead.id}/reassign/", body)
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+    assert Assignment.objects.filter(lead=lead).count() == 1
+    assert not Event.objects.filter(lead=lead, type="reassigned").exists()
+
+
+def test_reassigning_to_an_inactive_rep_or_a_lead_in_progress_is_refused(client, rules):
+    api, _ = _client(client, "reassign_lead")
+    lead = _assigned()
+    Rep.objects.filter(email="ben@example.com").update(active=False)
+    response = post(
+        api, f"/api/v1/leads/{lead.id}/reassign/", {"rep": "ben@example.com", "reason": "r"}
+    )
+    assert (response.status_code, response.json()["error"]["code"]) == (422, "rep_inactive")
+    waiting = LeadFactory()
+    response = post(
+        api, f"/api/v1/leads/{waiting.id}/reassign/", {"rep": "ana@example.com", "reason": "r"}
+    )
+    assert (response.status_code, response.json()["error"]["code"]) == (409, "lead_in_progress")
+
+
+def test_actions_need_their_permission_and_an_existing_lead(client, rules):
+    api, _ = _client(client)
+    lead = _assigned()
+    for action in ("touch", "reassign", "reroute"):
+        assert post(api, f"/api/v1/leads/{lead.id}/{action}/").status_code == 403
+    api2, _ = _client(client, "reassign_lead", "reroute_lead", "touch_lead", username="boss")
+    for action in ("touch", "reassign", "reroute"):
+        response = post(
+            api2, f"/api/v1/leads/{uuid.uuid4()}/{action}/", {"rep": "a@b.c", "reason": "r"}
+        )
+        assert response.status_code == 404, action
+        assert response.json()["error"]["code"] == "not_found"
+    assert post(api2, "/api/v1/leads/not-a-uuid/touch/").status_code == 404
+    client.defaults.pop("HTTP_AUTHORIZATION")
+    assert post(client, f"/api/v1/leads/{lead.id}/touch/").status_code in (401, 403)
+
+
+def test_reroute_sends_an_unassigned_lead_through_routing_again(client, settings):
+    settings.ENQUEUE_IN_BACKGROUND = False
+    api, _ = _client(client, "reroute_lead")
+    clear_live_config_cache()
+    lead = LeadFactory(raw_payload={"email": "x@acme.com"})
+    assert lead_process(lead_id=lead.id) == LeadStatus.UNASSIGNED
+    rules_import(RULES, publish=True)
+    clear_live_config_cache()
+    response = post(api, f"/api/v1/leads/{lead.id}/reroute/")
+    assert response.status_code == 202, response.json()
+    assert response.json()["status"] == "received"
+    assert lead_process(lead_id=lead.id) == LeadStatus.ASSIGNED
+    types = list(Event.objects.filter(lead=lead).order_by("seq").values_list("type", flat=True))
+    assert types == ["received", "unassigned", "reroute_requested", "assigned"]
+    again = post(api, f"/api/v1/leads/{lead.id}/reroute/")
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "not_reroutable")
+    clear_live_config_cache()
