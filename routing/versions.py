@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Max, Min, Prefetch
+from django.db.models import F, Max, Min, Prefetch
 from django.utils import timezone
 
 from leads.models import Lead, LeadStatus
@@ -45,6 +45,7 @@ from routing.models import (
     RuleSet,
     RuleSetStatus,
     Team,
+    TeamMembership,
 )
 from routing.rules_io import ruleset_copy, ruleset_publish
 from routing.selectors import ruleset_published
@@ -409,7 +410,7 @@ class ReplayResult:
     ruleset: RuleSet
     considered: int
     rows: tuple[ReplayRow, ...]
-    per_rep: tuple[tuple[str, int, int], ...]  # (rep label, before, after), most affected first
+    per_rep: tuple[tuple[str, int, int, str], ...]  # (rep, before, after, "+3"), most moved first
     at: datetime = field(default_factory=timezone.now)
 
 
@@ -491,7 +492,15 @@ def ruleset_replay(*, ruleset: RuleSet, limit: int = REPLAY_DEFAULT) -> ReplayRe
             rows.append(ReplayRow(lead=lead, before=before, after=after, changed=changed))
     reps = set(before_counts) | set(after_counts)
     per_rep = sorted(
-        ((rep, before_counts[rep], after_counts[rep]) for rep in reps),
+        (
+            (
+                rep,
+                before_counts[rep],
+                after_counts[rep],
+                f"{after_counts[rep] - before_counts[rep]:+d}",
+            )
+            for rep in reps
+        ),
         key=lambda row: (-abs(row[2] - row[1]), row[0]),
     )
     rows.reverse()  # newest first on the page
@@ -549,6 +558,23 @@ def team_next_up(*, team: Team) -> NextUp:
         skipped=choice.skipped,
         why=choice.why,
     )
+
+
+@transaction.atomic
+def team_memberships_renumber(*, team: Team, membership_ids: Sequence[int]) -> None:
+    """Number a team's members 0, 1, 2, ... in the order of ``membership_ids``.
+
+    Members not listed keep their relative order after the listed ones. The positions move out
+    of the way first, since the unique (team, position) constraint is deferred only on
+    PostgreSQL.
+    """
+    memberships = list(TeamMembership.objects.select_for_update().filter(team=team))
+    rank = {pk: i for i, pk in enumerate(membership_ids)}
+    ordered = sorted(memberships, key=lambda m: (rank.get(m.pk, len(rank)), m.position, m.pk))
+    top = max((m.position for m in memberships), default=0) + 1
+    TeamMembership.objects.filter(team=team).update(position=F("position") + top)
+    for position, membership in enumerate(ordered):
+        TeamMembership.objects.filter(pk=membership.pk).update(position=position)
 
 
 @transaction.atomic
