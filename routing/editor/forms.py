@@ -259,8 +259,11 @@ class RuleForm(forms.ModelForm):
             for key, errors in error.error_dict.items():
                 for message in (m for e in errors for m in e.messages):
                     target, text = self._place(key, message, when)
+                    if target.startswith(("action_", "tag_")) and target in self.errors:
+                        continue  # the form already said it in its own words
                     moved.setdefault(target, []).append(text)
-            super().add_error(None, ValidationError(moved))
+            if moved:
+                super().add_error(None, ValidationError(moved))
             return
         super().add_error(field, error)
 

@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
 from routing.editor.forms import SimulateForm
 from routing.engine import RuleErrors
@@ -245,11 +244,12 @@ def rollback_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) -
     return TemplateResponse(request, "admin/routing/ruleset/rollback.html", context)
 
 
-@require_POST
 def new_draft_view(
     model_admin: ModelAdmin[Any], request: HttpRequest, pk: int | None = None
 ) -> HttpResponse:
     """A new draft copied from a version (default: the published one); opens it."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
     _require(request, "add_ruleset")
     origin = get_object_or_404(RuleSet, pk=pk) if pk is not None else None
     try:
@@ -261,11 +261,12 @@ def new_draft_view(
     return HttpResponseRedirect(_change_url(draft))
 
 
-@require_POST
 def rule_move_view(
     model_admin: ModelAdmin[Any], request: HttpRequest, pk: int, direction: str
 ) -> HttpResponse:
     """Move a draft rule up (earlier) or down (later), then back to its ruleset."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
     _require(request, "change_rule")
     rule = get_object_or_404(Rule.objects.select_related("ruleset"), pk=pk)
     if direction not in ("up", "down"):
