@@ -21,6 +21,7 @@ from django.utils.html import format_html, format_html_join
 
 from routing.editor import views
 from routing.editor.forms import OutOfOfficeForm, RoutingTestCaseForm, RuleForm
+from routing.engine import RuleErrors
 from routing.engine.describe import describe_action, describe_condition
 from routing.models import (
     Account,
@@ -38,8 +39,10 @@ from routing.models import (
 from routing.rules_io import ruleset_add_draft
 from routing.selectors import names_in_use
 from routing.versions import (
+    TestCasesFailing,
     reps_deactivate,
     reps_set_out_of_office,
+    ruleset_publish_checked,
     team_memberships_renumber,
     team_next_up,
 )
@@ -246,6 +249,14 @@ class RuleInline(admin.TabularInline):
         )
 
 
+class RuleJsonInline(admin.TabularInline):
+    """Rules as JSON, for power users creating a ruleset by hand (the add page only)."""
+
+    model = Rule
+    fields = ("priority", "name", "when", "action", "sla_minutes", "on_sla_breach", "active")
+    extra = 0
+
+
 @admin.register(RuleSet)
 class RuleSetAdmin(admin.ModelAdmin):
     list_display = (
@@ -271,6 +282,29 @@ class RuleSetAdmin(admin.ModelAdmin):
     )
     fields = ("name", "note", *readonly_fields)
     inlines = (RuleInline,)
+    actions = ("publish",)
+
+    def get_inlines(self, request: HttpRequest, obj: RuleSet | None = None) -> Any:
+        return (RuleInline,) if obj is not None else (RuleJsonInline,)
+
+    @admin.action(description="Publish the selected draft (when its test cases pass)")
+    def publish(self, request: HttpRequest, queryset: QuerySet[RuleSet]) -> None:
+        if queryset.count() != 1:
+            self.message_user(request, "Select exactly one draft to publish.", messages.ERROR)
+            return
+        ruleset = queryset.get()
+        try:
+            published = ruleset_publish_checked(ruleset=ruleset, actor=request.user)  # type: ignore[arg-type]
+        except TestCasesFailing as exc:
+            self.message_user(
+                request, f"Not published: {exc}. Use Publish… on the draft.", messages.ERROR
+            )
+            return
+        except RuleErrors as exc:
+            self.message_user(request, f"Not published: {exc}", messages.ERROR)
+            return
+        self.log_change(request, published, f"Published version {published.version}")
+        self.message_user(request, f"Version {published.version} is live.", messages.SUCCESS)
 
     def get_urls(self) -> list[URLPattern]:
         def wrap(view: Any) -> Any:
