@@ -1,7 +1,8 @@
-"""Admin for the routing configuration. Declarative; changes of state go through services.
+"""Admin for the routing configuration: RevOps' no-code rule editor.
 
-Only draft rulesets and their rules can be edited; published and archived versions are shown
-read-only. Publishing and copying (the start of a rollback) are actions on the ruleset list.
+Declarative; changes of state go through services (``routing.versions``, ``routing.rules_io``),
+extra pages live in ``routing.editor.views`` and are routed by ``get_urls``. Only draft rulesets
+and their rules can be edited; published and archived versions are shown read-only and say so.
 """
 
 from __future__ import annotations
@@ -9,14 +10,24 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import Count, QuerySet
-from django.http import HttpRequest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.db import transaction
+from django.db.models import Count, F, QuerySet
+from django.forms import BaseInlineFormSet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
 
+from routing.editor import views
+from routing.editor.forms import OutOfOfficeForm, RoutingTestCaseForm, RuleForm
 from routing.engine import RuleErrors
+from routing.engine.describe import describe_action, describe_condition
 from routing.models import (
     Account,
     QueueHeartbeat,
     Rep,
+    RoutingTestCase,
     Rule,
     RuleSet,
     RuleSetStatus,
@@ -25,8 +36,16 @@ from routing.models import (
     Territory,
     ValueList,
 )
-from routing.rules_io import ruleset_add_draft, ruleset_copy, ruleset_publish
+from routing.rules_io import ruleset_add_draft
 from routing.selectors import names_in_use
+from routing.versions import (
+    TestCasesFailing,
+    reps_deactivate,
+    reps_set_out_of_office,
+    ruleset_publish_checked,
+    team_memberships_renumber,
+    team_next_up,
+)
 
 
 class RefuseDeletingWhatRulesUse:
@@ -60,10 +79,71 @@ class RepAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     search_fields = ("email", "name")
     autocomplete_fields = ("user",)
     readonly_fields = ("last_assigned_at", "created_at", "updated_at")
+    actions = ("set_out_of_office", "deactivate")
+
+    @admin.action(description="Set out of office until ...", permissions=["change"])
+    def set_out_of_office(
+        self, request: HttpRequest, queryset: QuerySet[Rep]
+    ) -> TemplateResponse | None:
+        form = OutOfOfficeForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            count = reps_set_out_of_office(reps=queryset, until=form.cleaned_data["until"])
+            self.message_user(request, f"{count} rep(s) out of office.", messages.SUCCESS)
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Set out of office",
+            "form": form,
+            "reps": queryset,
+            "action": "set_out_of_office",
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/routing/rep/out_of_office.html", context)
+
+    @admin.action(description="Deactivate (no new leads)", permissions=["change"])
+    def deactivate(self, request: HttpRequest, queryset: QuerySet[Rep]) -> None:
+        count = reps_deactivate(reps=queryset)
+        self.message_user(
+            request,
+            f"{count} rep(s) deactivated: they get no new leads. Their open leads stay theirs "
+            "until reassigned.",
+            messages.SUCCESS,
+        )
+
+
+class TeamMembershipFormSet(BaseInlineFormSet):
+    """Members saved in the order of their position numbers, renumbered 0, 1, 2, ..."""
+
+    def save(self, commit: bool = True) -> list[Any]:
+        team = self.instance
+        with transaction.atomic():
+            # Out of the way first: the (team, position) constraint is not deferred everywhere.
+            TeamMembership.objects.filter(team=team).update(position=F("position") + PARKING)
+            kept = [
+                form
+                for form in self.forms
+                if form.has_changed() or form.instance.pk is not None
+                if form.cleaned_data and not form.cleaned_data.get("DELETE")
+            ]
+            ranked = sorted(
+                enumerate(kept), key=lambda item: (item[1].cleaned_data["position"], item[0])
+            )
+            for rank, (_index, form) in enumerate(ranked):
+                form.instance.position = 2 * PARKING + rank
+            saved = super().save(commit=commit)
+            team_memberships_renumber(
+                team=team, membership_ids=[form.instance.pk for _i, form in ranked]
+            )
+        return saved
+
+
+PARKING = 1_000_000
 
 
 class TeamMembershipInline(admin.TabularInline):
     model = TeamMembership
+    formset = TeamMembershipFormSet
     fields = ("position", "rep", "weight")
     ordering = ("position", "id")
     autocomplete_fields = ("rep",)
@@ -77,7 +157,7 @@ class TeamAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     list_filter = ("strategy", "respect_working_hours")
     search_fields = ("name",)
     autocomplete_fields = ("manager",)
-    readonly_fields = ("rotation_state", "created_at", "updated_at")
+    readonly_fields = ("next_up", "created_at", "updated_at")
     inlines = (TeamMembershipInline,)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Team]:
@@ -86,6 +166,16 @@ class TeamAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     @admin.display(description="members", ordering="member_count")
     def member_count(self, obj: Team) -> int:
         return obj.member_count  # type: ignore[attr-defined]  # annotated in get_queryset
+
+    @admin.display(description="next up")
+    def next_up(self, obj: Team) -> str:
+        if obj.pk is None:
+            return "-"
+        nxt = team_next_up(team=obj)
+        skipped = format_html_join("", "<li>skipped {}</li>", ((line,) for line in nxt.skipped))
+        return format_html(
+            "<strong>{}</strong> ({})<ul>{}</ul>", nxt.rep or "nobody", nxt.why, skipped
+        )
 
 
 @admin.register(Territory)
@@ -121,13 +211,17 @@ def _editable(ruleset: RuleSet | None) -> bool:
 
 
 class RuleInline(admin.TabularInline):
+    """The rules of a version in priority order, in words; edited on their own page."""
+
     model = Rule
-    fields = ("priority", "name", "when", "action", "sla_minutes", "on_sla_breach", "active")
+    fields = ("priority", "name", "condition", "then", "active", "order")
+    readonly_fields = fields
     ordering = ("priority",)
     extra = 0
+    show_change_link = True
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return _editable(obj) and super().has_add_permission(request, obj)
+        return False  # "Add a rule" opens the rule editor
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return _editable(obj) and super().has_change_permission(request, obj)
@@ -135,10 +229,46 @@ class RuleInline(admin.TabularInline):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return _editable(obj) and super().has_delete_permission(request, obj)
 
+    @admin.display(description="when")
+    def condition(self, rule: Rule) -> str:
+        return describe_condition(rule.when)
+
+    @admin.display(description="then")
+    def then(self, rule: Rule) -> str:
+        return describe_action(rule.action)
+
+    @admin.display(description="order")
+    def order(self, rule: Rule) -> str:
+        if not rule.ruleset.is_editable:
+            return ""
+        return format_html(
+            '<button type="submit" class="rule-up" formaction="{}" title="Run earlier">↑</button> '
+            '<button type="submit" class="rule-down" formaction="{}" title="Run later">↓</button>',
+            reverse("admin:routing_rule_move", args=[rule.pk, "up"]),
+            reverse("admin:routing_rule_move", args=[rule.pk, "down"]),
+        )
+
+
+class RuleJsonInline(admin.TabularInline):
+    """Rules as JSON, for power users creating a ruleset by hand (the add page only)."""
+
+    model = Rule
+    fields = ("priority", "name", "when", "action", "sla_minutes", "on_sla_breach", "active")
+    extra = 0
+
 
 @admin.register(RuleSet)
 class RuleSetAdmin(admin.ModelAdmin):
-    list_display = ("version", "name", "status", "created_at", "created_by", "published_at")
+    list_display = (
+        "version",
+        "name",
+        "status",
+        "note_start",
+        "created_at",
+        "created_by",
+        "published_at",
+        "published_by",
+    )
     list_display_links = ("version", "name")
     list_filter = ("status",)
     search_fields = ("name", "note")
@@ -152,7 +282,57 @@ class RuleSetAdmin(admin.ModelAdmin):
     )
     fields = ("name", "note", *readonly_fields)
     inlines = (RuleInline,)
-    actions = ("publish", "copy_to_draft")
+    actions = ("publish",)
+
+    def get_inlines(self, request: HttpRequest, obj: RuleSet | None = None) -> Any:
+        return (RuleInline,) if obj is not None else (RuleJsonInline,)
+
+    @admin.action(description="Publish the selected draft (when its test cases pass)")
+    def publish(self, request: HttpRequest, queryset: QuerySet[RuleSet]) -> None:
+        if queryset.count() != 1:
+            self.message_user(request, "Select exactly one draft to publish.", messages.ERROR)
+            return
+        ruleset = queryset.get()
+        try:
+            published = ruleset_publish_checked(ruleset=ruleset, actor=request.user)  # type: ignore[arg-type]
+        except TestCasesFailing as exc:
+            self.message_user(
+                request, f"Not published: {exc}. Use Publish… on the draft.", messages.ERROR
+            )
+            return
+        except RuleErrors as exc:
+            self.message_user(request, f"Not published: {exc}", messages.ERROR)
+            return
+        self.log_change(request, published, f"Published version {published.version}")
+        self.message_user(request, f"Version {published.version} is live.", messages.SUCCESS)
+
+    def get_urls(self) -> list[URLPattern]:
+        def wrap(view: Any) -> Any:
+            def page(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+                return view(self, request, *args, **kwargs)
+
+            return self.admin_site.admin_view(page)
+
+        return [
+            path("simulate/", wrap(views.simulate_view), name="routing_ruleset_simulate"),
+            path("compare/", wrap(views.diff_view), name="routing_ruleset_diff"),
+            path("new-draft/", wrap(views.new_draft_view), name="routing_ruleset_new_draft"),
+            path(
+                "<int:pk>/new-draft/",
+                wrap(views.new_draft_view),
+                name="routing_ruleset_copy",
+            ),
+            path("<int:pk>/replay/", wrap(views.replay_view), name="routing_ruleset_replay"),
+            path("<int:pk>/tests/", wrap(views.tests_view), name="routing_ruleset_tests"),
+            path("<int:pk>/publish/", wrap(views.publish_view), name="routing_ruleset_publish"),
+            path("<int:pk>/rollback/", wrap(views.rollback_view), name="routing_ruleset_rollback"),
+            *super().get_urls(),
+        ]
+
+    @admin.display(description="note")
+    def note_start(self, obj: RuleSet) -> str:
+        first = (obj.note or "").strip().splitlines()
+        return first[0][:80] if first else ""
 
     def has_change_permission(self, request: HttpRequest, obj: RuleSet | None = None) -> bool:
         return _editable(obj) and super().has_change_permission(request, obj)
@@ -162,8 +342,11 @@ class RuleSetAdmin(admin.ModelAdmin):
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)
-        actions.pop("delete_selected", None)  # it would skip the per-version check below
+        actions.pop("delete_selected", None)  # it would skip the per-version check
         return actions
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[RuleSet]:
+        return super().get_queryset(request).select_related("created_by", "published_by")
 
     def save_model(self, request: HttpRequest, obj: RuleSet, form: Any, change: bool) -> None:
         if change:
@@ -171,37 +354,101 @@ class RuleSetAdmin(admin.ModelAdmin):
         else:
             ruleset_add_draft(ruleset=obj, actor=request.user)  # type: ignore[arg-type]
 
-    @admin.action(description="Publish the selected draft (archives the live version)")
-    def publish(self, request: HttpRequest, queryset: QuerySet[RuleSet]) -> None:
-        if queryset.count() != 1:
-            self.message_user(request, "Select exactly one draft to publish.", messages.ERROR)
-            return
-        ruleset = queryset.get()
-        try:
-            published = ruleset_publish(ruleset=ruleset, actor=request.user)  # type: ignore[arg-type]
-        except RuleErrors as exc:
-            self.message_user(request, f"Not published: {exc}", messages.ERROR)
-            return
-        self.message_user(request, f"Version {published.version} is live.", messages.SUCCESS)
-
-    @admin.action(description="Copy to a new draft (to edit, or to roll back to)")
-    def copy_to_draft(self, request: HttpRequest, queryset: QuerySet[RuleSet]) -> None:
-        for ruleset in queryset.order_by("version"):
-            copy = ruleset_copy(ruleset=ruleset, actor=request.user)  # type: ignore[arg-type]
-            self.message_user(
-                request,
-                f"Version {ruleset.version} copied to draft version {copy.version}.",
-                messages.SUCCESS,
-            )
-
 
 @admin.register(Rule)
 class RuleAdmin(admin.ModelAdmin):
-    list_display = ("name", "priority", "ruleset", "active", "sla_minutes", "on_sla_breach")
+    """The rule editor: the condition as rows, the action as fields; lists in priority order."""
+
+    form = RuleForm
+    list_display = ("priority", "name", "condition", "then", "ruleset", "active")
+    list_display_links = ("priority", "name")
     list_select_related = ("ruleset",)
-    list_filter = ("ruleset__status", "active", "on_sla_breach")
+    list_filter = ("ruleset", "ruleset__status", "active")
     search_fields = ("name",)
     ordering = ("-ruleset__version", "priority")
+    fieldsets = (
+        (None, {"fields": ("ruleset", "name", "priority", "active")}),
+        ("When", {"fields": ("when",)}),
+        (
+            "Then",
+            {
+                "fields": (
+                    "action_type",
+                    "action_team",
+                    "action_rep",
+                    "action_ignore_caps",
+                    "action_fallback_team",
+                    "action_reason",
+                    "tag_priority",
+                    "tag_sla_minutes",
+                    "tag_tags",
+                    "action",
+                )
+            },
+        ),
+        ("First-touch SLA", {"fields": ("sla_minutes", "on_sla_breach")}),
+    )
+    readonly_fieldsets = (
+        (None, {"fields": ("ruleset", "name", "priority", "active")}),
+        ("In words", {"fields": ("condition", "then")}),
+        ("As JSON", {"fields": ("when", "action")}),
+        ("First-touch SLA", {"fields": ("sla_minutes", "on_sla_breach")}),
+    )
+
+    def get_urls(self) -> list[URLPattern]:
+        def move(request: HttpRequest, pk: int, direction: str) -> HttpResponse:
+            return views.rule_move_view(self, request, pk, direction)
+
+        return [
+            path(
+                "<int:pk>/move/<str:direction>/",
+                self.admin_site.admin_view(move),
+                name="routing_rule_move",
+            ),
+            *super().get_urls(),
+        ]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Rule | None = None) -> Any:
+        if obj is not None and not _editable(obj.ruleset):
+            return self.readonly_fieldsets
+        return self.fieldsets
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Rule | None = None) -> Any:
+        if obj is not None and not _editable(obj.ruleset):
+            return ("condition", "then")
+        return ()
+
+    def get_form(
+        self, request: HttpRequest, obj: Any | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        if obj is not None and not _editable(obj.ruleset):
+            kwargs["fields"] = [
+                "ruleset",
+                "name",
+                "priority",
+                "active",
+                "when",
+                "action",
+                "sla_minutes",
+                "on_sla_breach",
+            ]
+        return super().get_form(request, obj, change, **kwargs)
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        initial: dict[str, Any] = dict(super().get_changeform_initial_data(request))
+        if "ruleset" not in initial:
+            draft = RuleSet.objects.filter(status=RuleSetStatus.DRAFT).order_by("-version").first()
+            if draft is not None:
+                initial["ruleset"] = draft.pk
+        return initial
+
+    @admin.display(description="when")
+    def condition(self, rule: Rule) -> str:
+        return describe_condition(rule.when)
+
+    @admin.display(description="then")
+    def then(self, rule: Rule) -> str:
+        return describe_action(rule.action)
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)
@@ -222,6 +469,32 @@ class RuleAdmin(admin.ModelAdmin):
         return (obj is None or _editable(obj.ruleset)) and super().has_delete_permission(
             request, obj
         )
+
+    def _back_to_ruleset(self, request: HttpRequest, obj: Rule) -> HttpResponse | None:
+        if "_continue" in request.POST or "_addanother" in request.POST:
+            return None
+        return HttpResponseRedirect(
+            reverse("admin:routing_ruleset_change", args=[obj.ruleset_id]) + "#rules-group"
+        )
+
+    def response_add(self, request: HttpRequest, obj: Rule, post_url_continue: Any = None) -> Any:
+        response = super().response_add(request, obj, post_url_continue)
+        return self._back_to_ruleset(request, obj) or response
+
+    def response_change(self, request: HttpRequest, obj: Rule) -> Any:
+        response = super().response_change(request, obj)
+        return self._back_to_ruleset(request, obj) or response
+
+
+@admin.register(RoutingTestCase)
+class RoutingTestCaseAdmin(admin.ModelAdmin):
+    form = RoutingTestCaseForm
+    list_display = ("name", "expected_status", "expected_rep", "expected_team", "source")
+    list_select_related = ("expected_rep", "expected_team", "source")
+    list_filter = ("expected_status",)
+    search_fields = ("name",)
+    autocomplete_fields = ("expected_rep", "expected_team")
+    readonly_fields = ("created_at", "updated_at")
 
 
 @admin.register(QueueHeartbeat)

@@ -699,3 +699,85 @@ class QueueHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue} @ {self.last_seen_at:%Y-%m-%d %H:%M:%S}"
+
+
+# --- Saved test cases ---------------------------------------------------------------------------
+
+
+class ExpectedStatus(models.TextChoices):
+    ASSIGNED = "assigned", "Assigned"
+    EXCLUDED = "excluded", "Excluded"
+    UNASSIGNED = "unassigned", "Unassigned"
+
+
+class RoutingTestCase(models.Model):
+    """A lead with the routing RevOps expect for it; run against a version before publishing.
+
+    Cases belong to the routing as a whole, not to one version, so a new draft (copied, imported
+    or rolled back) is checked against every case saved so far. ``ruleset`` records the version
+    the case was written against, for reference only.
+    """
+
+    name = models.CharField(max_length=200, unique=True)
+    lead = models.JSONField(help_text='The lead as a source sends it, e.g. {"email": "..."}')
+    source = models.ForeignKey(
+        "leads.Source",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Its field map is applied first, and it sets the lead's `source`.",
+    )
+    expected_status = models.CharField(
+        max_length=16, choices=ExpectedStatus.choices, default=ExpectedStatus.ASSIGNED
+    )
+    expected_rep = models.ForeignKey(
+        Rep,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Leave empty when any owner will do (or for excluded/unassigned).",
+    )
+    expected_team = models.ForeignKey(
+        Team, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    ruleset = models.ForeignKey(
+        RuleSet,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The version this case was written against (for reference).",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("name",)
+        verbose_name = "routing test case"
+        constraints = [
+            models.CheckConstraint(condition=~Q(name=""), name="routing_test_case_name_not_empty"),
+            models.CheckConstraint(
+                condition=Q(expected_status__in=ExpectedStatus.values),
+                name="routing_test_case_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(expected_status=ExpectedStatus.ASSIGNED)
+                | Q(expected_rep__isnull=True, expected_team__isnull=True),
+                name="routing_test_case_owner_only_when_assigned",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if not isinstance(self.lead, dict) or not self.lead:
+            raise ValidationError({"lead": 'Enter the lead as a JSON object, e.g. {"email": ...}.'})
+        if self.expected_status != ExpectedStatus.ASSIGNED and (
+            self.expected_rep_id is not None or self.expected_team_id is not None
+        ):
+            raise ValidationError(
+                {"expected_status": "Only an assigned lead has an expected rep or team."}
+            )

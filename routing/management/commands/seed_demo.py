@@ -11,6 +11,8 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
+from routing.editor.permissions import revops_group_sync
+
 DEMO_GROUPS = ("RevOps", "Sales managers")
 
 
@@ -32,6 +34,7 @@ class Command(BaseCommand):
         with transaction.atomic():
             for name in DEMO_GROUPS:
                 Group.objects.get_or_create(name=name)
+            revops_group_sync()  # the RevOps group may edit routing in the admin
             admin, created = user_model.objects.get_or_create(
                 username="admin",
                 defaults={"email": "admin@example.com", "is_staff": True, "is_superuser": True},
