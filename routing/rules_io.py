@@ -41,6 +41,8 @@ from django.db.models import Max
 from django.db.models.functions import Lower
 from django.utils import timezone
 
+from audit.models import EventType
+from audit.services import event_record
 from leads.models import Source, token_digest
 from leads.services import new_token
 from routing.engine import RuleError, RuleErrors, compile_ruleset
@@ -928,11 +930,28 @@ def ruleset_publish(*, ruleset: RuleSet, actor: Actor = None) -> RuleSet:
     errors = ruleset_compile_errors(locked)
     if errors:
         raise RuleErrors(errors)
+    previous = RuleSet.objects.filter(status=RuleSetStatus.PUBLISHED).values_list(
+        "version", flat=True
+    )
+    replaced = list(previous)
     RuleSet.objects.filter(status=RuleSetStatus.PUBLISHED).update(status=RuleSetStatus.ARCHIVED)
     locked.status = RuleSetStatus.PUBLISHED
     locked.published_at = timezone.now()
     locked.published_by = _user(actor)
     locked.save(update_fields=["status", "published_at", "published_by"])
+    event_record(
+        type=EventType.RULES_PUBLISHED,
+        actor=f"user:{actor.get_username()}" if actor is not None else "system",
+        at=locked.published_at,
+        ruleset_version=locked.version,
+        data={
+            "ruleset": locked.name,
+            "version": locked.version,
+            "replaced_version": replaced[0] if replaced else None,
+            "note": locked.note,
+            "rules": locked.rules.count(),
+        },
+    )
     return locked
 
 

@@ -171,3 +171,21 @@ def test_the_admin_shows_events_read_only(admin_client):
     assert page.status_code == 200
     assert b'name="_save"' not in page.content
     assert admin_client.post(f"/admin/audit/event/{event.pk}/delete/").status_code == 403
+
+
+def test_publishing_rules_is_an_event_with_who_and_which_version(django_user_model):
+    from routing.decisions import clear_live_config_cache
+    from routing.rules_io import rules_import, ruleset_copy, ruleset_publish
+    from tests.routing.test_pipeline import RULES
+
+    ana = django_user_model.objects.create_user("ana", password="pw")
+    first = rules_import(RULES, publish=True, actor=ana).ruleset
+    ruleset_publish(ruleset=ruleset_copy(ruleset=first), actor=None)
+    clear_live_config_cache()
+    events = list(Event.objects.filter(chain=ROUTING_CHAIN).order_by("seq"))
+    assert [(e.type, e.actor, e.ruleset_version) for e in events] == [
+        ("rules_published", "user:ana", first.version),
+        ("rules_published", "system", first.version + 1),
+    ]
+    assert events[1].data["replaced_version"] == first.version
+    assert events[0].data["rules"] == 2
