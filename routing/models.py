@@ -699,3 +699,6 @@ class QueueHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue} @ {self.last_seen_at:%Y-%m-%d %H:%M:%S}"
+
+
+from routing.delivery.models import *  # noqa: E402,F403
