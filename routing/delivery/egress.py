@@ -119,6 +119,29 @@ class _PinnedHTTPSConnection(http.client.HTTPSConnection):
         )
 
 
+def _connect(
+    scheme: str, addresses: list[IPAddress], port: int, *, host: str, timeout: float
+) -> http.client.HTTPConnection:
+    """A connection to the first of the checked addresses that accepts one (like a browser)."""
+    last_error: OSError | None = None
+    for address in addresses:
+        connection: http.client.HTTPConnection
+        if scheme == "https":
+            connection = _PinnedHTTPSConnection(
+                str(address), port, server_hostname=host, timeout=timeout
+            )
+        else:
+            connection = http.client.HTTPConnection(str(address), port, timeout=timeout)
+        try:
+            connection.connect()
+        except OSError as exc:
+            connection.close()
+            last_error = exc
+            continue
+        return connection
+    raise last_error or HostUnresolved(f"the host {host!r} has no address")
+
+
 def post(
     url: str,
     *,
@@ -133,16 +156,15 @@ def post(
     TimeoutError on a network failure.
     """
     parts = _parse(url)
-    address = url_resolve(url, allow_private=allow_private)[0]
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    connection: http.client.HTTPConnection
-    if parts.scheme == "https":
-        connection = _PinnedHTTPSConnection(
-            str(address), port, server_hostname=host, timeout=timeout
-        )
-    else:
-        connection = http.client.HTTPConnection(str(address), port, timeout=timeout)
+    connection = _connect(
+        parts.scheme,
+        url_resolve(url, allow_private=allow_private),
+        port,
+        host=host,
+        timeout=timeout,
+    )
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
