@@ -12,6 +12,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 from pytest_httpserver import HTTPServer
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from werkzeug import Request, Response
 
 from audit.models import Event
@@ -291,3 +292,26 @@ def another_assignment(assignment: Assignment) -> Assignment:
 
 def services_schedule(assignment: Assignment) -> list[Delivery]:
     return deliveries_schedule(assignment=assignment)
+
+
+def test_the_standardwebhooks_library_verifies_every_attempt(
+    assignment: Assignment, endpoint: WebhookEndpoint, httpserver: HTTPServer, published: list[int]
+) -> None:
+    """The reference implementation (``standardwebhooks`` on PyPI) accepts what we send."""
+    httpserver.expect_oneshot_request("/hook").respond_with_data("", status=502)
+    httpserver.expect_request("/hook").respond_with_data("")
+    delivery = webhook_delivery(assignment, endpoint)
+    delivery_attempt(delivery_id=delivery.pk)
+    make_due(delivery)
+    assert delivery_attempt(delivery_id=delivery.pk) == "delivered"
+
+    receiver = Webhook(endpoint.secret)
+    for request in _requests(httpserver):
+        headers = dict(request.headers)
+        assert receiver.verify(request.get_data(), headers) == delivery.payload
+        with pytest.raises(WebhookVerificationError):
+            receiver.verify(request.get_data() + b" ", headers)
+        with pytest.raises(WebhookVerificationError):
+            Webhook(WebhookEndpoint(name="x", url=endpoint.url).secret).verify(
+                request.get_data(), headers
+            )
