@@ -15,7 +15,7 @@ from routing.delivery.models import (
     DeliveryEvent,
     WebhookEndpoint,
 )
-from routing.delivery.services import deliveries_retry
+from routing.delivery.services import deliveries_retry, endpoint_send_test
 
 
 class WebhookEndpointForm(forms.ModelForm):
@@ -49,6 +49,13 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         ),
         ("State", {"fields": ("disabled_at", "disabled_reason", "created_at", "updated_at")}),
     )
+
+    actions = ("send_test",)
+
+    @admin.action(description="Send a signed test message to the selected endpoints")
+    def send_test(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
+        for endpoint in queryset[:10]:
+            self.message_user(request, endpoint_send_test(endpoint=endpoint))
 
     @admin.display(description="secret")
     def secret_masked(self, obj: WebhookEndpoint) -> str:

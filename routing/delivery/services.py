@@ -444,6 +444,35 @@ def endpoint_disable(*, endpoint_id: int, reason: str) -> int:
     return cancelled
 
 
+def endpoint_send_test(*, endpoint: WebhookEndpoint) -> str:
+    """POST a signed ``test`` message to ``endpoint`` now (admin); returns what happened.
+
+    Not an outbox row: nothing is retried or audited. The URL is checked like any delivery's.
+    """
+    now = timezone.now()
+    message_id = f"msg_test_{int(time.time() * 1000)}"
+    body = payload_body(
+        {"type": "test", "timestamp": now.isoformat(), "data": {"endpoint": endpoint.name}}
+    )
+    try:
+        response = egress.post(
+            endpoint.url,
+            body=body,
+            headers=signing.headers(
+                secret=endpoint.secret, message_id=message_id, timestamp=int(time.time()), body=body
+            ),
+            timeout=settings.DELIVERY_TIMEOUT_SECONDS,
+            allow_private=settings.DELIVERY_ALLOW_PRIVATE_URLS,
+        )
+    except egress.UrlRefused as exc:
+        return f"{endpoint.name}: refused: {exc}"
+    except TimeoutError:
+        return f"{endpoint.name}: timed out after {settings.DELIVERY_TIMEOUT_SECONDS} s"
+    except (OSError, http.client.HTTPException) as exc:
+        return f"{endpoint.name}: {type(exc).__name__}: {exc}"
+    return f"{endpoint.name}: HTTP {response.status} {response.excerpt[:200]}".rstrip()
+
+
 # --- Sweeping and retrying ----------------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from pytest_httpserver import HTTPServer
 from routing.delivery.models import Delivery, DeliveryStatus, WebhookEndpoint
 from routing.delivery.services import delivery_attempt
 from routing.models import Assignment
-from tests.routing.delivery.conftest import webhook_delivery
+from tests.routing.delivery.conftest import verify_standard_webhook, webhook_delivery
 
 pytestmark = pytest.mark.django_db
 
@@ -77,3 +78,21 @@ def test_a_delivery_to_an_endpoint_disabled_meanwhile_is_cancelled_unsent(
     assert httpserver.log == []
     delivery.refresh_from_db()
     assert delivery.status == DeliveryStatus.CANCELLED
+
+
+def test_send_test_posts_a_signed_test_message(
+    admin_client: Client, endpoint: WebhookEndpoint, httpserver: HTTPServer
+) -> None:
+    httpserver.expect_request("/hook").respond_with_data("hello")
+    response = admin_client.post(
+        reverse("admin:routing_webhookendpoint_changelist"),
+        {"action": "send_test", "_selected_action": [endpoint.pk]},
+        follow=True,
+    )
+    assert "CRM: HTTP 200 hello" in response.content.decode()
+    ((request, _),) = httpserver.log
+    assert json.loads(request.get_data())["type"] == "test"
+    verify_standard_webhook(
+        secret=endpoint.secret, headers=dict(request.headers), body=request.get_data()
+    )
+    assert not Delivery.objects.exists()
