@@ -504,3 +504,6 @@ class QueueHeartbeatAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+
+from routing.delivery import admin as delivery_admin  # noqa: E402,F401

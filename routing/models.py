@@ -781,3 +781,6 @@ class RoutingTestCase(models.Model):
             raise ValidationError(
                 {"expected_status": "Only an assigned lead has an expected rep or team."}
             )
+
+
+from routing.delivery.models import *  # noqa: E402,F403

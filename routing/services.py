@@ -23,6 +23,7 @@ from leads.services import (
 )
 from routing.decisions import RouteResult, route_lead, stored_trace
 from routing.dedup import DedupMatch, lead_dedup
+from routing.delivery.services import deliveries_schedule
 from routing.models import Assignment, AssignmentKind, QueueHeartbeat, Rep
 
 logger = logging.getLogger(__name__)
@@ -109,7 +110,8 @@ def enrichment_trace_note(lead: Lead) -> str | None:
 
 
 def schedule_delivery(*, assignment: Assignment, event: str) -> None:
-    return None
+    """Outbound webhooks and the rep's e-mail for a new owner, sent after commit (never undone)."""
+    deliveries_schedule(assignment=assignment, event=event)
 
 
 def _quarantine(lead: Lead, now: datetime) -> str:

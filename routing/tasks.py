@@ -42,3 +42,6 @@ def process_leads(lead_ids: list[str]) -> None:
             failures += 1
     if failures:
         logger.warning("%d of %d lead(s) in a chunk failed", failures, len(lead_ids))
+
+
+from routing.delivery import tasks as delivery_tasks  # noqa: E402,F401

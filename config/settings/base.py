@@ -353,3 +353,36 @@ DEFAULT_SLA_MINUTES = env.int("DEFAULT_SLA_MINUTES", default=60)
 
 READYZ_BROKER_TIMEOUT_SECONDS = env.float("READYZ_BROKER_TIMEOUT_SECONDS", default=2.0)
 DB_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int("DB_UNAVAILABLE_RETRY_AFTER_SECONDS", default=30)
+
+# --- Delivery -------------------------------------------------------------------------------
+# Outbound webhooks and e-mail to the rep after each assignment (routing/delivery, docs/api.md
+# "Outbound webhooks"). Retries are rows with a due time, swept by beat, never long countdowns.
+# Webhook URLs resolving to loopback, private, link-local or other non-public addresses are
+# refused at save and at send unless this is on (a receiver on the same private network).
+DELIVERY_ALLOW_PRIVATE_URLS = env.bool("DELIVERY_ALLOW_PRIVATE_URLS", default=False)
+DELIVERY_TIMEOUT_SECONDS = env.float("DELIVERY_TIMEOUT_SECONDS", default=10.0)
+# A failing delivery is retried with exponential backoff and full jitter (base doubling per
+# attempt, capped) until this long after it was created; then it is marked failed.
+DELIVERY_MAX_AGE_SECONDS = env.int("DELIVERY_MAX_AGE_SECONDS", default=24 * 3600)
+DELIVERY_BACKOFF_BASE_SECONDS = env.float("DELIVERY_BACKOFF_BASE_SECONDS", default=30.0)
+DELIVERY_BACKOFF_MAX_SECONDS = env.float("DELIVERY_BACKOFF_MAX_SECONDS", default=3600.0)
+# How long an attempt holds its delivery; a worker that dies mid-attempt frees it after this.
+DELIVERY_LEASE_SECONDS = env.int(
+    "DELIVERY_LEASE_SECONDS", default=int(DELIVERY_TIMEOUT_SECONDS) + 50
+)
+DELIVERY_EMAIL_ENABLED = env.bool("DELIVERY_EMAIL_ENABLED", default=True)
+DELIVERY_SWEEP_INTERVAL_SECONDS = env.float("DELIVERY_SWEEP_INTERVAL_SECONDS", default=15.0)
+DELIVERY_SWEEP_BATCH_SIZE = env.int("DELIVERY_SWEEP_BATCH_SIZE", default=200)
+# A due delivery whose task was published this recently is not published again by the sweeper.
+DELIVERY_REDISPATCH_SECONDS = env.int("DELIVERY_REDISPATCH_SECONDS", default=60)
+# Base of the link in e-mails to reps (e.g. https://leads.example.com); empty = a bare path.
+DELIVERY_LINK_BASE_URL = env.str("DELIVERY_LINK_BASE_URL", default="")
+# E-mail: EMAIL_URL such as smtp+tls://user:password@smtp.example.com:587; the default prints
+# mails to the worker's console, so a laptop install does not retry an absent SMTP server.
+vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="LeadRouter <leadrouter@localhost>")
+CELERY_BEAT_SCHEDULE["delivery-sweep-due"] = {
+    "task": "delivery.sweep_due",
+    "schedule": DELIVERY_SWEEP_INTERVAL_SECONDS,
+    "options": {"expires": 2 * DELIVERY_SWEEP_INTERVAL_SECONDS},
+}

@@ -1,0 +1,135 @@
+"""Admin for delivery: webhook endpoints, and the read-only outbox with its attempt log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from routing.delivery.models import (
+    Delivery,
+    DeliveryAttempt,
+    DeliveryEvent,
+    WebhookEndpoint,
+)
+from routing.delivery.services import deliveries_retry, endpoint_send_test
+
+
+class WebhookEndpointForm(forms.ModelForm):
+    events = forms.MultipleChoiceField(
+        choices=DeliveryEvent.choices,
+        widget=forms.CheckboxSelectMultiple,
+        initial=list(DeliveryEvent.values),
+    )
+
+    class Meta:
+        model = WebhookEndpoint
+        fields = ("name", "url", "active", "events")
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(admin.ModelAdmin):
+    form = WebhookEndpointForm
+    list_display = ("name", "url", "active", "events", "secret_masked", "disabled_at")
+    list_filter = ("active",)
+    search_fields = ("name", "url")
+    readonly_fields = ("secret", "disabled_at", "disabled_reason", "created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("name", "url", "active", "events")}),
+        (
+            "Signing",
+            {
+                "fields": ("secret",),
+                "description": "Receivers verify webhook-signature with this secret "
+                "(Standard Webhooks). It is generated when the endpoint is created.",
+            },
+        ),
+        ("State", {"fields": ("disabled_at", "disabled_reason", "created_at", "updated_at")}),
+    )
+
+    actions = ("send_test",)
+
+    @admin.action(description="Send a signed test message to the selected endpoints")
+    def send_test(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
+        for endpoint in queryset[:10]:
+            self.message_user(request, endpoint_send_test(endpoint=endpoint))
+
+    @admin.display(description="secret")
+    def secret_masked(self, obj: WebhookEndpoint) -> str:
+        return obj.secret[:10] + "…"
+
+
+class DeliveryAttemptInline(admin.TabularInline):
+    model = DeliveryAttempt
+    fields = ("number", "at", "outcome", "status_code", "duration_ms", "error", "response_excerpt")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ("number",)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(admin.ModelAdmin):
+    list_display = (
+        "message_id",
+        "channel",
+        "recipient",
+        "event",
+        "status",
+        "attempts",
+        "last_status_code",
+        "next_attempt_at",
+        "created_at",
+    )
+    list_filter = ("status", "channel", "event", "endpoint")
+    list_select_related = ("endpoint",)
+    search_fields = ("message_id", "recipient", "assignment__lead__id")
+    date_hierarchy = "created_at"
+    inlines = (DeliveryAttemptInline,)
+    actions = ("retry_now",)
+    readonly_fields = (
+        "channel",
+        "endpoint",
+        "recipient",
+        "assignment",
+        "event",
+        "message_id",
+        "payload",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "give_up_at",
+        "dispatched_at",
+        "last_status_code",
+        "last_error",
+        "delivered_at",
+        "created_at",
+        "updated_at",
+    )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.action(description="Retry the selected failed or waiting deliveries now")
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> None:
+        count = deliveries_retry(delivery_ids=list(queryset.values_list("id", flat=True)))
+        skipped = queryset.count() - count
+        self.message_user(request, f"{count} delivery(ies) queued for a new attempt.")
+        if skipped:
+            self.message_user(
+                request,
+                f"{skipped} skipped: delivered, cancelled, or to a disabled endpoint.",
+                messages.WARNING,
+            )

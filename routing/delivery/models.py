@@ -1,0 +1,240 @@
+"""The delivery outbox: webhook endpoints, one ``Delivery`` per recipient, and its attempts.
+
+A ``Delivery`` is written in the assignment's transaction with its payload frozen, so it is
+sent even if the message that should start it is lost (a beat sweeper picks up whatever is due)
+and every retry sends the same bytes under the same ``message_id`` (``webhook-id``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+
+from routing.delivery.egress import HostUnresolved, UrlRefused, url_resolve
+from routing.delivery.signing import SECRET_PREFIX, secret_bytes, secret_generate
+
+__all__ = [
+    "Delivery",
+    "DeliveryAttempt",
+    "DeliveryChannel",
+    "DeliveryEvent",
+    "DeliveryStatus",
+    "WebhookEndpoint",
+]
+
+
+class DeliveryEvent(models.TextChoices):
+    ASSIGNED = "lead.assigned", "Lead assigned (first assignment, or duplicate to its owner)"
+    REASSIGNED = "lead.reassigned", "Lead reassigned"
+
+
+def _all_events() -> list[str]:
+    return list(DeliveryEvent.values)
+
+
+def url_errors(url: str) -> list[str]:
+    """Why ``url`` may not receive webhooks (SSRF and form); empty when it may."""
+    try:
+        url_resolve(url, allow_private=settings.DELIVERY_ALLOW_PRIVATE_URLS)
+    except HostUnresolved as exc:
+        return [f"{exc} (a webhook URL must resolve when it is saved)"]
+    except UrlRefused as exc:
+        return [str(exc)]
+    return []
+
+
+class WebhookEndpoint(models.Model):
+    """A URL that receives signed webhooks for the events it subscribes to."""
+
+    name = models.CharField(max_length=200, unique=True)
+    url = models.URLField(max_length=2000, help_text="http(s) URL; private addresses are refused.")
+    secret = models.CharField(
+        max_length=200,
+        default=secret_generate,
+        help_text="whsec_… signing secret; give it to the receiver to verify signatures.",
+    )
+    active = models.BooleanField(default=True)
+    events = models.JSONField(
+        default=_all_events,
+        help_text=f"Event types sent to this endpoint: {', '.join(DeliveryEvent.values)}.",
+    )
+    disabled_at = models.DateTimeField(null=True, blank=True, editable=False)
+    disabled_reason = models.TextField(blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("name",)
+        constraints = [
+            models.CheckConstraint(condition=~Q(name=""), name="webhook_endpoint_name_not_empty"),
+            models.CheckConstraint(
+                condition=Q(secret__startswith=SECRET_PREFIX),
+                name="webhook_endpoint_secret_prefix",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def subscribes_to(self, event: str) -> bool:
+        return isinstance(self.events, list) and event in self.events
+
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+        if self.url:
+            found = url_errors(self.url)
+            if found:
+                errors["url"] = found
+        if (
+            not isinstance(self.events, list)
+            or not self.events
+            or any(event not in DeliveryEvent.values for event in self.events)
+        ):
+            errors["events"] = [f"choose one or more of: {', '.join(DeliveryEvent.values)}"]
+        try:
+            if len(secret_bytes(self.secret or "")) < 24 or not self.secret.startswith(
+                SECRET_PREFIX
+            ):
+                raise ValueError
+        except ValueError:
+            errors["secret"] = ["must be whsec_ followed by at least 24 bytes in base64"]
+        if errors:
+            raise ValidationError(errors)
+        if self.active:  # re-enabled by hand: the reason it was disabled no longer applies
+            self.disabled_at = None
+            self.disabled_reason = ""
+
+
+class DeliveryChannel(models.TextChoices):
+    WEBHOOK = "webhook", "Webhook"
+    EMAIL = "email", "E-mail to the rep"
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DELIVERED = "delivered", "Delivered"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+def message_id_for(*, lead_id: object, assignment_id: int, recipient: str, event: str) -> str:
+    """The ``webhook-id``: the same for every retry of one message, unique across installs.
+
+    Derived from the lead's UUID as well as the assignment id, so two databases (a restore, a
+    second install) never reuse an id a receiver has already seen.
+    """
+    digest = hashlib.sha256(f"{lead_id}:{assignment_id}:{recipient}:{event}".encode()).hexdigest()
+    return f"msg_{digest[:32]}"
+
+
+class Delivery(models.Model):
+    """One message about one assignment to one recipient (an endpoint, or the rep by e-mail)."""
+
+    channel = models.CharField(max_length=16, choices=DeliveryChannel.choices)
+    endpoint = models.ForeignKey(
+        WebhookEndpoint,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="deliveries",
+    )
+    recipient = models.CharField(
+        max_length=2000, help_text="The rep's e-mail address, or the endpoint's URL, when created."
+    )
+    assignment = models.ForeignKey(
+        "routing.Assignment", on_delete=models.PROTECT, related_name="deliveries"
+    )
+    event = models.CharField(max_length=32, choices=DeliveryEvent.choices)
+    message_id = models.CharField(max_length=64, unique=True, help_text="The webhook-id header.")
+    payload = models.JSONField(help_text="Frozen when created; every attempt sends it unchanged.")
+    status = models.CharField(
+        max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    give_up_at = models.DateTimeField(help_text="After this a failing delivery is marked failed.")
+    dispatched_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a task was last published for it."
+    )
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        verbose_name_plural = "deliveries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=("assignment", "endpoint", "event"),
+                condition=Q(endpoint__isnull=False),
+                name="delivery_one_per_assignment_endpoint_event",
+            ),
+            models.UniqueConstraint(
+                fields=("assignment", "event"),
+                condition=Q(channel="email"),
+                name="delivery_one_email_per_assignment_event",
+            ),
+            models.CheckConstraint(
+                condition=Q(channel="webhook", endpoint__isnull=False)
+                | Q(channel="email", endpoint__isnull=True),
+                name="delivery_endpoint_iff_webhook",
+            ),
+            models.CheckConstraint(
+                condition=Q(channel__in=DeliveryChannel.values), name="delivery_channel_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=DeliveryStatus.values), name="delivery_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="pending") | Q(next_attempt_at__isnull=False),
+                name="delivery_pending_has_next_attempt",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="delivered") | Q(delivered_at__isnull=False),
+                name="delivery_delivered_has_delivered_at",
+            ),
+        ]
+        indexes = [
+            # The sweeper's scan: pending rows by due time.
+            models.Index(
+                fields=("next_attempt_at",),
+                condition=Q(status="pending"),
+                name="delivery_pending_due_idx",
+            ),
+            models.Index(fields=("status", "created_at"), name="delivery_status_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.message_id} ({self.channel} → {self.recipient}, {self.status})"
+
+
+class DeliveryAttempt(models.Model):
+    """One try at sending a delivery, append-only: when, what came back, how long it took."""
+
+    delivery = models.ForeignKey(Delivery, on_delete=models.PROTECT, related_name="attempt_log")
+    number = models.PositiveIntegerField()
+    at = models.DateTimeField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    response_excerpt = models.TextField(blank=True, help_text="The first 1,000 characters.")
+    outcome = models.CharField(
+        max_length=16, help_text="delivered, retry, failed, cancelled or refused."
+    )
+
+    class Meta:
+        ordering = ("delivery", "number", "id")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("delivery", "number"), name="delivery_attempt_unique_number"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.delivery_id} #{self.number}: {self.outcome}"

@@ -1,0 +1,552 @@
+"""Delivery services: schedule the outbox rows of an assignment, attempt one, sweep due ones.
+
+The flow: ``deliveries_schedule`` runs inside the assignment's transaction and writes one
+``Delivery`` per recipient with its payload frozen; after commit it publishes a
+``delivery.deliver`` task per row (never raising: a lost publish is left to the sweeper).
+``delivery_attempt`` claims a due row with one atomic UPDATE (so a duplicate message is a
+no-op), sends outside any transaction, and records the attempt and the outcome. Failures are
+retried at a due time stored on the row, which ``deliveries_sweep_due`` (beat) picks up.
+Nothing here touches the assignment: a delivery that fails never undoes it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from audit.models import EventType
+from audit.services import event_record_for_assignment
+from config.celery import app as celery_app
+from leads.selectors import lead_fields
+from leads.services import broker_breaker
+from routing.delivery import backoff, egress, signing
+from routing.delivery.models import (
+    Delivery,
+    DeliveryAttempt,
+    DeliveryChannel,
+    DeliveryEvent,
+    DeliveryStatus,
+    WebhookEndpoint,
+    message_id_for,
+)
+from routing.models import Assignment, AssignmentKind
+
+logger = logging.getLogger(__name__)
+
+DELIVER_TASK = "delivery.deliver"
+_rng = random.SystemRandom()
+
+_EVENT_ALIASES = {
+    "assigned": DeliveryEvent.ASSIGNED,
+    "duplicate": DeliveryEvent.ASSIGNED,
+    "initial": DeliveryEvent.ASSIGNED,
+    "reassigned": DeliveryEvent.REASSIGNED,
+    "reassignment": DeliveryEvent.REASSIGNED,
+}
+
+
+def delivery_event_for(assignment: Assignment) -> str:
+    """The event an assignment announces: ``lead.reassigned`` or ``lead.assigned``."""
+    if assignment.kind == AssignmentKind.REASSIGNMENT:
+        return DeliveryEvent.REASSIGNED.value
+    return DeliveryEvent.ASSIGNED.value
+
+
+def _event_name(event: str) -> str:
+    if event in DeliveryEvent.values:
+        return event
+    if event in _EVENT_ALIASES:
+        return _EVENT_ALIASES[event].value
+    raise ValueError(f"unknown delivery event {event!r}; expected one of {DeliveryEvent.values}")
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def delivery_payload(*, assignment: Assignment, event: str, at: datetime) -> dict[str, Any]:
+    """The JSON sent for ``event`` about ``assignment`` (docs/api.md, "Outbound webhooks")."""
+    lead = assignment.lead
+    rep = assignment.rep
+    document = {
+        "type": event,
+        "timestamp": at.isoformat(),
+        "data": {
+            "lead": {
+                "id": str(lead.pk),
+                "fields": lead_fields(lead),
+                "source": lead.source.slug,
+                "received_at": _iso(lead.received_at),
+                "duplicate_of": str(lead.duplicate_of_id) if lead.duplicate_of_id else None,
+            },
+            "assignment": {
+                "id": assignment.pk,
+                "kind": assignment.kind,
+                "rep": {"id": rep.pk, "email": rep.email, "name": assignment.rep_name or rep.name},
+                "team": (
+                    {"id": assignment.team_id, "name": assignment.team_name}
+                    if assignment.team_id or assignment.team_name
+                    else None
+                ),
+                "rule": (
+                    {"id": assignment.rule_id, "name": assignment.rule_name}
+                    if assignment.rule_id or assignment.rule_name
+                    else None
+                ),
+                "ruleset_version": assignment.ruleset_version,
+                "reason": assignment.reason,
+                "assigned_at": _iso(assignment.assigned_at),
+                "sla_due_at": _iso(assignment.sla_due_at),
+                "supersedes": assignment.supersedes_id,
+            },
+        },
+    }
+    # Round-trip so what is stored is exactly what will be sent (no Decimal, no datetime).
+    frozen: dict[str, Any] = json.loads(json.dumps(document, cls=DjangoJSONEncoder))
+    return frozen
+
+
+def payload_body(payload: dict[str, Any]) -> bytes:
+    """The request body: the payload as compact JSON with sorted keys (stable across retries)."""
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+
+
+# --- Scheduling --------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def deliveries_schedule(*, assignment: Assignment, event: str | None = None) -> list[Delivery]:
+    """Write the outbox rows for ``event`` about ``assignment`` and publish them after commit.
+
+    Call it inside the assignment's transaction. One row per active endpoint subscribed to the
+    event, plus an e-mail to the rep (``DELIVERY_EMAIL_ENABLED``). Calling it again for the same
+    assignment and event creates nothing new (rows are unique per recipient) and returns the
+    existing ones. ``event`` defaults to the one the assignment's kind announces; the short
+    forms ``assigned`` and ``reassigned`` are accepted.
+    """
+    event = _event_name(event) if event else delivery_event_for(assignment)
+    now = timezone.now()
+    give_up_at = now + timedelta(seconds=settings.DELIVERY_MAX_AGE_SECONDS)
+    existing = list(Delivery.objects.filter(assignment=assignment, event=event))
+    have_endpoints = {row.endpoint_id for row in existing if row.endpoint_id is not None}
+    have_email = any(row.channel == DeliveryChannel.EMAIL for row in existing)
+    payload: dict[str, Any] | None = None
+    new: list[Delivery] = []
+
+    def row(channel: str, endpoint: WebhookEndpoint | None, recipient: str) -> Delivery:
+        nonlocal payload
+        if payload is None:
+            payload = delivery_payload(assignment=assignment, event=event, at=now)
+        key = f"endpoint-{endpoint.pk}" if endpoint is not None else "email"
+        return Delivery(
+            channel=channel,
+            endpoint=endpoint,
+            recipient=recipient,
+            assignment=assignment,
+            event=event,
+            message_id=message_id_for(
+                lead_id=assignment.lead_id, assignment_id=assignment.pk, recipient=key, event=event
+            ),
+            payload=payload,
+            status=DeliveryStatus.PENDING,
+            next_attempt_at=now,
+            give_up_at=give_up_at,
+            dispatched_at=now,  # published on commit just below
+            created_at=now,
+        )
+
+    for endpoint in WebhookEndpoint.objects.filter(active=True).order_by("id"):
+        if endpoint.subscribes_to(event) and endpoint.pk not in have_endpoints:
+            new.append(row(DeliveryChannel.WEBHOOK, endpoint, endpoint.url))
+    if settings.DELIVERY_EMAIL_ENABLED and not have_email and assignment.rep.email:
+        new.append(row(DeliveryChannel.EMAIL, None, assignment.rep.email))
+    if new:
+        Delivery.objects.bulk_create(new)
+        ids = [delivery.pk for delivery in new]
+        transaction.on_commit(lambda: deliveries_enqueue(ids), robust=True)
+    return existing + new
+
+
+def deliveries_enqueue(delivery_ids: Sequence[int]) -> int:
+    """Publish a ``delivery.deliver`` task per id; never raises. Returns how many were published.
+
+    A failure is logged and left to ``deliveries_sweep_due``: the row is the outbox.
+    """
+    if not delivery_ids:
+        return 0
+    if not broker_breaker.allows():
+        logger.warning(
+            "broker marked down; %d delivery(ies) left for the sweeper", len(delivery_ids)
+        )
+        return 0
+    published = 0
+    try:
+        with celery_app.producer_or_acquire() as producer:
+            for delivery_id in delivery_ids:
+                celery_app.send_task(
+                    DELIVER_TASK, args=[delivery_id], producer=producer, retry=False
+                )
+                published += 1
+    except Exception as exc:  # any broker failure: the sweeper publishes the rest
+        broker_breaker.trip(settings.BROKER_BREAKER_SECONDS)
+        logger.error(
+            "could not enqueue %d of %d delivery(ies) (%s: %s); the sweeper will retry them",
+            len(delivery_ids) - published,
+            len(delivery_ids),
+            type(exc).__name__,
+            exc,
+        )
+    else:
+        broker_breaker.reset()
+    return published
+
+
+# --- Attempting -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Result:
+    """What one attempt came to, before it is written down."""
+
+    outcome: str  # delivered | retry | gone | refused | cancelled
+    status_code: int | None = None
+    error: str = ""
+    excerpt: str = ""
+    retry_after: float | None = None
+    duration_ms: int = 0
+
+
+def _send_webhook(delivery: Delivery, endpoint: WebhookEndpoint, now: datetime) -> _Result:
+    body = payload_body(delivery.payload)
+    headers = signing.headers(
+        secret=endpoint.secret,
+        message_id=delivery.message_id,
+        timestamp=int(time.time()),
+        body=body,
+    )
+    try:
+        response = egress.post(
+            endpoint.url,
+            body=body,
+            headers=headers,
+            timeout=settings.DELIVERY_TIMEOUT_SECONDS,
+            allow_private=settings.DELIVERY_ALLOW_PRIVATE_URLS,
+        )
+    except egress.HostUnresolved as exc:
+        return _Result("retry", error=str(exc))
+    except egress.UrlRefused as exc:
+        return _Result("refused", error=f"URL refused: {exc}")
+    except TimeoutError:
+        return _Result("retry", error=f"timed out after {settings.DELIVERY_TIMEOUT_SECONDS} s")
+    except (OSError, http.client.HTTPException) as exc:
+        return _Result("retry", error=f"{type(exc).__name__}: {exc}")
+    if 200 <= response.status < 300:
+        return _Result("delivered", status_code=response.status, excerpt=response.excerpt)
+    if response.status == 410:
+        return _Result("gone", status_code=410, error="HTTP 410 Gone", excerpt=response.excerpt)
+    retry_after = None
+    if response.status in (429, 503):
+        retry_after = backoff.retry_after_seconds(response.headers.get("retry-after"), now=now)
+    error = f"HTTP {response.status}"
+    if 300 <= response.status < 400:
+        error += " (redirects are not followed)"
+    return _Result(
+        "retry",
+        status_code=response.status,
+        error=error,
+        excerpt=response.excerpt,
+        retry_after=retry_after,
+    )
+
+
+def _link(lead_id: str) -> str:
+    return f"{settings.DELIVERY_LINK_BASE_URL.rstrip('/')}/history/{lead_id}/"
+
+
+def email_message(payload: dict[str, Any]) -> tuple[str, str]:
+    """Subject and body of the e-mail to the rep, from a delivery's payload."""
+    lead = payload["data"]["lead"]
+    assignment = payload["data"]["assignment"]
+    fields = lead.get("fields") or {}
+    name = " ".join(filter(None, [fields.get("first_name"), fields.get("last_name")]))
+    who = name or fields.get("email") or lead["id"]
+    company = fields.get("company") or "—"
+    verb = "reassigned to you" if payload["type"] == DeliveryEvent.REASSIGNED else "assigned to you"
+    subject = f"New lead {verb}: {who}" + (f" ({company})" if fields.get("company") else "")
+    lines = [
+        f"Hello {assignment['rep']['name']},",
+        "",
+        f"A lead was {verb}.",
+        "",
+        f"Lead:      {who}",
+        f"E-mail:    {fields.get('email') or '—'}",
+        f"Company:   {company}",
+        f"Country:   {fields.get('country') or '—'}",
+        f"Reason:    {assignment.get('reason') or '—'}",
+        f"SLA due:   {assignment.get('sla_due_at') or 'no SLA'}",
+        f"Team:      {(assignment.get('team') or {}).get('name') or '—'}",
+        "",
+        f"History: {_link(lead['id'])}",
+    ]
+    return subject, "\n".join(lines) + "\n"
+
+
+def _send_email(delivery: Delivery) -> _Result:
+    subject, body = email_message(delivery.payload)
+    try:
+        send_mail(subject, body, None, [delivery.recipient], fail_silently=False)
+    except Exception as exc:  # any backend error (SMTP, connection): retried with backoff
+        return _Result("retry", error=f"{type(exc).__name__}: {exc}")
+    return _Result("delivered")
+
+
+def delivery_attempt(*, delivery_id: int) -> str | None:
+    """Try one delivery now, if it is pending and due; return the attempt's outcome.
+
+    None means there was nothing to do: already delivered, failed or cancelled, not due, or
+    held by another attempt (a duplicate task message). Outcomes: ``delivered``, ``retry``,
+    ``failed`` (gave up, refused URL, or 410), ``cancelled`` (endpoint disabled).
+    """
+    now = timezone.now()
+    lease = now + timedelta(seconds=settings.DELIVERY_LEASE_SECONDS)
+    claimed = Delivery.objects.filter(
+        pk=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at__lte=now
+    ).update(next_attempt_at=lease, attempts=F("attempts") + 1, updated_at=now)
+    if not claimed:
+        return None
+    delivery = Delivery.objects.select_related("endpoint").get(pk=delivery_id)
+    number = delivery.attempts
+    started = time.monotonic()
+    if delivery.channel == DeliveryChannel.EMAIL:
+        result = _send_email(delivery)
+    elif delivery.endpoint is None or not delivery.endpoint.active:
+        result = _Result("cancelled", error="the endpoint is disabled")
+    else:
+        result = _send_webhook(delivery, delivery.endpoint, now)
+    duration_ms = int((time.monotonic() - started) * 1000)
+    return _attempt_record(delivery_id=delivery_id, number=number, result=result, ms=duration_ms)
+
+
+# What the attempt log says: a refusal or a 410 is a failure, but worth naming as such.
+_LOGGED_OUTCOME = {"refused": "refused", "gone": "gone"}
+
+
+@transaction.atomic(durable=True)
+def _attempt_record(*, delivery_id: int, number: int, result: _Result, ms: int) -> str | None:
+    """Log the attempt and move the delivery on (delivered, retry at, failed, cancelled)."""
+    now = timezone.now()
+    delivery = Delivery.objects.select_for_update().select_related("assignment").get(pk=delivery_id)
+    outcome = result.outcome
+    next_at: datetime | None = None
+    if outcome == "retry":
+        next_at = backoff.next_attempt_at(
+            attempt=number,
+            now=now,
+            give_up_at=delivery.give_up_at,
+            base=settings.DELIVERY_BACKOFF_BASE_SECONDS,
+            cap=settings.DELIVERY_BACKOFF_MAX_SECONDS,
+            rng=_rng,
+            retry_after=result.retry_after,
+        )
+        if next_at is None:
+            outcome = "failed"
+    elif outcome in ("gone", "refused"):
+        outcome = "failed"
+    DeliveryAttempt.objects.create(
+        delivery=delivery,
+        number=number,
+        at=now,
+        status_code=result.status_code,
+        error=result.error[:2000],
+        duration_ms=ms,
+        response_excerpt=result.excerpt[: egress.RESPONSE_EXCERPT_CHARS],
+        outcome="retry" if next_at else _LOGGED_OUTCOME.get(result.outcome, outcome),
+    )
+    if delivery.status != DeliveryStatus.PENDING or delivery.attempts != number:
+        # Our lease ran out and another attempt took over (or an admin changed the row).
+        logger.warning("delivery %s: lease lost by attempt %d", delivery.message_id, number)
+        return None
+    delivery.last_status_code = result.status_code
+    delivery.last_error = result.error
+    fields = ["last_status_code", "last_error", "status", "next_attempt_at", "updated_at"]
+    audit_data: dict[str, Any] = {
+        "channel": delivery.channel,
+        "event": delivery.event,
+        "message_id": delivery.message_id,
+        "recipient": delivery.recipient,
+        "endpoint": delivery.endpoint_id,
+        "attempts": number,
+    }
+    if result.status_code is not None:
+        audit_data["status_code"] = result.status_code
+    if outcome == "delivered":
+        delivery.status = DeliveryStatus.DELIVERED
+        delivery.delivered_at = now
+        delivery.next_attempt_at = None
+        fields.append("delivered_at")
+        event_record_for_assignment(
+            type=EventType.DELIVERED, assignment=delivery.assignment, data=audit_data
+        )
+    elif next_at is not None:
+        delivery.next_attempt_at = next_at
+    elif outcome == "cancelled":
+        delivery.status = DeliveryStatus.CANCELLED
+        delivery.next_attempt_at = None
+    else:
+        delivery.status = DeliveryStatus.FAILED
+        delivery.next_attempt_at = None
+        event_record_for_assignment(
+            type=EventType.DELIVERY_FAILED,
+            assignment=delivery.assignment,
+            data={**audit_data, "error": result.error},
+        )
+    delivery.save(update_fields=fields)
+    if result.outcome == "gone" and delivery.endpoint_id is not None:
+        endpoint_disable(
+            endpoint_id=delivery.endpoint_id,
+            reason=f"answered 410 Gone to {delivery.message_id} at {now.isoformat()}",
+        )
+    return "retry" if next_at else outcome
+
+
+def endpoint_disable(*, endpoint_id: int, reason: str) -> int:
+    """Disable an endpoint (keeping why) and cancel its pending deliveries; returns how many."""
+    now = timezone.now()
+    with transaction.atomic():
+        WebhookEndpoint.objects.filter(pk=endpoint_id, active=True).update(
+            active=False, disabled_at=now, disabled_reason=reason, updated_at=now
+        )
+        cancelled = Delivery.objects.filter(
+            endpoint_id=endpoint_id, status=DeliveryStatus.PENDING
+        ).update(
+            status=DeliveryStatus.CANCELLED,
+            next_attempt_at=None,
+            last_error=f"endpoint disabled: {reason}",
+            updated_at=now,
+        )
+    logger.warning(
+        "webhook endpoint %s disabled (%s); %d cancelled", endpoint_id, reason, cancelled
+    )
+    return cancelled
+
+
+def endpoint_send_test(*, endpoint: WebhookEndpoint) -> str:
+    """POST a signed ``test`` message to ``endpoint`` now (admin); returns what happened.
+
+    Not an outbox row: nothing is retried or audited. The URL is checked like any delivery's.
+    """
+    now = timezone.now()
+    message_id = f"msg_test_{int(time.time() * 1000)}"
+    body = payload_body(
+        {"type": "test", "timestamp": now.isoformat(), "data": {"endpoint": endpoint.name}}
+    )
+    try:
+        response = egress.post(
+            endpoint.url,
+            body=body,
+            headers=signing.headers(
+                secret=endpoint.secret, message_id=message_id, timestamp=int(time.time()), body=body
+            ),
+            timeout=settings.DELIVERY_TIMEOUT_SECONDS,
+            allow_private=settings.DELIVERY_ALLOW_PRIVATE_URLS,
+        )
+    except egress.UrlRefused as exc:
+        return f"{endpoint.name}: refused: {exc}"
+    except TimeoutError:
+        return f"{endpoint.name}: timed out after {settings.DELIVERY_TIMEOUT_SECONDS} s"
+    except (OSError, http.client.HTTPException) as exc:
+        return f"{endpoint.name}: {type(exc).__name__}: {exc}"
+    return f"{endpoint.name}: HTTP {response.status} {response.excerpt[:200]}".rstrip()
+
+
+# --- Sweeping and retrying ----------------------------------------------------------------------
+
+
+def deliveries_sweep_due(
+    *,
+    now: datetime | None = None,
+    batch_size: int | None = None,
+    max_batches: int = 20,
+    inline: bool = False,
+) -> int:
+    """Publish (or, ``inline``, attempt here) the pending deliveries that are due.
+
+    Picks rows due now that no task was published for since they became due, or whose last
+    publish is older than ``DELIVERY_REDISPATCH_SECONDS`` (a lost message). Bounded batches,
+    ``FOR UPDATE SKIP LOCKED`` on PostgreSQL so concurrent sweepers split the work. Returns the
+    number published (or attempted).
+    """
+    now = now or timezone.now()
+    batch_size = batch_size or settings.DELIVERY_SWEEP_BATCH_SIZE
+    redispatch_before = now - timedelta(seconds=settings.DELIVERY_REDISPATCH_SECONDS)
+    total = 0
+    for _ in range(max_batches):
+        with transaction.atomic(durable=True):
+            due = (
+                Delivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=now)
+                .filter(
+                    Q(dispatched_at__isnull=True)
+                    | Q(dispatched_at__lt=F("next_attempt_at"))
+                    | Q(dispatched_at__lt=redispatch_before)
+                )
+                .order_by("next_attempt_at")
+            )
+            if connection.features.has_select_for_update_skip_locked:
+                due = due.select_for_update(skip_locked=True)
+            ids = list(due.values_list("id", flat=True)[:batch_size])
+            done = len(ids) if inline else deliveries_enqueue(ids)
+            if done:
+                Delivery.objects.filter(id__in=ids[:done]).update(dispatched_at=now)
+        if inline:
+            for delivery_id in ids:
+                delivery_attempt(delivery_id=delivery_id)
+        total += done
+        if len(ids) < batch_size or done < len(ids):
+            break
+    if total:
+        logger.info(
+            "delivery sweep: %d due delivery(ies) %s", total, "sent" if inline else "queued"
+        )
+    return total
+
+
+@transaction.atomic
+def deliveries_retry(*, delivery_ids: Sequence[int]) -> int:
+    """Make failed (or waiting) deliveries due now, with a fresh deadline; returns how many.
+
+    Delivered and cancelled ones, and webhooks to a disabled endpoint, are left alone.
+    """
+    now = timezone.now()
+    rows = (
+        Delivery.objects.filter(
+            id__in=list(delivery_ids),
+            status__in=(DeliveryStatus.FAILED, DeliveryStatus.PENDING),
+        )
+        .filter(Q(endpoint__isnull=True) | Q(endpoint__active=True))
+        .values_list("id", flat=True)
+    )
+    ids = list(rows)
+    Delivery.objects.filter(id__in=ids).update(
+        status=DeliveryStatus.PENDING,
+        next_attempt_at=now,
+        give_up_at=now + timedelta(seconds=settings.DELIVERY_MAX_AGE_SECONDS),
+        dispatched_at=now,
+        updated_at=now,
+    )
+    if ids:
+        transaction.on_commit(lambda: deliveries_enqueue(ids), robust=True)
+    return len(ids)

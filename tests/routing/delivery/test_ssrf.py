@@ -1,0 +1,223 @@
+"""Webhook URLs into the private network are refused at save and at send (SSRF)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from pytest_httpserver import HTTPServer
+
+from audit.models import Event
+from routing.delivery import egress
+from routing.delivery.admin import WebhookEndpointForm
+from routing.delivery.models import DeliveryStatus, WebhookEndpoint
+from routing.delivery.services import delivery_attempt
+from routing.models import Assignment
+from tests.routing.delivery.conftest import webhook_delivery
+
+_real_getaddrinfo = socket.getaddrinfo
+
+# Names a resolver of ours answers, so no test depends on the real DNS.
+FAKE_DNS = {
+    "hooks.example.com": ["93.184.216.34"],
+    "v6hooks.example.com": ["2606:4700:4700::1111"],
+    "internal.example.com": ["10.1.2.3"],
+    "metadata.example.com": ["169.254.169.254"],
+    "mixed.example.com": ["93.184.216.34", "192.168.0.10"],
+    "mapped.example.com": ["::ffff:127.0.0.1"],
+}
+
+
+def fake_resolver(table: dict[str, list[str]]) -> Callable[..., Any]:
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(host, str) and host in table:
+            out = []
+            for address in table[host]:
+                family = socket.AF_INET6 if ":" in address else socket.AF_INET
+                sockaddr = (address, port, 0, 0) if ":" in address else (address, port)
+                out.append((family, socket.SOCK_STREAM, 6, "", sockaddr))
+            return out
+        return _real_getaddrinfo(host, port, *args, **kwargs)
+
+    return getaddrinfo
+
+
+@pytest.fixture(autouse=True)
+def dns(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+    table = {name: list(addresses) for name, addresses in FAKE_DNS.items()}
+    monkeypatch.setattr(socket, "getaddrinfo", fake_resolver(table))
+    return table
+
+
+REFUSED = [
+    "http://127.0.0.1/hook",
+    "http://127.1.2.3:8080/hook",
+    "http://localhost/hook",
+    "http://LOCALHOST/hook",
+    "http://10.0.0.1/",
+    "http://172.16.5.4/",
+    "http://192.168.1.1/",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://100.64.0.1/",  # carrier-grade NAT
+    "http://0.0.0.0/",
+    "http://224.0.0.1/",  # multicast
+    "http://240.0.0.1/",  # reserved
+    "http://2130706433/",  # 127.0.0.1 as a decimal number
+    "http://0x7f000001/",  # ... in hex
+    "http://017700000001/",  # ... in octal
+    "http://127.1/",  # ... shortened
+    "http://[::1]/",
+    "http://[::ffff:127.0.0.1]/",  # IPv4-mapped IPv6
+    "http://[::ffff:a9fe:a9fe]/",  # 169.254.169.254, mapped
+    "http://[64:ff9b::a00:1]/",  # NAT64 of 10.0.0.1
+    "http://[2002:7f00:1::]/",  # 6to4 of 127.0.0.1
+    "http://[fe80::1]/",
+    "http://[fc00::1]/",
+    "http://[::]/",
+    "http://internal.example.com/hook",
+    "http://metadata.example.com/",
+    "http://mixed.example.com/",  # one private address is enough to refuse
+    "http://mapped.example.com/",
+]
+
+
+@pytest.mark.parametrize("url", REFUSED)
+def test_urls_into_the_private_network_are_refused(url: str) -> None:
+    with pytest.raises(egress.UrlRefused) as refused:
+        egress.url_resolve(url, allow_private=False)
+    assert not isinstance(refused.value, egress.HostUnresolved), refused.value
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://hooks.example.com/leadrouter",
+        "http://hooks.example.com:8443/x?y=1",
+        "https://v6hooks.example.com/",
+        "https://93.184.216.34/",
+        "https://[2606:4700:4700::1111]/",
+    ],
+)
+def test_public_urls_are_allowed(url: str) -> None:
+    assert egress.url_resolve(url, allow_private=False)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("ftp://hooks.example.com/", "only http"),
+        ("file:///etc/passwd", "only http"),
+        ("gopher://127.0.0.1:6379/_INFO", "only http"),
+        ("https://user:pass@hooks.example.com/", "credentials"),
+        ("http:///path-only", "no host"),
+        ("http://hooks.example.com:99999/", "not a valid URL"),
+    ],
+)
+def test_malformed_urls_are_refused(url: str, message: str) -> None:
+    with pytest.raises(egress.UrlRefused, match=message):
+        egress.url_resolve(url, allow_private=True)
+
+
+def test_allow_private_lets_loopback_through() -> None:
+    assert egress.url_resolve("http://127.0.0.1/", allow_private=True)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:6379/",
+        "http://169.254.169.254/",
+        "http://localhost/",
+        "http://2130706433/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://internal.example.com/",
+    ],
+)
+def test_refused_at_save_by_the_model_and_the_admin_form(url: str) -> None:
+    endpoint = WebhookEndpoint(name="x", url=url)
+    with pytest.raises(ValidationError) as invalid:
+        endpoint.full_clean()
+    assert "url" in invalid.value.message_dict
+    form = WebhookEndpointForm(
+        data={"name": "x", "url": url, "active": "on", "events": ["lead.assigned"]}
+    )
+    assert not form.is_valid()
+    assert "url" in form.errors
+
+
+@pytest.mark.django_db
+def test_a_public_url_saves(settings: Any) -> None:
+    form = WebhookEndpointForm(
+        data={"name": "CRM", "url": "https://hooks.example.com/x", "events": ["lead.assigned"]}
+    )
+    assert form.is_valid(), form.errors
+    endpoint = form.save()
+    assert endpoint.secret.startswith("whsec_")
+    assert endpoint.events == ["lead.assigned"]
+
+
+@pytest.mark.django_db
+def test_refused_at_send_when_the_url_was_stored_without_the_check(
+    assignment: Assignment, httpserver: HTTPServer, published: list[int]
+) -> None:
+    """E.g. saved while DELIVERY_ALLOW_PRIVATE_URLS was on: the send checks again."""
+    httpserver.expect_request("/hook").respond_with_data("")
+    endpoint = WebhookEndpoint.objects.create(name="CRM", url=httpserver.url_for("/hook"))
+    delivery = webhook_delivery(assignment, endpoint)
+
+    assert delivery_attempt(delivery_id=delivery.pk) == "failed"
+
+    assert httpserver.log == []  # nothing reached the loopback server
+    delivery.refresh_from_db()
+    assert delivery.status == DeliveryStatus.FAILED
+    assert "refused" in delivery.last_error
+    assert delivery.attempt_log.get().outcome == "refused"
+    assert Event.objects.filter(lead_id=assignment.lead_id, type="delivery_failed").exists()
+
+
+@pytest.mark.django_db
+def test_a_name_that_resolves_public_at_save_and_loopback_at_send_is_refused(
+    assignment: Assignment,
+    httpserver: HTTPServer,
+    published: list[int],
+    dns: dict[str, list[str]],
+) -> None:
+    """DNS rebinding: the check runs again at send, and the connection uses what it checked."""
+    httpserver.expect_request("/hook").respond_with_data("")
+    dns["rebind.example.com"] = ["93.184.216.34"]
+    endpoint = WebhookEndpoint(name="CRM", url=f"http://rebind.example.com:{httpserver.port}/hook")
+    endpoint.full_clean()
+    endpoint.save()
+    delivery = webhook_delivery(assignment, endpoint)
+
+    dns["rebind.example.com"] = ["127.0.0.1"]
+    assert delivery_attempt(delivery_id=delivery.pk) == "failed"
+    assert httpserver.log == []
+    assert "127.0.0.1 is a loopback address" in delivery.attempt_log.get().error
+
+
+@pytest.mark.django_db
+def test_a_name_that_stops_resolving_is_retried_not_failed(
+    assignment: Assignment, published: list[int]
+) -> None:
+    endpoint = WebhookEndpoint.objects.create(name="CRM", url="https://gone.invalid/hook")
+    delivery = webhook_delivery(assignment, endpoint)
+    assert delivery_attempt(delivery_id=delivery.pk) == "retry"
+    delivery.refresh_from_db()
+    assert delivery.status == DeliveryStatus.PENDING
+    assert "does not resolve" in delivery.last_error
+
+
+def test_the_pinned_request_sends_the_original_host_header(httpserver: HTTPServer) -> None:
+    """The connection goes to the checked address, the Host header keeps the name."""
+    httpserver.expect_request("/h").respond_with_data("ok")
+    response = egress.post(
+        httpserver.url_for("/h"), body=b"{}", headers={}, timeout=5, allow_private=True
+    )
+    assert response.status == 200
+    ((request, _),) = httpserver.log
+    assert request.headers["Host"] == f"localhost:{httpserver.port}"

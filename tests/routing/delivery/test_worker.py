@@ -1,0 +1,75 @@
+"""A real celery worker drains the delivery queue: retried, then delivered, duplicates ignored."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+from pytest_httpserver import HTTPServer
+
+from config.celery import app
+from routing.delivery.models import Delivery, DeliveryChannel, DeliveryStatus, WebhookEndpoint
+from routing.delivery.services import deliveries_schedule, deliveries_sweep_due
+from routing.models import Assignment
+from tests.routing.delivery.conftest import make_due, verify_standard_webhook
+from tests.support.processes import celery_worker, wait_until
+
+pytestmark = [
+    pytest.mark.worker,
+    pytest.mark.redis,
+    pytest.mark.postgres,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+]
+
+
+def succeeded(log: str, task: str) -> int:
+    return sum(1 for line in log.splitlines() if f"Task {task}[" in line and "succeeded" in line)
+
+
+def test_a_worker_delivers_after_a_failure_and_ignores_duplicate_messages(
+    assignment: Assignment, endpoint: WebhookEndpoint, httpserver: HTTPServer
+) -> None:
+    httpserver.expect_oneshot_request("/hook").respond_with_data("", status=500)
+    httpserver.expect_request("/hook").respond_with_data("ok")
+    extra_env = {"DELIVERY_ALLOW_PRIVATE_URLS": "1", "EMAIL_URL": "consolemail://"}
+    with celery_worker(concurrency=2, queues=["delivery"], extra_env=extra_env) as worker:
+        with transaction.atomic():
+            rows = deliveries_schedule(assignment=assignment)
+        webhook = next(row for row in rows if row.channel == DeliveryChannel.WEBHOOK)
+        email = next(row for row in rows if row.channel == DeliveryChannel.EMAIL)
+
+        def attempts() -> int:
+            return Delivery.objects.get(pk=webhook.pk).attempt_log.count()
+
+        wait_until(lambda: attempts() == 1, 60, message=worker.text()[-3000:])
+        wait_until(
+            lambda: Delivery.objects.get(pk=email.pk).status == DeliveryStatus.DELIVERED,
+            60,
+            message=worker.text()[-3000:],
+        )
+        webhook.refresh_from_db()
+        assert webhook.status == DeliveryStatus.PENDING
+        assert webhook.last_status_code == 500
+
+        make_due(webhook)
+        assert deliveries_sweep_due() == 1  # what beat's delivery.sweep_due does
+        wait_until(
+            lambda: Delivery.objects.get(pk=webhook.pk).status == DeliveryStatus.DELIVERED,
+            60,
+            message=worker.text()[-3000:],
+        )
+        for _ in range(3):  # duplicate messages after delivery
+            app.send_task("delivery.deliver", args=[webhook.pk])
+        app.send_task("delivery.sweep_due")
+        # Every message done: webhook, e-mail, the sweep's, three duplicates; and the sweep.
+        wait_until(lambda: succeeded(worker.text(), "delivery.deliver") == 6, 30)
+        wait_until(lambda: succeeded(worker.text(), "delivery.sweep_due") == 1, 30)
+
+    assert len(httpserver.log) == 2
+    first, second = (request for request, _ in httpserver.log)
+    assert first.headers["webhook-id"] == second.headers["webhook-id"] == webhook.message_id
+    verify_standard_webhook(
+        secret=endpoint.secret, headers=dict(second.headers), body=second.get_data()
+    )
+    log = list(Delivery.objects.get(pk=webhook.pk).attempt_log.values_list("number", "outcome"))
+    assert log == [(1, "retry"), (2, "delivered")]
