@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -194,3 +195,34 @@ def test_reroute_sends_an_unassigned_lead_through_routing_again(client, settings
     again = post(api, f"/api/v1/leads/{lead.id}/reroute/")
     assert (again.status_code, again.json()["error"]["code"]) == (409, "not_reroutable")
     clear_live_config_cache()
+
+
+def test_every_new_owner_gets_a_delivery_and_failures_never_undo_it(client, rules, settings):
+    """Assignments, sticky duplicates and reassignments each schedule the rep's e-mail and a
+    webhook per subscribed endpoint, in the assignment's transaction."""
+    from routing.delivery.models import Delivery, WebhookEndpoint
+
+    settings.DELIVERY_ALLOW_PRIVATE_URLS = True
+    WebhookEndpoint.objects.create(name="crm", url="http://127.0.0.1:9/hook")
+    lead = _assigned("x@acme.com")
+    twin = LeadFactory(raw_payload={"email": "x@acme.com"})
+    assert lead_process(lead_id=twin.id) == LeadStatus.DUPLICATE
+    api, _ = _client(client, "reassign_lead")
+    response = post(
+        api, f"/api/v1/leads/{lead.id}/reassign/", {"rep": "ben@example.com", "reason": "r"}
+    )
+    assert response.status_code == 200
+    rows = Delivery.objects.order_by("id").values_list(
+        "assignment__lead_id", "channel", "event", "recipient"
+    )
+    by_lead = Counter((lead_id, channel, event) for lead_id, channel, event, _ in rows)
+    assert by_lead == {
+        (lead.id, "email", "lead.assigned"): 1,
+        (lead.id, "webhook", "lead.assigned"): 1,
+        (twin.id, "email", "lead.assigned"): 1,
+        (twin.id, "webhook", "lead.assigned"): 1,
+        (lead.id, "email", "lead.reassigned"): 1,
+        (lead.id, "webhook", "lead.reassigned"): 1,
+    }
+    emails = [r for _, channel, _, r in rows if channel == "email"]
+    assert emails == ["ana@example.com", "ana@example.com", "ben@example.com"]
