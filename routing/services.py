@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError as DBError
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -19,9 +20,10 @@ from leads.models import EnrichmentStatus, Lead, LeadStatus
 from leads.services import (
     BACK_FROM_ENRICHMENT,
     lead_apply_normalization,
+    leads_enqueue,
     leads_enqueue_after_commit,
 )
-from routing.decisions import RouteResult, route_lead, stored_trace
+from routing.decisions import RouteResult, RoutingContention, route_lead, stored_trace
 from routing.dedup import DedupMatch, lead_dedup
 from routing.delivery.services import deliveries_schedule
 from routing.models import Assignment, AssignmentKind, QueueHeartbeat, Rep
@@ -72,15 +74,42 @@ def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
     try:
         return _lead_process_claimed(lead_uuid, lease)
     except Exception as exc:
-        # Keep the error on the lead and hand it back to the sweeper (status `received`); the
-        # attempt bound quarantines it. A crash (no exception) leaves the lease to expire.
-        logger.exception("processing lead %s failed", lead_uuid)
-        Lead.objects.filter(id=lead_uuid, status=LeadStatus.PROCESSING, claimed_until=lease).update(
+        # Keep the error on the lead and hand it back (status `received`): the sweeper retries
+        # it and the attempt bound quarantines it. Lock contention (a deadlock, a lock wait cut
+        # off, a serialisation failure, no stable decision) is not the lead's fault: that
+        # attempt is not counted and the lead is sent again at once. A crash (no exception)
+        # leaves the lease to expire.
+        contended = is_contention(exc)
+        if contended:
+            logger.warning("lead %s met lock contention (%s); sent again", lead_uuid, exc)
+        else:
+            logger.exception("processing lead %s failed", lead_uuid)
+        handed_back = Lead.objects.filter(
+            id=lead_uuid, status=LeadStatus.PROCESSING, claimed_until=lease
+        ).update(
             status=LeadStatus.RECEIVED,
             claimed_until=None,
             last_error=f"{type(exc).__name__}: {exc}"[:2000],
+            attempts=F("attempts") - 1 if contended else F("attempts"),
         )
+        if contended and handed_back:
+            leads_enqueue([lead_uuid])
+            return None
         raise
+
+
+# SQLSTATEs of lock contention: deadlock_detected, serialization_failure, lock_not_available.
+_CONTENTION_SQLSTATES = frozenset({"40P01", "40001", "55P03"})
+
+
+def is_contention(exc: BaseException) -> bool:
+    """Whether ``exc`` is lock contention worth retrying at once rather than a real failure."""
+    if isinstance(exc, RoutingContention):
+        return True
+    if isinstance(exc, DBError):
+        cause = exc.__cause__ or exc
+        return getattr(cause, "sqlstate", None) in _CONTENTION_SQLSTATES
+    return False
 
 
 # --- Hooks into enrichment and delivery -------------------------------------------------------

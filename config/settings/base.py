@@ -346,6 +346,14 @@ LEAD_MAX_ATTEMPTS = env.int("LEAD_MAX_ATTEMPTS", default=3)
 # How long a worker holds a lead it claimed; past it (a dead worker) the lead is claimable again.
 LEAD_LEASE_SECONDS = env.int("LEAD_LEASE_SECONDS", default=CELERY_TASK_TIME_LIMIT + 30)
 
+# Worker database sessions (PostgreSQL): a lock wait, a statement, or an idle transaction
+# longer than these is cut off, so one stuck lock cannot freeze the pipeline.
+WORKER_DB_LOCK_TIMEOUT_MS = env.int("WORKER_DB_LOCK_TIMEOUT_MS", default=5_000)
+WORKER_DB_STATEMENT_TIMEOUT_MS = env.int("WORKER_DB_STATEMENT_TIMEOUT_MS", default=30_000)
+WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env.int(
+    "WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", default=60_000
+)
+
 # Routing: duplicates are matched against leads of the last DEDUP_WINDOW_DAYS; an assignment
 # whose rule, tag rule and team name no SLA gets DEFAULT_SLA_MINUTES.
 DEDUP_WINDOW_DAYS = env.int("DEDUP_WINDOW_DAYS", default=90)

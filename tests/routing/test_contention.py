@@ -1,0 +1,97 @@
+"""Lock contention is retried at once without using up the lead's attempts."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import OperationalError, connection, transaction
+
+from config.celery import worker_session_timeouts
+from leads.models import Lead, LeadStatus
+from routing import services
+from routing.decisions import RoutingContention, clear_live_config_cache
+from routing.models import Team
+from routing.rules_io import rules_import
+from routing.services import is_contention, lead_process
+from tests.leads.factories import LeadFactory
+from tests.routing.test_pipeline import RULES
+
+
+def _db_error(sqlstate: str) -> OperationalError:
+    cause = type("PgError", (Exception,), {"sqlstate": sqlstate})("pg says no")
+    error = OperationalError("pg says no")
+    error.__cause__ = cause
+    return error
+
+
+def test_contention_is_recognised_by_sqlstate():
+    assert is_contention(RoutingContention("x"))
+    assert is_contention(_db_error("40P01"))
+    assert is_contention(_db_error("55P03"))
+    assert is_contention(_db_error("40001"))
+    assert not is_contention(_db_error("57014"))  # statement timeout: a real failure
+    assert not is_contention(ValueError("x"))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("error", [RoutingContention("busy"), _db_error("40P01")])
+def test_a_contended_attempt_is_not_counted_and_the_lead_is_sent_again(monkeypatch, error):
+    lead = LeadFactory()
+    sent: list[list] = []
+    monkeypatch.setattr(services, "leads_enqueue", lambda ids: sent.append(list(ids)) or 1)
+
+    def contended(*, lead, now, notes=()):  # type: ignore[no-untyped-def]
+        raise error
+
+    monkeypatch.setattr(services, "route_lead", contended)
+    for _ in range(5):  # more than LEAD_MAX_ATTEMPTS: contention never quarantines
+        assert lead_process(lead_id=lead.id) is None
+    lead.refresh_from_db()
+    assert (lead.status, lead.attempts) == (LeadStatus.RECEIVED, 0)
+    assert sent == [[lead.id]] * 5
+    assert lead.last_error.startswith(type(error).__name__)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_lock_held_too_long_hands_the_lead_back_instead_of_freezing_the_worker(
+    monkeypatch, settings
+):
+    clear_live_config_cache()
+    rules_import(RULES, publish=True)
+    lead = LeadFactory(raw_payload={"email": "x@acme.com"})
+    sent: list[list] = []
+    monkeypatch.setattr(services, "leads_enqueue", lambda ids: sent.append(list(ids)) or 1)
+    settings.WORKER_DB_LOCK_TIMEOUT_MS = 200
+    held = threading.Event()
+
+    def hold_the_team() -> None:
+        try:
+            with transaction.atomic():
+                Team.objects.select_for_update().get(name="EMEA SDR")
+                held.set()
+                time.sleep(3)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_the_team)
+    holder.start()
+    assert held.wait(10)
+    worker_session_timeouts(connection=connection)
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone()[0] == "200ms"
+    started = time.monotonic()
+    assert lead_process(lead_id=lead.id) is None
+    assert time.monotonic() - started < 2.5  # cut off at the lock timeout, not after 3 s
+    holder.join()
+    lead.refresh_from_db()
+    assert (lead.status, lead.attempts) == (LeadStatus.RECEIVED, 0)
+    assert sent == [[lead.id]]
+    with connection.cursor() as cursor:
+        cursor.execute("RESET lock_timeout")
+    assert lead_process(lead_id=lead.id) == LeadStatus.ASSIGNED
+    assert Lead.objects.get(pk=lead.pk).attempts == 1
+    clear_live_config_cache()
