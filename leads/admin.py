@@ -81,8 +81,19 @@ class SourceAdmin(admin.ModelAdmin):
 
 @admin.register(Lead)
 class LeadAdmin(admin.ModelAdmin):
-    list_display = ("id", "email", "company", "country", "source", "status", "received_at")
-    list_filter = ("status", "source")
+    list_display = (
+        "id",
+        "email",
+        "company",
+        "country",
+        "source",
+        "status",
+        "enrichment_status",
+        "received_at",
+    )
+    # Enrichment status, attempts, next try and what each provider got (`enrichment`) show
+    # read-only on the lead's page with every other field.
+    list_filter = ("status", "enrichment_status", "source")
     search_fields = ("email", "company", "last_name")
     list_select_related = ("source",)
     date_hierarchy = "received_at"
