@@ -88,10 +88,13 @@ class LeadAdmin(admin.ModelAdmin):
         "country",
         "source",
         "status",
+        "enrichment_status",
         "received_at",
         "last_error",
     )
-    list_filter = ("status", "source")
+    # Enrichment status, attempts, next try and what each provider got (`enrichment`) show
+    # read-only on the lead's page with every other field.
+    list_filter = ("status", "enrichment_status", "source")
     search_fields = ("email", "company", "last_name")
     list_select_related = ("source",)
     date_hierarchy = "received_at"

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError as DBError
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, When
 from django.utils import timezone
 
 from audit.models import EventType
@@ -26,6 +24,13 @@ from leads.services import (
 from routing.decisions import RouteResult, RoutingContention, route_lead, stored_trace
 from routing.dedup import DedupMatch, lead_dedup
 from routing.delivery.services import deliveries_schedule
+from routing.enrichment import (
+    enrichment_builtin,
+    enrichment_enqueue_after_commit,
+    enrichment_event_data,
+    enrichment_http_wanted,
+    enrichment_trace_note,
+)
 from routing.models import Assignment, AssignmentKind, QueueHeartbeat, Rep
 
 logger = logging.getLogger(__name__)
@@ -65,8 +70,11 @@ def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
         | Q(status=LeadStatus.PROCESSING, claimed_until__lt=now)
         | BACK_FROM_ENRICHMENT
     )
+    # A lead back from enrichment continues the attempt it was parked in: not counted again.
     claimed = Lead.objects.filter(claimable, id=lead_uuid).update(
-        status=LeadStatus.PROCESSING, claimed_until=lease, attempts=F("attempts") + 1
+        status=LeadStatus.PROCESSING,
+        claimed_until=lease,
+        attempts=Case(When(BACK_FROM_ENRICHMENT, then=F("attempts")), default=F("attempts") + 1),
     )
     if not claimed:
         logger.info("process_lead: lead %s is not waiting or is leased; nothing to do", lead_uuid)
@@ -113,29 +121,6 @@ def is_contention(exc: BaseException) -> bool:
 
 
 # --- Hooks into enrichment and delivery -------------------------------------------------------
-# (the enrichment and delivery packages plug in here; until they land these do nothing)
-
-
-@dataclass(frozen=True, slots=True)
-class _NoResult:
-    def as_event_data(self) -> dict[str, Any]:
-        return {}
-
-
-def enrichment_builtin(lead: Lead) -> list[_NoResult]:
-    return []
-
-
-def enrichment_http_wanted(lead: Lead) -> bool:
-    return False
-
-
-def enrichment_enqueue_after_commit(lead_id: uuid.UUID) -> None:
-    return None
-
-
-def enrichment_trace_note(lead: Lead) -> str | None:
-    return None
 
 
 def schedule_delivery(*, assignment: Assignment, event: str) -> None:
@@ -263,12 +248,14 @@ def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
                     return lead.status
         if lead.enrichment_status == EnrichmentStatus.NONE:
             results = enrichment_builtin(lead)
-            if results:
+            # An event when a provider learnt something (fields filled, an account matched);
+            # every provider's answer is kept on the lead (`enrichment`) either way.
+            if any(r.filled or (r.name == "account" and r.status == "done") for r in results):
                 event_record(
                     type=EventType.ENRICHED,
                     lead=lead,
                     at=now,
-                    data={"providers": [result.as_event_data() for result in results]},
+                    data=enrichment_event_data(results),
                 )
             if enrichment_http_wanted(lead):
                 # Park it for the enrichment queue; it comes back here when that is done.

@@ -394,3 +394,49 @@ CELERY_BEAT_SCHEDULE["delivery-sweep-due"] = {
     "schedule": DELIVERY_SWEEP_INTERVAL_SECONDS,
     "options": {"expires": 2 * DELIVERY_SWEEP_INTERVAL_SECONDS},
 }
+
+# --- Enrichment ------------------------------------------------------------------------------
+# Providers run in this order. Built-ins (account, email, geo) run in the routing worker; `http`
+# runs on the `enrichment` queue and is off while ENRICHMENT_HTTP_URL is empty. See
+# docs/operations.md, "Enrichment".
+ENRICHMENT_PROVIDERS: list[str] = env.list(
+    "ENRICHMENT_PROVIDERS", default=["account", "email", "geo", "http"]
+)
+ENRICHMENT_HTTP_URL: str = env.str("ENRICHMENT_HTTP_URL", default="")
+ENRICHMENT_HTTP_HEADERS: dict[str, str] = env.json("ENRICHMENT_HTTP_HEADERS", default={})
+ENRICHMENT_HTTP_TIMEOUT_SECONDS = env.float("ENRICHMENT_HTTP_TIMEOUT_SECONDS", default=10.0)
+ENRICHMENT_HTTP_MAX_BODY_BYTES = env.int("ENRICHMENT_HTTP_MAX_BODY_BYTES", default=64 * 1024)
+# The provider's quota, shared by every worker (a Redis token bucket; `burst` at once at most).
+ENRICHMENT_HTTP_RATE_PER_MINUTE = env.int("ENRICHMENT_HTTP_RATE_PER_MINUTE", default=60)
+ENRICHMENT_HTTP_BURST = env.int(
+    "ENRICHMENT_HTTP_BURST", default=max(1, ENRICHMENT_HTTP_RATE_PER_MINUTE // 60)
+)
+# Tries per lead (5xx, timeouts, 429s), backoff base and cap; past the max wait since its first
+# try a lead is routed without the provider, whatever held it up.
+ENRICHMENT_HTTP_MAX_ATTEMPTS = env.int("ENRICHMENT_HTTP_MAX_ATTEMPTS", default=5)
+ENRICHMENT_HTTP_BACKOFF_SECONDS = env.float("ENRICHMENT_HTTP_BACKOFF_SECONDS", default=5.0)
+ENRICHMENT_HTTP_BACKOFF_MAX_SECONDS = env.float(
+    "ENRICHMENT_HTTP_BACKOFF_MAX_SECONDS", default=300.0
+)
+ENRICHMENT_HTTP_MAX_WAIT_SECONDS = env.float("ENRICHMENT_HTTP_MAX_WAIT_SECONDS", default=900.0)
+# Circuit breaker shared by every worker: opens after this many failures in a row, half-open
+# (one probe call) after the cool-down.
+ENRICHMENT_BREAKER_FAILURES = env.int("ENRICHMENT_BREAKER_FAILURES", default=5)
+ENRICHMENT_BREAKER_COOLDOWN_SECONDS = env.float("ENRICHMENT_BREAKER_COOLDOWN_SECONDS", default=60.0)
+# Where the rate limit and breaker live: default the cache's Redis, else REDIS_URL.
+ENRICHMENT_REDIS_URL: str = env.str("ENRICHMENT_REDIS_URL", default="")
+ENRICHMENT_STORE_DOWN_RETRY_SECONDS = env.float("ENRICHMENT_STORE_DOWN_RETRY_SECONDS", default=10.0)
+# A try holds its lead this long (longer than a call can take); a dead worker's try is redone.
+ENRICHMENT_LEASE_SECONDS = env.int(
+    "ENRICHMENT_LEASE_SECONDS", default=int(ENRICHMENT_HTTP_TIMEOUT_SECONDS) + 30
+)
+ENRICHMENT_SWEEP_INTERVAL_SECONDS = env.float("ENRICHMENT_SWEEP_INTERVAL_SECONDS", default=10.0)
+ENRICHMENT_SWEEP_BATCH_SIZE = env.int("ENRICHMENT_SWEEP_BATCH_SIZE", default=200)
+# A finished lead that routing has not taken this long after is handed back again.
+ENRICHMENT_HANDBACK_RETRY_SECONDS = env.int("ENRICHMENT_HANDBACK_RETRY_SECONDS", default=60)
+CELERY_IMPORTS = ("routing.enrichment.tasks",)
+CELERY_BEAT_SCHEDULE["enrichment-sweep-due"] = {
+    "task": "enrichment.sweep_due",
+    "schedule": ENRICHMENT_SWEEP_INTERVAL_SECONDS,
+    "options": {"expires": max(5.0, ENRICHMENT_SWEEP_INTERVAL_SECONDS)},
+}

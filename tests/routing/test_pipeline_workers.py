@@ -98,12 +98,19 @@ def test_posted_leads_come_out_assigned_with_their_events_in_order():
         ids.append(response.json()["id"])
     with celery_worker(concurrency=2) as worker:
         wait_until(lambda: _all_final(6), timeout=90, message=worker.text()[-4000:])
+        # Then the rep's e-mail goes out (the console backend in tests): `delivered`.
+        wait_until(
+            lambda: Event.objects.filter(type="delivered").count() == 6,
+            timeout=90,
+            message=worker.text()[-4000:],
+        )
     for lead_id in ids:
         lead = Lead.objects.get(pk=lead_id)
         assert lead.status == LeadStatus.ASSIGNED
-        assert lead.processed_at is not None and lead.country == "DE"
+        assert lead.processed_at is not None
+        assert lead.country == "DE"
         types = list(Event.objects.filter(lead=lead).order_by("seq").values_list("type", flat=True))
-        assert types == ["received", "assigned"]
+        assert types == ["received", "assigned", "delivered"]
     assert Counter(Assignment.objects.values_list("rep__email", flat=True)) == {
         f"rep{i}@example.com": 2 for i in range(3)
     }
@@ -154,7 +161,7 @@ def test_two_workers_of_four_keep_round_robin_exact_and_dedup_exact():
     assert len(routed) == 1200
     assert routed == [members[k % 7] for k in range(1200)]
     per_rep = Counter(routed)
-    assert sorted(per_rep.values()) == [171] * 4 + [172] * 3  # 1,200 = 7 × 171 + 3
+    assert sorted(per_rep.values()) == [171] * 4 + [172] * 3  # 1,200 = 7 x 171 + 3
 
 
 def test_caps_hold_with_two_workers_of_four():

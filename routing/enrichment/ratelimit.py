@@ -1,0 +1,155 @@
+"""The HTTP provider's global rate limit: one budget per minute shared by every worker.
+
+Celery's own ``rate_limit`` is per worker process, so it cannot honour a vendor's quota. With
+Redis the budget is a token bucket kept by a Lua script (one round trip, atomic, Redis's own
+clock so worker clocks do not matter): ``burst`` tokens at most, refilled at ``rate_per_minute``.
+In any interval of T seconds at most ``burst + rate_per_minute * T / 60`` tokens are handed out.
+Without Redis it is a fixed one-minute window counted in Django's cache (at most
+``rate_per_minute`` per calendar minute; shared only if the cache is).
+
+A 429 from the provider pauses the whole budget for its Retry-After (``pause``), so every worker
+backs off, not only the one that was told.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from django.conf import settings
+from django.core.cache import cache
+
+from routing.enrichment.store import redis_client
+
+KEY_PREFIX = "leadrouter:enrichment:http"
+
+_BUCKET_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local paused = redis.call('PTTL', KEYS[2])
+if paused > 0 then return {0, tostring(paused / 1000), '0'} end
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(state[1])
+local ts = tonumber(state[2])
+if tokens == nil or ts == nil then
+  tokens = burst
+  ts = now
+end
+if now > ts then
+  tokens = math.min(burst, tokens + (now - ts) * rate)
+  ts = now
+end
+if ARGV[3] == '0' then return {0, '0', tostring(tokens)} end
+local granted = 0
+local wait = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  granted = 1
+else
+  wait = (1 - tokens) / rate
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(ts))
+redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 60)
+return {granted, tostring(wait), tostring(tokens)}
+"""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The answer to a token request: granted, else how long until one frees up."""
+
+    granted: bool
+    wait_seconds: float = 0.0
+
+
+class RateLimiter(Protocol):
+    def take(self) -> Grant: ...
+
+    def available(self) -> int: ...
+
+    def pause(self, seconds: float) -> None: ...
+
+
+class RedisTokenBucket:
+    """A token bucket in Redis shared by every process that uses the same ``key``."""
+
+    def __init__(self, client: Any, key: str, *, rate_per_minute: float, burst: int) -> None:
+        self.client = client
+        self.bucket_key = f"{key}:bucket"
+        self.pause_key = f"{key}:pause"
+        self.rate_per_second = max(float(rate_per_minute), 1e-6) / 60.0
+        self.burst = max(1, int(burst))
+
+    def _run(self, take: bool) -> tuple[int, float, float]:
+        granted, wait, tokens = self.client.eval(
+            _BUCKET_SCRIPT,
+            2,
+            self.bucket_key,
+            self.pause_key,
+            repr(self.rate_per_second),
+            self.burst,
+            "1" if take else "0",
+        )
+        return int(granted), float(wait), float(tokens)
+
+    def take(self) -> Grant:
+        granted, wait, _ = self._run(take=True)
+        return Grant(granted=bool(granted), wait_seconds=wait)
+
+    def available(self) -> int:
+        """Tokens that could be taken right now (0 while paused); takes none."""
+        _, wait, tokens = self._run(take=False)
+        return 0 if wait > 0 else math.floor(tokens)
+
+    def pause(self, seconds: float) -> None:
+        self.client.set(self.pause_key, "1", px=max(1, int(seconds * 1000)))
+
+
+class CacheWindowLimiter:
+    """A fixed one-minute window counted with ``cache.add`` + ``cache.incr`` (no Redis)."""
+
+    def __init__(self, key: str, *, rate_per_minute: int) -> None:
+        self.key = key
+        self.rate_per_minute = max(1, int(rate_per_minute))
+
+    def _window(self) -> tuple[str, float]:
+        now = time.time()
+        return f"{self.key}:window:{int(now // 60)}", 60 - now % 60
+
+    def _paused_for(self) -> float:
+        until = cache.get(f"{self.key}:pause")
+        return max(0.0, float(until) - time.time()) if until else 0.0
+
+    def take(self) -> Grant:
+        paused = self._paused_for()
+        if paused > 0:
+            return Grant(granted=False, wait_seconds=paused)
+        key, left = self._window()
+        cache.add(key, 0, timeout=120)
+        if int(cache.incr(key)) <= self.rate_per_minute:
+            return Grant(granted=True)
+        return Grant(granted=False, wait_seconds=left)
+
+    def available(self) -> int:
+        if self._paused_for() > 0:
+            return 0
+        key, _ = self._window()
+        return max(0, self.rate_per_minute - int(cache.get(key) or 0))
+
+    def pause(self, seconds: float) -> None:
+        cache.set(f"{self.key}:pause", time.time() + seconds, timeout=max(1, math.ceil(seconds)))
+
+
+def http_rate_limiter() -> RateLimiter:
+    """The HTTP provider's shared limiter, as configured (Redis bucket, else cache window)."""
+    client = redis_client()
+    rate = settings.ENRICHMENT_HTTP_RATE_PER_MINUTE
+    if client is not None:
+        return RedisTokenBucket(
+            client, KEY_PREFIX, rate_per_minute=rate, burst=settings.ENRICHMENT_HTTP_BURST
+        )
+    return CacheWindowLimiter(KEY_PREFIX, rate_per_minute=rate)

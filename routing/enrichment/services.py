@@ -1,0 +1,509 @@
+"""The HTTP enrichment stage: parking, the enrichment task's service, the sweeper, hand-back.
+
+A lead the routing pipeline parks for the HTTP provider stays ``processing`` without a lease
+(``claimed_until`` NULL) with ``enrichment_status`` pending and ``enrichment_next_at`` = when to
+try next. ``lead_enrich`` (the ``enrichment.enrich_lead`` task, on its own queue) claims it with
+one UPDATE, takes a token from the global rate limit, asks the shared breaker, calls the provider
+once and either finishes the lead (done / failed, with its audit event, then hands it back to
+routing) or sets ``enrichment_next_at`` for the next try. Waiting is never done in a worker:
+``enrichment_sweep_due`` (beat, every few seconds) re-sends due leads.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from audit.models import EventType
+from audit.services import event_record
+from config.celery import app as celery_app
+from leads.models import EnrichmentStatus, Lead, LeadStatus
+from leads.services import broker_breaker, leads_enqueue
+from routing.enrichment.breaker import Breaker, BreakerCheck, http_breaker
+from routing.enrichment.builtin import HTTP_PROVIDER
+from routing.enrichment.merge import fill_empty, provider_values
+from routing.enrichment.provider_http import CallOutcome, http_call
+from routing.enrichment.ratelimit import Grant, RateLimiter, http_rate_limiter
+
+logger = logging.getLogger(__name__)
+
+ENRICH_LEAD_TASK = "enrichment.enrich_lead"
+# What a lead may be parked in and handed back from: processing, and no routing lease.
+_PARKED = Q(status=LeadStatus.PROCESSING, claimed_until__isnull=True)
+
+
+# --- What the routing pipeline calls ---------------------------------------------------------
+
+
+def enrichment_http_enabled() -> bool:
+    """The HTTP provider is named in ENRICHMENT_PROVIDERS and has a URL."""
+    return HTTP_PROVIDER in settings.ENRICHMENT_PROVIDERS and bool(settings.ENRICHMENT_HTTP_URL)
+
+
+def enrichment_http_wanted(lead: Lead) -> bool:
+    """Should the pipeline park this lead for the HTTP provider? (enabled, and not been yet)"""
+    return enrichment_http_enabled() and lead.enrichment_status == EnrichmentStatus.NONE
+
+
+def enrichment_trace_note(lead: Lead) -> str | None:
+    """A line for the routing trace when the lead is routed without its HTTP enrichment."""
+    if lead.enrichment_status != EnrichmentStatus.FAILED:
+        return None
+    record = lead.enrichment.get(HTTP_PROVIDER) if isinstance(lead.enrichment, dict) else None
+    reason = record.get("reason") if isinstance(record, dict) else None
+    return f"enrichment by http failed: {reason or 'unknown reason'}; routed without it"
+
+
+def enrichment_enqueue(
+    lead_ids: Sequence[uuid.UUID | str],
+    *,
+    countdowns: Sequence[float] | None = None,
+    expires_seconds: float | None = None,
+) -> int:
+    """Publish ``enrichment.enrich_lead`` for these leads; never raises; how many were sent.
+
+    Tried once with the broker's short timeouts (the sweeper repairs any failure: the lead row
+    is the outbox). ``countdowns`` spread the sends (a few seconds at most); ``expires_seconds``
+    lets a worker drop a copy that waited in the queue so long that the sweeper has re-sent it.
+    """
+    if not lead_ids:
+        return 0
+    if not broker_breaker.allows():
+        logger.warning("broker marked down; %d enrichment(s) left for the sweeper", len(lead_ids))
+        return 0
+    published = 0
+    try:
+        with celery_app.producer_or_acquire() as producer:
+            for i, lead_id in enumerate(lead_ids):
+                options: dict[str, Any] = {}
+                countdown = countdowns[i] if countdowns else 0.0
+                if countdown > 0:
+                    options["countdown"] = countdown
+                if expires_seconds:
+                    options["expires"] = countdown + expires_seconds
+                celery_app.send_task(
+                    ENRICH_LEAD_TASK, args=[str(lead_id)], producer=producer, retry=False, **options
+                )
+                published += 1
+    except Exception as exc:  # any broker failure: the sweeper re-sends what was not published
+        broker_breaker.trip(settings.BROKER_BREAKER_SECONDS)
+        logger.error(
+            "could not enqueue %d of %d enrichment(s) (%s: %s); the sweeper will retry them",
+            len(lead_ids) - published,
+            len(lead_ids),
+            type(exc).__name__,
+            exc,
+        )
+    else:
+        broker_breaker.reset()
+    return published
+
+
+def enrichment_enqueue_after_commit(lead_id: uuid.UUID | str) -> None:
+    """After the parking transaction commits, send the lead to the enrichment queue."""
+    transaction.on_commit(lambda: enrichment_enqueue([lead_id]), robust=True)
+
+
+# --- The enrichment task's service -----------------------------------------------------------
+
+
+def _http_record(lead: Lead) -> dict[str, Any]:
+    record = lead.enrichment.get(HTTP_PROVIDER) if isinstance(lead.enrichment, dict) else None
+    return dict(record) if isinstance(record, dict) else {}
+
+
+def _backoff_seconds(attempt: int) -> float:
+    """Exponential in the attempt number with up to 25 % jitter, so it grows every time."""
+    base = settings.ENRICHMENT_HTTP_BACKOFF_SECONDS * 2 ** max(0, attempt - 1)
+    base = min(base, settings.ENRICHMENT_HTTP_BACKOFF_MAX_SECONDS)
+    return base + random.uniform(0, base / 4)  # noqa: S311 - jitter, not a secret
+
+
+class _Claim:
+    """One claimed try: the lead id, the lease that proves the claim, and its attempt number."""
+
+    def __init__(self, lead_id: uuid.UUID, lease: datetime, attempt: int) -> None:
+        self.lead_id = lead_id
+        self.lease = lease
+        self.attempt = attempt
+
+    def locked_lead(self) -> Lead | None:
+        """The lead under a row lock, if this claim still holds it (else None: writes nothing)."""
+        lead = (
+            Lead.objects.select_for_update()
+            .filter(
+                _PARKED,
+                id=self.lead_id,
+                enrichment_status=EnrichmentStatus.PENDING,
+                enrichment_next_at=self.lease,
+            )
+            .first()
+        )
+        if lead is None:
+            logger.warning("enrich_lead: claim on lead %s lost; writing nothing", self.lead_id)
+        return lead
+
+
+def _reschedule(
+    claim: _Claim, *, at: datetime, note: str, counts_as_attempt: bool, now: datetime
+) -> str | None:
+    with transaction.atomic(durable=True):
+        lead = claim.locked_lead()
+        if lead is None:
+            return None
+        record = _http_record(lead)
+        record.setdefault("since", now.isoformat())
+        record.update(status="pending", next_at=at.isoformat(), note=note)
+        if counts_as_attempt:
+            record.update(attempts=claim.attempt, error=note)
+        else:
+            # Waiting for a token or for the breaker's probe is not a try at the provider.
+            lead.enrichment_attempts = max(0, lead.enrichment_attempts - 1)
+        lead.enrichment = {**(lead.enrichment or {}), HTTP_PROVIDER: record}
+        lead.enrichment_next_at = at
+        lead.save(update_fields=["enrichment", "enrichment_next_at", "enrichment_attempts"])
+    return "retry" if counts_as_attempt else "waiting"
+
+
+def _json_value(value: Any) -> Any:
+    return str(value) if isinstance(value, Decimal) else value
+
+
+def _finish(
+    claim: _Claim,
+    *,
+    now: datetime,
+    reason: str = "",
+    values: dict[str, Any] | None = None,
+    ignored: Sequence[str] = (),
+    http_status: str = "done",
+) -> str | None:
+    """Write the outcome (done when ``values`` is given, else failed), its event, hand back."""
+    done = values is not None
+    with transaction.atomic(durable=True):
+        lead = claim.locked_lead()
+        if lead is None:
+            return None
+        record = _http_record(lead)
+        record.setdefault("since", now.isoformat())
+        record.pop("next_at", None)
+        record.pop("note", None)
+        record.update(attempts=claim.attempt, finished_at=now.isoformat())
+        fields: list[str] = []
+        if values is not None:
+            fields = fill_empty(lead, values)
+            record.update(
+                status=http_status,
+                filled=fields,
+                data={name: _json_value(value) for name, value in values.items()},
+                ignored=list(ignored),
+            )
+            record.pop("reason", None)
+            lead.enrichment_status = EnrichmentStatus.DONE
+        else:
+            record.update(status="failed", reason=reason, filled=[])
+            lead.enrichment_status = EnrichmentStatus.FAILED
+        lead.enrichment = {**(lead.enrichment or {}), HTTP_PROVIDER: record}
+        # Kept as "hand back no later than": the sweeper re-publishes routing after it, in case
+        # the message below is lost (the routing stale sweeper skips leads without a lease).
+        lead.enrichment_next_at = now + timedelta(
+            seconds=settings.ENRICHMENT_HANDBACK_RETRY_SECONDS
+        )
+        lead.save(
+            update_fields=[
+                *fields,
+                "enrichment",
+                "enrichment_status",
+                "enrichment_next_at",
+                "enrichment_attempts",
+            ]
+        )
+        if done:
+            summary = f"http: {http_status}" + (f"; filled {', '.join(fields)}" if fields else "")
+            event_record(
+                type=EventType.ENRICHED,
+                lead=lead,
+                data={
+                    "provider": HTTP_PROVIDER,
+                    "status": http_status,
+                    "filled": fields,
+                    "summary": summary,
+                },
+            )
+        else:
+            event_record(
+                type=EventType.ENRICHMENT_FAILED,
+                lead=lead,
+                data={"provider": HTTP_PROVIDER, "reason": reason, "attempts": claim.attempt},
+            )
+        lead_id = lead.id
+        transaction.on_commit(lambda: leads_enqueue([lead_id]), robust=True)
+    if not done:
+        logger.warning(
+            "enrichment of lead %s failed: %s; routing without it", claim.lead_id, reason
+        )
+    return lead.enrichment_status
+
+
+def _claim(lead_uuid: uuid.UUID, now: datetime) -> _Claim | None:
+    lease = now + timedelta(seconds=settings.ENRICHMENT_LEASE_SECONDS)
+    claimed = Lead.objects.filter(
+        _PARKED,
+        id=lead_uuid,
+        enrichment_status=EnrichmentStatus.PENDING,
+        enrichment_next_at__lte=now,
+    ).update(enrichment_next_at=lease, enrichment_attempts=F("enrichment_attempts") + 1)
+    if not claimed:
+        return None
+    attempt = Lead.objects.filter(id=lead_uuid).values_list("enrichment_attempts", flat=True)
+    return _Claim(lead_uuid, lease, attempt.first() or 1)
+
+
+def _breaker_check(breaker: Breaker) -> BreakerCheck:
+    try:
+        return breaker.before_call()
+    except Exception as exc:  # the shared store is down; the rate limit then says wait
+        logger.error("enrichment breaker state unavailable (%s: %s)", type(exc).__name__, exc)
+        return BreakerCheck("closed")
+
+
+def _take_token(limiter: RateLimiter) -> Grant:
+    try:
+        return limiter.take()
+    except Exception as exc:  # no shared budget, no call: the vendor's quota is not ours to risk
+        logger.error("enrichment rate limit unavailable (%s: %s)", type(exc).__name__, exc)
+        return Grant(granted=False, wait_seconds=settings.ENRICHMENT_STORE_DOWN_RETRY_SECONDS)
+
+
+def _quietly(action: Any, what: str) -> Any:
+    try:
+        return action()
+    except Exception as exc:
+        logger.error("enrichment %s failed (%s: %s)", what, type(exc).__name__, exc)
+        return None
+
+
+def lead_enrich(*, lead_id: uuid.UUID | str) -> str | None:
+    """One try at the HTTP provider for a parked lead; a no-op unless this call claims it.
+
+    Returns ``done`` / ``failed`` (finished and handed back to routing), ``retry`` (a try failed
+    and the next is scheduled), ``waiting`` (no token, or the breaker's probe is out: tried again
+    without counting an attempt), or None (not due, not parked, or the claim was lost).
+    """
+    try:
+        lead_uuid = uuid.UUID(str(lead_id))
+    except ValueError:
+        logger.error("enrich_lead: %r is not a lead id", lead_id)
+        return None
+    now = timezone.now()
+    claim = _claim(lead_uuid, now)
+    if claim is None:
+        return None
+    lead = Lead.objects.only("id", "email", "domain", "company", "country", "enrichment").get(
+        id=lead_uuid
+    )
+    record = _http_record(lead)
+    max_attempts = settings.ENRICHMENT_HTTP_MAX_ATTEMPTS
+    last_error = record.get("error") or "none finished (worker crash or time limit)"
+    if not enrichment_http_enabled():
+        return _finish(claim, now=now, reason="the HTTP provider is not configured any more")
+    if claim.attempt > max_attempts:
+        return _finish(
+            claim,
+            now=now,
+            reason=f"gave up after {claim.attempt - 1} attempts; last error: {last_error}",
+        )
+    since = parse_datetime(str(record.get("since") or "")) or now
+    waited = (now - since).total_seconds()
+    if waited > settings.ENRICHMENT_HTTP_MAX_WAIT_SECONDS:
+        return _finish(
+            claim,
+            now=now,
+            reason=f"no answer within {settings.ENRICHMENT_HTTP_MAX_WAIT_SECONDS:g} s "
+            f"(rate limit or outage); last error: {record.get('error') or 'none'}",
+        )
+
+    breaker = http_breaker()
+    check = _breaker_check(breaker)
+    if check.verdict == "open":
+        return _finish(
+            claim,
+            now=now,
+            reason=f"breaker open (the provider kept failing; retried in "
+            f"{math.ceil(check.open_for_seconds)} s)",
+        )
+    if check.verdict == "busy":
+        at = now + timedelta(seconds=random.uniform(1, 3))  # noqa: S311
+        return _reschedule(
+            claim,
+            at=at,
+            note="breaker half-open: waiting for its probe",
+            counts_as_attempt=False,
+            now=now,
+        )
+    grant = _take_token(http_rate_limiter())
+    if not grant.granted:
+        if check.verdict == "probe":
+            _quietly(breaker.release_probe, "probe release")
+        wait = grant.wait_seconds + random.uniform(0, 1)  # noqa: S311
+        return _reschedule(
+            claim,
+            at=now + timedelta(seconds=wait),
+            note="waiting for the rate limit",
+            counts_as_attempt=False,
+            now=now,
+        )
+
+    outcome = http_call(
+        url=settings.ENRICHMENT_HTTP_URL,
+        headers=dict(settings.ENRICHMENT_HTTP_HEADERS),
+        payload={"email": lead.email, "domain": lead.domain, "company": lead.company},
+        timeout=settings.ENRICHMENT_HTTP_TIMEOUT_SECONDS,
+        max_body_bytes=settings.ENRICHMENT_HTTP_MAX_BODY_BYTES,
+    )
+    return _apply_outcome(claim, outcome, breaker=breaker, lead=lead, max_attempts=max_attempts)
+
+
+def _apply_outcome(
+    claim: _Claim, outcome: CallOutcome, *, breaker: Breaker, lead: Lead, max_attempts: int
+) -> str | None:
+    now = timezone.now()
+    last_try = claim.attempt >= max_attempts
+    if outcome.kind == "ok":
+        if _quietly(breaker.record_success, "breaker success"):
+            logger.warning("enrichment breaker closed: the provider answered again")
+        values, ignored = provider_values(outcome.body, country=lead.country)
+        return _finish(claim, now=now, values=values, ignored=ignored)
+    if outcome.kind == "rejected":
+        # The provider is up (breaker closed), it just refuses this request. 404 is the usual
+        # way for an enrichment API to say "we know nothing about this one".
+        _quietly(breaker.record_success, "breaker success")
+        if outcome.status_code == 404:
+            return _finish(claim, now=now, values={}, http_status="no_match")
+        return _finish(claim, now=now, reason=f"provider refused the request ({outcome.error})")
+    if outcome.kind == "rate_limited":
+        _quietly(breaker.release_probe, "probe release")
+        pause = outcome.retry_after if outcome.retry_after is not None else None
+        delay = pause if pause is not None else _backoff_seconds(claim.attempt)
+        _quietly(lambda: http_rate_limiter().pause(delay), "rate limit pause")
+        if last_try:
+            return _finish(
+                claim, now=now, reason=f"rate limited (HTTP 429) on all {claim.attempt} attempts"
+            )
+        return _reschedule(
+            claim,
+            at=now + timedelta(seconds=delay),
+            note=f"HTTP 429, retry after {delay:.0f} s",
+            counts_as_attempt=True,
+            now=now,
+        )
+    state = _quietly(breaker.record_failure, "breaker failure")
+    if state == "opened":
+        logger.error(
+            "enrichment breaker opened after %s (%d failures in a row); leads are routed "
+            "without the provider for %g s",
+            outcome.error,
+            settings.ENRICHMENT_BREAKER_FAILURES,
+            settings.ENRICHMENT_BREAKER_COOLDOWN_SECONDS,
+        )
+    if outcome.kind == "malformed":
+        return _finish(claim, now=now, reason=f"unusable response: {outcome.error}")
+    if last_try:
+        return _finish(
+            claim, now=now, reason=f"{outcome.error} (attempt {claim.attempt} of {max_attempts})"
+        )
+    return _reschedule(
+        claim,
+        at=now + timedelta(seconds=_backoff_seconds(claim.attempt)),
+        note=outcome.error,
+        counts_as_attempt=True,
+        now=now,
+    )
+
+
+# --- The sweeper -----------------------------------------------------------------------------
+
+
+def _send_budget(batch_size: int) -> tuple[int, float]:
+    """(how many due leads to send this sweep, seconds between sends beyond the free tokens).
+
+    Sending more than the rate limit can serve before the next sweep only makes tries that wait
+    again; when the provider is off, every due lead is sent (each fails at once).
+    """
+    if not enrichment_http_enabled():
+        return batch_size, 0.0
+    rate = max(1, settings.ENRICHMENT_HTTP_RATE_PER_MINUTE)
+    interval = settings.ENRICHMENT_SWEEP_INTERVAL_SECONDS
+    try:
+        free = http_rate_limiter().available()
+    except Exception:  # the store is down: send a few; they wait and fail after the max wait
+        free = 0
+    refill = math.ceil(rate * interval / 60)
+    return min(batch_size, free + refill), 60.0 / rate
+
+
+def enrichment_sweep_due(*, now: datetime | None = None, batch_size: int | None = None) -> int:
+    """Re-send ``enrich_lead`` for parked leads that are due (retries, lost messages, expired
+    claims), in one bounded batch; re-hand to routing leads finished but not picked up.
+
+    The batch is selected with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so two sweepers never
+    send the same lead; duplicates that still happen are no-ops (the claim). Copies sent here
+    expire after two sweep intervals, so a backed-up queue does not keep growing.
+    """
+    now = now or timezone.now()
+    batch_size = batch_size or settings.ENRICHMENT_SWEEP_BATCH_SIZE
+    budget, spacing = _send_budget(batch_size)
+    interval = settings.ENRICHMENT_SWEEP_INTERVAL_SECONDS
+    sent = 0
+    with transaction.atomic(durable=True):
+        due = Lead.objects.filter(
+            _PARKED, enrichment_status=EnrichmentStatus.PENDING, enrichment_next_at__lte=now
+        ).order_by("enrichment_next_at")
+        if connection.features.has_select_for_update_skip_locked:
+            due = due.select_for_update(skip_locked=True)
+        ids = list(due.values_list("id", flat=True)[:budget])
+        if ids:
+            free = max(
+                0, budget - math.ceil(settings.ENRICHMENT_HTTP_RATE_PER_MINUTE * interval / 60)
+            )
+            countdowns = [
+                0.0 if i < free else min(interval, (i - free + 1) * spacing)
+                for i in range(len(ids))
+            ]
+            sent = enrichment_enqueue(ids, countdowns=countdowns, expires_seconds=2 * interval)
+    handed_back = _hand_back_stragglers(now=now, batch_size=batch_size)
+    if sent or handed_back:
+        logger.info("enrichment sweep: %d due lead(s) sent, %d handed back", sent, handed_back)
+    return sent + handed_back
+
+
+def _hand_back_stragglers(*, now: datetime, batch_size: int) -> int:
+    """Re-publish routing for leads whose enrichment finished but that routing never took."""
+    with transaction.atomic(durable=True):
+        finished = Lead.objects.filter(
+            _PARKED,
+            enrichment_status__in=(EnrichmentStatus.DONE, EnrichmentStatus.FAILED),
+            enrichment_next_at__lte=now,
+        ).order_by("enrichment_next_at")
+        if connection.features.has_select_for_update_skip_locked:
+            finished = finished.select_for_update(skip_locked=True)
+        ids = list(finished.values_list("id", flat=True)[:batch_size])
+        published = leads_enqueue(ids) if ids else 0
+        if published:
+            Lead.objects.filter(id__in=ids[:published]).update(
+                enrichment_next_at=now
+                + timedelta(seconds=settings.ENRICHMENT_HANDBACK_RETRY_SECONDS)
+            )
+    return published
