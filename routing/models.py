@@ -17,10 +17,13 @@ from typing import Any
 import pycountry
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone as dj_timezone
+
+from routing.engine.strategies import MAX_MEMBER_WEIGHT
 
 # --- Validation shared by clean() and the rules-as-code import --------------------------------
 
@@ -300,7 +303,11 @@ class TeamMembership(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     rep = models.ForeignKey(Rep, on_delete=models.CASCADE, related_name="memberships")
     position = models.PositiveIntegerField(default=0)
-    weight = models.PositiveIntegerField(default=1, help_text="Weighted teams: share of leads.")
+    weight = models.PositiveIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_MEMBER_WEIGHT)],
+        help_text=f"Weighted teams: share of leads (1 to {MAX_MEMBER_WEIGHT}).",
+    )
 
     class Meta:
         ordering = ("team", "position", "id")
@@ -314,6 +321,9 @@ class TeamMembership(models.Model):
                 deferrable=models.Deferrable.DEFERRED,
             ),
             models.CheckConstraint(condition=Q(weight__gte=1), name="team_membership_weight_min_1"),
+            models.CheckConstraint(
+                condition=Q(weight__lte=MAX_MEMBER_WEIGHT), name="team_membership_weight_max"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -45,7 +45,7 @@ from audit.models import EventType
 from audit.services import event_record
 from leads.models import Source, token_digest
 from leads.services import new_token
-from routing.engine import RuleError, RuleErrors, compile_ruleset
+from routing.engine import MAX_MEMBER_WEIGHT, RuleError, RuleErrors, compile_ruleset
 from routing.models import (
     POSTAL_PREFIX_MAX_LENGTH,
     REGION_MAX_LENGTH,
@@ -481,6 +481,9 @@ class _Checker:
                     self.error(f"{at}.{key}", f'unknown key "{key}"')
             email = self.rep_ref(raw.get("rep"), f"{at}.rep")
             weight = self.positive(raw.get("weight", 1), f"{at}.weight", nullable=False)
+            if weight is not _ABSENT and weight > MAX_MEMBER_WEIGHT:
+                self.error(f"{at}.weight", f"must be at most {MAX_MEMBER_WEIGHT}, got {weight}")
+                weight = _ABSENT
             if email is _ABSENT or weight is _ABSENT:
                 continue
             earlier = seen.setdefault(email.lower(), i)

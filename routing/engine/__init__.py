@@ -17,7 +17,12 @@ from routing.engine.errors import RuleError, RuleErrors
 from routing.engine.fields import CANONICAL_FIELDS, FIELD_NAMES
 from routing.engine.operators import OPERATORS, Condition
 from routing.engine.ruleset import ACTION_TYPES, CompiledRule, CompiledRuleset, compile_ruleset
-from routing.engine.strategies import MemberChoice, choose_member, rep_is_eligible
+from routing.engine.strategies import (
+    MAX_MEMBER_WEIGHT,
+    MemberChoice,
+    choose_member,
+    rep_is_eligible,
+)
 from routing.engine.territories import TerritoryIndex, TerritoryMatch
 from routing.engine.types import (
     STRATEGIES,
@@ -37,6 +42,7 @@ __all__ = [
     "ACTION_TYPES",
     "CANONICAL_FIELDS",
     "FIELD_NAMES",
+    "MAX_MEMBER_WEIGHT",
     "OPERATORS",
     "STRATEGIES",
     "AccountFacts",

@@ -30,6 +30,9 @@ from routing.engine.types import (
 
 _NEVER = datetime.min.replace(tzinfo=UTC)
 
+# The largest weight a member counts with in a weighted team (see _weighted).
+MAX_MEMBER_WEIGHT = 1000
+
 
 @functools.lru_cache(maxsize=512)
 def _zone(name: str) -> ZoneInfo | None:
@@ -171,7 +174,9 @@ def _weighted(
     count = len(members)
     if not any(check(index)[0] for index in range(count)):
         return _nobody(team, [_skip_line(team, reps, i, check(i)[1]) for i in range(count)])
-    weights = [max(1, weight) for _rep_id, weight in members]
+    # Bounded: a cycle is `total` steps long, and a stored weight of billions would make one
+    # decision step through billions of turns (the model and the import refuse such weights).
+    weights = [min(MAX_MEMBER_WEIGHT, max(1, weight)) for _rep_id, weight in members]
     total = sum(weights)
     layout = [(rep_id, weights[i]) for i, (rep_id, _w) in enumerate(members)]
     saved = state.current_weights if state is not None else ()

@@ -22,6 +22,15 @@ def _code(value: Any) -> str:
     return value.strip().upper() if isinstance(value, str) else ""
 
 
+def _postal(value: Any) -> str:
+    """A postal code or prefix compared without case, spaces or dashes ("sw1a 1aa" = "SW1A1AA")."""
+    return (
+        "".join(ch for ch in value.upper() if not ch.isspace() and ch != "-")
+        if isinstance(value, str)
+        else ""
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class TerritoryMatch:
     """The territory chosen for a lead and what made it the most specific."""
@@ -53,7 +62,7 @@ class TerritoryIndex:
         for territory in sorted(territories, key=lambda t: t.id):
             self._size += 1
             regions = frozenset(filter(None, map(_code, territory.regions))) or None
-            prefixes = {p for p in map(_code, territory.postal_prefixes) if p}
+            prefixes = {p for p in map(_postal, territory.postal_prefixes) if p}
             for country in {c for c in map(_code, territory.countries) if c}:
                 index = self._countries.setdefault(country, _CountryIndex())
                 if prefixes:
@@ -79,7 +88,7 @@ class TerritoryIndex:
         if index is None:
             return None
         region_code = _code(region)
-        postal = _code(postal_code)
+        postal = _postal(postal_code)
         for length in range(min(len(postal), index.longest_prefix), 0, -1):
             prefix = postal[:length]
             entries = index.prefixes.get(prefix)
@@ -109,6 +118,6 @@ def describe_miss(country: Any, region: Any, postal_code: Any) -> str:
     parts = [f"country {country_code}"]
     if _code(region):
         parts.append(f"region {_code(region)}")
-    if _code(postal_code):
-        parts.append(f"postal code {_code(postal_code)}")
+    if _postal(postal_code):
+        parts.append(f"postal code {_postal(postal_code)}")
     return "no territory for " + ", ".join(parts)

@@ -776,3 +776,24 @@ def test_admin_adds_a_draft_with_the_next_version_and_checks_its_rules(admin_cli
         "admin",
     )
     assert list(draft.rules.values_list("name", flat=True)) == ["Germany"]
+
+
+@pytest.mark.django_db
+def test_a_member_weight_over_the_cap_is_refused_with_its_path():
+    from routing.engine import MAX_MEMBER_WEIGHT
+    from routing.rules_io import RulesFileErrors, rules_import
+
+    document = {
+        "reps": [{"email": "a@example.com", "name": "A"}],
+        "teams": [
+            {
+                "name": "T",
+                "strategy": "weighted",
+                "members": [{"rep": "a@example.com", "weight": MAX_MEMBER_WEIGHT + 1}],
+            }
+        ],
+    }
+    with pytest.raises(RulesFileErrors) as caught:
+        rules_import(document, publish=False)
+    assert "teams[0].members[0].weight" in str(caught.value)
+    assert f"at most {MAX_MEMBER_WEIGHT}" in str(caught.value)

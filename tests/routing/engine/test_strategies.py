@@ -420,3 +420,16 @@ def test_a_member_is_picked_exactly_when_one_is_eligible(
         assert choice.rep_id is None
         assert choice.rotation_update is None
         assert len(choice.skipped) == len(members)
+
+
+@pytest.mark.timeout(10)
+def test_a_huge_weight_beside_an_ineligible_heavy_member_decides_at_once() -> None:
+    """A weight of 2**31 with its member away once made the engine step through 2**31 turns
+    (the worker hung until its time limit). Weights count up to MAX_MEMBER_WEIGHT."""
+    from routing.engine import MAX_MEMBER_WEIGHT
+
+    spec = weighted((1, 2**31), (2, 1))
+    choice = choose_member(spec, reps(rep(1, active=False)), None, NOW)
+    assert choice.rep_id == 2
+    capped = sequence(weighted((1, 10**6), (2, 1)), MAX_MEMBER_WEIGHT + 1)
+    assert Counter(capped) == {"Ana": MAX_MEMBER_WEIGHT, "Ben": 1}

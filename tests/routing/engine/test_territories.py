@@ -133,3 +133,18 @@ def test_lookup_probes_a_bounded_number_of_prefixes() -> None:
     probes.clear()
     assert index.lookup("US", None, "999999999") is None
     assert probes == ["999999", "99999", "9999", "999", "99", "9"]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "postal"),
+    [("SW1A", "sw1a 1aa"), ("SW1A 1", "SW1A1AA"), ("sw1a-1", "SW1A 1AA"), ("1010", " 10-10 ")],
+)
+def test_postal_codes_and_prefixes_match_ignoring_case_spaces_and_dashes(
+    prefix: str, postal: str
+) -> None:
+    """UK and other postcodes are written with and without spaces; both sides are folded."""
+    index = TerritoryIndex([TerritorySpec(1, "London", ("GB", "AT"), postal_prefixes=(prefix,))])
+    country = "AT" if prefix.isdigit() else "GB"
+    match = index.lookup(country, None, postal)
+    assert match is not None
+    assert match.territory.name == "London"
