@@ -683,7 +683,14 @@ def route_lead(
             if team_id is not None and team_id not in locked_teams:
                 turn = _lock_team(team_id)
                 locked_teams.add(team_id)
-                if turn != snap.rotation.get(team_id, RotationState(team_id=team_id)):
+                team = config.teams.get(team_id)
+                least_loaded = team is not None and team.strategy == "least_loaded"
+                # least_loaded chooses on counts, not a stored turn: read them again under the
+                # team's lock, or two workers would both give the lead to the same "least
+                # loaded" member.
+                if least_loaded or turn != snap.rotation.get(
+                    team_id, RotationState(team_id=team_id)
+                ):
                     # Another worker took a turn since the snapshot: decide with the new one
                     # and fresh counts, now that nobody else can move this team.
                     snap = _snapshot(config, now)

@@ -338,3 +338,29 @@ def test_a_team_renamed_after_publishing_skips_its_rule_instead_of_failing_every
     assert _owner(result) == "ana@x.example"
     assert decisions.live_config().broken_rules
     assert "no longer compile" in caplog.text
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_eight_workers_keep_least_loaded_balanced_at_every_step():
+    """Under the team's lock the counts are read again, so each assignment goes to a member
+    with the fewest open leads at that moment: the spread never exceeds one."""
+    reps = [make_rep(email=f"ll{i}@x.example") for i in range(4)]
+    team = team_with(reps, strategy="least_loaded")
+    published_ruleset({"name": "All", "action": {"type": "team", "team": team.name}})
+    source = SourceFactory(slug="webform")
+    ids = [
+        cast(
+            Lead,
+            LeadFactory(source=source, status=LeadStatus.PROCESSING, email=f"l{i}@corp.example"),
+        ).pk
+        for i in range(80)
+    ]
+
+    assert _route_concurrently(ids, 8) == []
+
+    running: Counter[int] = Counter({rep.id: 0 for rep in reps})
+    for rep_id in Assignment.objects.order_by("id").values_list("rep_id", flat=True):
+        running[rep_id] += 1
+        assert max(running.values()) - min(running.values()) <= 1, running
+    assert set(running.values()) == {20}
