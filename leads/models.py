@@ -165,6 +165,11 @@ class Lead(models.Model):
         null=True, blank=True, help_text="While processing: the worker's lease expires then."
     )
     attempts = models.PositiveSmallIntegerField(default=0)
+    deferrals = models.PositiveSmallIntegerField(
+        default=0,
+        help_text="Times processing was put off without counting an attempt (lock contention, "
+        "an original still being processed).",
+    )
     last_error = models.TextField(blank=True)
     duplicate_of = models.ForeignKey(
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="duplicates"

@@ -23,7 +23,8 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.services import events_record_received
+from audit.models import EventType
+from audit.services import event_record, events_record_received
 from config.celery import app as celery_app
 from leads.breaker import CircuitBreaker
 from leads.models import (
@@ -501,6 +502,60 @@ def leads_enqueue(lead_ids: Sequence[uuid.UUID]) -> int:
     return published
 
 
+def lead_enqueue_later(lead_id: uuid.UUID, *, delay: float) -> bool:
+    """Publish one lead's processing task to run after ``delay`` seconds; never raises.
+
+    For short delays only (well inside the broker's visibility timeout). A failed publish is
+    logged and left to the stale sweeper.
+    """
+    if not broker_breaker.allows():
+        return False
+    try:
+        celery_app.send_task(
+            PROCESS_LEAD_TASK, args=[str(lead_id)], countdown=max(0.0, delay), retry=False
+        )
+    except Exception as exc:
+        broker_breaker.trip(settings.BROKER_BREAKER_SECONDS)
+        logger.error("could not re-enqueue lead %s (%s); left to the sweeper", lead_id, exc)
+        return False
+    return True
+
+
+def leads_release_abandoned_enrichment(*, now: datetime, batch_size: int = 500) -> int:
+    """Leads parked for enrichment that no enrichment worker touched for the provider's whole
+    budget (``ENRICHMENT_HTTP_MAX_WAIT_SECONDS`` and a lease): nobody drains that queue. They
+    are marked enrichment-failed, so routing takes them without it (the sweeper then sends
+    them, like any lead handed back)."""
+    wait = settings.ENRICHMENT_HTTP_MAX_WAIT_SECONDS + settings.ENRICHMENT_LEASE_SECONDS
+    reason = f"no enrichment worker took it within {wait:.0f} s"
+    released = 0
+    with transaction.atomic():
+        stuck = Lead.objects.filter(
+            status=LeadStatus.PROCESSING,
+            claimed_until__isnull=True,
+            enrichment_status=EnrichmentStatus.PENDING,
+            enrichment_next_at__lt=now - timedelta(seconds=wait),
+        ).order_by("enrichment_next_at")
+        if connection.features.has_select_for_update_skip_locked:
+            stuck = stuck.select_for_update(skip_locked=True)
+        for lead in stuck[:batch_size]:
+            record = dict(lead.enrichment) if isinstance(lead.enrichment, dict) else {}
+            record["http"] = {**record.get("http", {}), "status": "failed", "reason": reason}
+            lead.enrichment = record
+            lead.enrichment_status = EnrichmentStatus.FAILED
+            lead.save(update_fields=["enrichment", "enrichment_status"])
+            event_record(
+                type=EventType.ENRICHMENT_FAILED,
+                lead=lead,
+                at=now,
+                data={"provider": "http", "reason": reason},
+            )
+            released += 1
+    if released:
+        logger.error("%d lead(s) waited for enrichment with no worker; routed without it", released)
+    return released
+
+
 def leads_requeue_stale(
     *,
     older_than: timedelta | None = None,
@@ -520,6 +575,7 @@ def leads_requeue_stale(
         older_than = timedelta(seconds=settings.REQUEUE_STALE_AFTER_SECONDS)
     batch_size = batch_size or settings.REQUEUE_STALE_BATCH_SIZE
     now = now or timezone.now()
+    leads_release_abandoned_enrichment(now=now, batch_size=batch_size)
     cutoff = now - older_than
     total = 0
     for _ in range(max_batches):

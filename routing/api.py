@@ -248,15 +248,15 @@ class LeadTouchView(_LeadActionView):
     )
     def post(self, request: Request, lead_id: str) -> Response:
         lead = self._lead_or_404(lead_id)
-        current = getattr(lead, "current_assignments", None) or []
-        owner_user = current[0].rep.user_id if current else None
-        if not request.user.has_perm("leads.touch_lead") and owner_user != request.user.pk:
-            raise ApiError(
-                code="forbidden",
-                message="Only the lead's owner or a manager may report its first touch.",
-                status_code=403,
-            )
-        return _lead_action(lead, lambda: assignment_touch(lead_id=lead.pk, actor=_actor(request)))
+        any_lead = request.user.has_perm("leads.touch_lead")
+        return _lead_action(
+            lead,
+            lambda: assignment_touch(
+                lead_id=lead.pk,
+                actor=_actor(request),
+                owner_user_id=None if any_lead else request.user.pk,
+            ),
+        )
 
 
 REASSIGN_SCHEMA: dict[str, Any] = {

@@ -1,11 +1,11 @@
 """Dedup in the worker, against live state (rules-format.md "Dedup").
 
-A lead is matched by its normalised e-mail, else its E.164 phone, against leads of the last
-``DEDUP_WINDOW_DAYS`` that were deduped before it and are not duplicates themselves; the
-earliest such lead is the original. Matching and marking happen under transaction-scoped
-advisory locks on the lead's keys (PostgreSQL; SQLite serialises writers), held until the
-worker's transaction commits, so two copies of one new person processed at the same moment
-give exactly one original: the second waits, then sees the first.
+A lead is matched by its normalised e-mail, else (no valid e-mail) its E.164 phone, against
+leads of the last ``DEDUP_WINDOW_DAYS`` that were deduped before it and are not duplicates
+themselves; the earliest such lead is the original. Matching and marking happen under
+transaction-scoped advisory locks on the lead's keys (PostgreSQL; SQLite serialises writers),
+held until the worker's transaction commits, so two copies of one new person processed at the
+same moment give exactly one original: the second waits, then sees the first.
 """
 
 from __future__ import annotations
@@ -29,14 +29,16 @@ class DedupMatch:
 
 
 def dedup_keys(lead: Lead) -> list[str]:
-    """The keys a lead is matched on, in order: its e-mail, then its phone."""
+    """The key a lead is matched on: its e-mail, else (no valid e-mail) its phone.
+
+    Two people with their own e-mails who share a switchboard number are not one person.
+    """
     flags = set(lead.flags or [])
-    keys = []
     if lead.email and FLAG_INVALID_EMAIL not in flags:
-        keys.append(f"email:{lead.email}")
+        return [f"email:{lead.email}"]
     if lead.phone and FLAG_INVALID_PHONE not in flags:
-        keys.append(f"phone:{lead.phone}")
-    return keys
+        return [f"phone:{lead.phone}"]
+    return []
 
 
 def _lock(keys: list[str]) -> None:
@@ -61,7 +63,13 @@ def lead_dedup(*, lead: Lead, now: datetime) -> DedupMatch | None:
     lead.dedup_key = keys[0] if keys else ""
     if not keys:
         return None
-    _lock(keys)
+    # Both of its keys are locked (matching uses one): a lead with an e-mail and one with only
+    # the same phone, processed together, are still taken one after the other.
+    flags = set(lead.flags or [])
+    lockable = [f"email:{lead.email}"] if lead.email and FLAG_INVALID_EMAIL not in flags else []
+    if lead.phone and FLAG_INVALID_PHONE not in flags:
+        lockable.append(f"phone:{lead.phone}")
+    _lock(lockable)
     since = now - timedelta(days=settings.DEDUP_WINDOW_DAYS)
     for key in keys:
         field, value = key.split(":", 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import uuid
 from datetime import datetime, timedelta
 
@@ -18,11 +19,11 @@ from leads.models import EnrichmentStatus, Lead, LeadStatus
 from leads.services import (
     BACK_FROM_ENRICHMENT,
     lead_apply_normalization,
-    leads_enqueue,
+    lead_enqueue_later,
     leads_enqueue_after_commit,
 )
 from routing.decisions import RouteResult, RoutingContention, route_lead, stored_trace
-from routing.dedup import DedupMatch, lead_dedup
+from routing.dedup import lead_dedup
 from routing.delivery.services import deliveries_schedule
 from routing.enrichment import (
     enrichment_builtin,
@@ -82,28 +83,54 @@ def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
     try:
         return _lead_process_claimed(lead_uuid, lease)
     except Exception as exc:
-        # Keep the error on the lead and hand it back (status `received`): the sweeper retries
-        # it and the attempt bound quarantines it. Lock contention (a deadlock, a lock wait cut
-        # off, a serialisation failure, no stable decision) is not the lead's fault: that
-        # attempt is not counted and the lead is sent again at once. A crash (no exception)
-        # leaves the lease to expire.
-        contended = is_contention(exc)
-        if contended:
-            logger.warning("lead %s met lock contention (%s); sent again", lead_uuid, exc)
-        else:
-            logger.exception("processing lead %s failed", lead_uuid)
-        handed_back = Lead.objects.filter(
-            id=lead_uuid, status=LeadStatus.PROCESSING, claimed_until=lease
-        ).update(
-            status=LeadStatus.RECEIVED,
-            claimed_until=None,
-            last_error=f"{type(exc).__name__}: {exc}"[:2000],
-            attempts=F("attempts") - 1 if contended else F("attempts"),
-        )
-        if contended and handed_back:
-            leads_enqueue([lead_uuid])
-            return None
+        if _hand_back(lead_uuid, lease, exc):
+            return None  # put off, not failed
+        if isinstance(exc, _Defer):  # put off too often: route it without waiting any longer
+            raise RuntimeError(f"lead {lead_uuid} was put off too many times") from exc
         raise
+
+
+class _Defer(Exception):
+    """Put this lead off for a while without counting an attempt (rolls its transaction back)."""
+
+
+def _hand_back(lead_uuid: uuid.UUID, lease: datetime, exc: Exception) -> bool:
+    """After an attempt that raised: the lead goes back to `received` and is sent again later.
+
+    Being put off (``_Defer``: its original is still waiting for enrichment) and lock
+    contention (a deadlock, a lock wait cut off, no stable decision) are not the lead's fault:
+    the attempt is not counted, and it is retried after 0.5 s, 1 s, 2 s ... (at most 60 s), up
+    to ``LEAD_MAX_DEFERRALS`` times; contention beyond that counts as a failed attempt. Any
+    other error is kept on the lead (``last_error``) and retried after a growing delay; the
+    attempt bound quarantines it. A crash (no exception) leaves the lease to expire. Returns
+    whether the lead was put off (rather than failed).
+    """
+    row = Lead.objects.filter(id=lead_uuid).values_list("deferrals", "attempts").first()
+    deferrals, attempts = row if row is not None else (0, 0)
+    deferred = (isinstance(exc, _Defer) or is_contention(exc)) and (
+        deferrals < settings.LEAD_MAX_DEFERRALS
+    )
+    now = timezone.now()
+    if deferred:
+        delay = min(60.0, 0.5 * 2 ** min(deferrals, 10)) * random.uniform(0.8, 1.2)  # noqa: S311
+        logger.warning("lead %s put off for %.1f s: %s", lead_uuid, delay, exc)
+    else:
+        delay = min(120.0, settings.LEAD_RETRY_BACKOFF_SECONDS * 4 ** max(0, attempts - 1))
+        logger.error("processing lead %s failed", lead_uuid, exc_info=exc)
+    handed_back = Lead.objects.filter(
+        id=lead_uuid, status=LeadStatus.PROCESSING, claimed_until=lease
+    ).update(
+        status=LeadStatus.RECEIVED,
+        claimed_until=None,
+        last_error=f"{type(exc).__name__}: {exc}"[:2000],
+        attempts=F("attempts") - 1 if deferred else F("attempts"),
+        deferrals=F("deferrals") + 1 if deferred else F("deferrals"),
+        # The sweeper leaves it alone meanwhile (it re-sends only if this publish is lost).
+        requeued_at=now,
+    )
+    if handed_back:
+        lead_enqueue_later(lead_uuid, delay=delay)
+    return deferred
 
 
 # SQLSTATEs of lock contention: deadlock_detected, serialization_failure, lock_not_available.
@@ -143,16 +170,27 @@ def _quarantine(lead: Lead, now: datetime) -> str:
     return lead.status
 
 
-def _assign_sticky(lead: Lead, match: DedupMatch, now: datetime) -> Assignment | None:
+def _assign_sticky(lead: Lead, now: datetime) -> Assignment | None:
     """Give a duplicate to its original's owner when that rep is still active.
 
-    Sticky: caps are ignored and no team's turn moves (rules-format.md "Dedup").
+    Sticky: caps are ignored and no team's turn moves (rules-format.md "Dedup"). The original's
+    row is locked first, so a reassignment of the original cannot slip in between. While the
+    original is itself still being processed (waiting for enrichment) the duplicate is put off
+    (``_Defer``), up to LEAD_MAX_DEFERRALS times, instead of being routed to someone else.
     """
-    current = (
-        Assignment.objects.filter(lead=match.original, active=True).select_related("rep").first()
-    )
+    if lead.duplicate_of_id is None:
+        return None
+    original = Lead.objects.select_for_update().filter(pk=lead.duplicate_of_id).first()
+    if original is None:
+        return None
+    if original.status in (LeadStatus.RECEIVED, LeadStatus.PROCESSING):
+        if lead.deferrals < settings.LEAD_MAX_DEFERRALS:
+            raise _Defer(f"its original {original.pk} is still being processed")
+        return None
+    current = Assignment.objects.filter(lead=original, active=True).select_related("rep").first()
     if current is None or not current.rep.active:
         return None
+    key = lead.dedup_key.split(":", 1)[0] or "e-mail"
     sla = current.sla_minutes or settings.DEFAULT_SLA_MINUTES or None
     assignment = Assignment.objects.create(
         lead=lead,
@@ -165,8 +203,7 @@ def _assign_sticky(lead: Lead, match: DedupMatch, now: datetime) -> Assignment |
         ruleset_version=None,
         kind=AssignmentKind.DUPLICATE,
         reason=(
-            f"duplicate of lead {match.original.pk} (same {match.key.split(':', 1)[0]}): "
-            f"sticky to its owner {current.rep.name}"
+            f"duplicate of lead {original.pk} (same {key}): sticky to its owner {current.rep.name}"
         ),
         trace=[],
         sla_minutes=sla,
@@ -239,13 +276,15 @@ def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
                     at=now,
                     data={"original": str(match.original.pk), "matched_on": match.key},
                 )
-                sticky = _assign_sticky(lead, match, now)
-                if sticky is not None:
-                    lead.status = LeadStatus.DUPLICATE
-                    lead.processed_at = now
-                    lead.save()
-                    _record_assigned(sticky, now)
-                    return lead.status
+        if lead.duplicate_of_id is not None:
+            # New, or re-routed: a duplicate goes to its original's owner when it has one.
+            sticky = _assign_sticky(lead, now)
+            if sticky is not None:
+                lead.status = LeadStatus.DUPLICATE
+                lead.processed_at = now
+                lead.save()
+                _record_assigned(sticky, now)
+                return lead.status
         if lead.enrichment_status == EnrichmentStatus.NONE:
             results = enrichment_builtin(lead)
             # An event when a provider learnt something (fields filled, an account matched);
@@ -264,6 +303,7 @@ def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
                 lead.save()
                 enrichment_enqueue_after_commit(lead.pk)
                 return lead.status
+            lead.enrichment_status = EnrichmentStatus.DONE  # built-ins only: done, once
         lead.save()
         notes = [note for note in [enrichment_trace_note(lead)] if note]
         # Still under the lead's row lock and lease: route_lead takes the team's, then the
@@ -302,12 +342,23 @@ def _current_assignment(lead: Lead) -> Assignment | None:
 
 
 @transaction.atomic
-def assignment_touch(*, lead_id: uuid.UUID | str, actor: str) -> Assignment:
-    """Record the owner's first touch of a lead; touching again changes nothing (idempotent)."""
+def assignment_touch(
+    *, lead_id: uuid.UUID | str, actor: str, owner_user_id: int | None = None
+) -> Assignment:
+    """Record the owner's first touch of a lead; touching again changes nothing (idempotent).
+
+    With ``owner_user_id`` (a user without the right to touch any lead), only when that user
+    is the current owner's — checked under the lead's lock, so a reassignment in between
+    cannot let the previous owner touch the new owner's assignment.
+    """
     lead = _locked_lead(lead_id)
     assignment = _current_assignment(lead)
     if assignment is None:
         raise LeadActionError("not_assigned", "This lead has no owner to touch it.")
+    if owner_user_id is not None and assignment.rep.user_id != owner_user_id:
+        raise LeadActionError(
+            "forbidden", "Only the lead's owner or a manager may report its first touch.", 403
+        )
     if assignment.touched_at is None:
         now = timezone.now()
         assignment.touched_at = now

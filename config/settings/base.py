@@ -343,6 +343,11 @@ ENQUEUE_CHUNK_SIZE = env.int("ENQUEUE_CHUNK_SIZE", default=100)
 # hung or slow broker never delays a request. False publishes inline, after commit.
 ENQUEUE_IN_BACKGROUND = env.bool("ENQUEUE_IN_BACKGROUND", default=True)
 LEAD_MAX_ATTEMPTS = env.int("LEAD_MAX_ATTEMPTS", default=3)
+# Putting a lead off (lock contention, its original still waiting for enrichment) is not an
+# attempt; it is retried after a growing delay (0.5 s doubling, at most 60 s), this many times.
+LEAD_MAX_DEFERRALS = env.int("LEAD_MAX_DEFERRALS", default=30)
+# After a failed attempt the lead is retried after 5 s, 20 s, 80 s... (at most 120 s).
+LEAD_RETRY_BACKOFF_SECONDS = env.float("LEAD_RETRY_BACKOFF_SECONDS", default=5.0)
 # How long a worker holds a lead it claimed; past it (a dead worker) the lead is claimable again.
 LEAD_LEASE_SECONDS = env.int("LEAD_LEASE_SECONDS", default=CELERY_TASK_TIME_LIMIT + 30)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -37,21 +38,31 @@ def test_contention_is_recognised_by_sqlstate():
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("error", [RoutingContention("busy"), _db_error("40P01")])
-def test_a_contended_attempt_is_not_counted_and_the_lead_is_sent_again(monkeypatch, error):
+def test_contention_is_retried_later_uncounted_then_bounded(monkeypatch, settings, error):
+    settings.LEAD_MAX_DEFERRALS = 4
+    settings.LEAD_MAX_ATTEMPTS = 2
     lead = LeadFactory()
-    sent: list[list] = []
-    monkeypatch.setattr(services, "leads_enqueue", lambda ids: sent.append(list(ids)) or 1)
+    sent: list[tuple] = []
+    monkeypatch.setattr(
+        services, "lead_enqueue_later", lambda lead_id, delay: sent.append((lead_id, delay))
+    )
 
     def contended(*, lead, now, notes=()):  # type: ignore[no-untyped-def]
         raise error
 
     monkeypatch.setattr(services, "route_lead", contended)
-    for _ in range(5):  # more than LEAD_MAX_ATTEMPTS: contention never quarantines
+    for _ in range(4):  # put off, not counted, each time later
         assert lead_process(lead_id=lead.id) is None
     lead.refresh_from_db()
-    assert (lead.status, lead.attempts) == (LeadStatus.RECEIVED, 0)
-    assert sent == [[lead.id]] * 5
+    assert (lead.status, lead.attempts, lead.deferrals) == (LeadStatus.RECEIVED, 0, 4)
+    delays = [delay for _, delay in sent]
+    assert all(b > a for a, b in itertools.pairwise(delays)), delays
     assert lead.last_error.startswith(type(error).__name__)
+    # Past the bound, contention counts as a failed attempt, and the attempt bound quarantines.
+    for _ in range(2):
+        with pytest.raises(type(error)):
+            lead_process(lead_id=lead.id)
+    assert lead_process(lead_id=lead.id) == LeadStatus.FAILED
 
 
 @pytest.mark.postgres
@@ -62,8 +73,8 @@ def test_a_lock_held_too_long_hands_the_lead_back_instead_of_freezing_the_worker
     clear_live_config_cache()
     rules_import(RULES, publish=True)
     lead = LeadFactory(raw_payload={"email": "x@acme.com"})
-    sent: list[list] = []
-    monkeypatch.setattr(services, "leads_enqueue", lambda ids: sent.append(list(ids)) or 1)
+    sent: list = []
+    monkeypatch.setattr(services, "lead_enqueue_later", lambda lead_id, delay: sent.append(lead_id))
     settings.WORKER_DB_LOCK_TIMEOUT_MS = 200
     held = threading.Event()
 
@@ -89,7 +100,7 @@ def test_a_lock_held_too_long_hands_the_lead_back_instead_of_freezing_the_worker
     holder.join()
     lead.refresh_from_db()
     assert (lead.status, lead.attempts) == (LeadStatus.RECEIVED, 0)
-    assert sent == [[lead.id]]
+    assert sent == [lead.id]
     with connection.cursor() as cursor:
         cursor.execute("RESET lock_timeout")
     assert lead_process(lead_id=lead.id) == LeadStatus.ASSIGNED
