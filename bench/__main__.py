@@ -6,7 +6,13 @@ import importlib.util
 import subprocess
 import sys
 
-BENCHMARKS = ["bench.engine_pure", "bench.route_lead", "bench.intake", "bench.intake_parts"]
+BENCHMARKS = [
+    "bench.engine_pure",
+    "bench.route_lead",
+    "bench.pipeline",
+    "bench.intake",
+    "bench.intake_parts",
+]
 
 
 def main() -> int:

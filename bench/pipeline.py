@@ -1,0 +1,341 @@
+"""The pipeline end to end on PostgreSQL + Redis, beside the bare database work of a routed lead.
+
+    .venv/bin/python -m bench.pipeline [--leads 2000] [--steady-seconds 20]
+
+Needs PostgreSQL and Redis (BENCH_DATABASE_URL, default a fresh `leadrouter_pipeline_bench` on
+localhost; BENCH_REDIS_URL, default database 6 of the local Redis, flushed). It recreates and
+migrates the database, imports one round-robin team of 10 reps and one rule sending every lead
+to it, then measures, in one run:
+
+- **raw**: the rows one routed lead writes, with the ORM, in one transaction per lead and no
+  decision, lock or broker: INSERT the lead and its `received` event; UPDATE the lead's
+  canonical fields and status; UPDATE the team's turn; INSERT the assignment; UPDATE the rep;
+  INSERT the `assigned` event and the rep's e-mail delivery. With 1 and with 2 connections
+  (threads), leads per second.
+- **pipeline**: the same number of leads accepted by the batch intake service (500 a batch) and
+  processed by 1 and by 2 `celery -A config worker --concurrency 1` processes: from the first
+  batch stored to every lead assigned, leads per second. E-mail goes to Django's dummy backend;
+  the e-mail deliveries run on the same workers, after the assignment.
+- **steady**: 50 leads a second accepted one by one (the single-lead intake service) for
+  ``--steady-seconds``, with 2 workers: accept to assigned, p50 / p95 / max, where "assigned"
+  is the moment the worker took its decision (``processed_at``; its commit follows within
+  milliseconds) and "accept" the lead's ``received_at``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.route_lead import recreate_database
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+TEAM = "Inbound SDR"
+REPS = 10
+
+
+def _document() -> dict[str, Any]:
+    reps = [
+        {"email": f"rep{i}@bench.example", "name": f"Rep {i}", "timezone": "UTC"}
+        for i in range(REPS)
+    ]
+    return {
+        "reps": reps,
+        "teams": [
+            {
+                "name": TEAM,
+                "strategy": "round_robin",
+                "members": [{"rep": r["email"]} for r in reps],
+            }
+        ],
+        "ruleset": {
+            "name": "Everyone",
+            "rules": [
+                {"name": "Everyone", "priority": 1, "action": {"type": "team", "team": TEAM}}
+            ],
+        },
+    }
+
+
+class Workers:
+    """``count`` celery worker processes, concurrency 1 each, on the bench's broker."""
+
+    def __init__(self, count: int, env: dict[str, str], log_dir: Path) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: list[Path] = []
+        for i in range(count):
+            log = log_dir / f"worker-{count}-{i}.log"
+            self.logs.append(log)
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        str(BIN / "celery"),
+                        "-A",
+                        "config",
+                        "worker",
+                        "--concurrency",
+                        "1",
+                        "--loglevel",
+                        "WARNING",
+                        "--hostname",
+                        f"bench{count}-{i}@%h",
+                        "--without-mingle",
+                        "--without-gossip",
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log.open("wb"),
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+
+    def wait_ready(self, ping: Any, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            replies = ping(timeout=1.0) or []
+            if len(replies) >= len(self.procs):
+                return
+        raise SystemExit("workers did not start; see " + ", ".join(map(str, self.logs)))
+
+    def stop(self) -> None:
+        import signal
+
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--leads", type=int, default=2000, help="leads per throughput run")
+    parser.add_argument("--steady-seconds", type=float, default=20.0)
+    args, _others = parser.parse_known_args()
+
+    database_url = os.environ.get(
+        "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/leadrouter_pipeline_bench"
+    )
+    redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/6")
+    var_dir = tempfile.mkdtemp(prefix="leadrouter-pipeline-bench-")
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.settings.base",
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "CELERY_BROKER_URL": redis_url,
+            "LEADROUTER_VAR_DIR": var_dir,
+            "SECRET_KEY": "bench-only-secret-key-not-for-production-0123456789",
+            "LOG_LEVEL": "WARNING",
+            "EMAIL_URL": "dummymail://",
+            "ENQUEUE_IN_BACKGROUND": "false",
+            "SOURCE_CACHE_SECONDS": "0",
+        }
+    )
+    import redis
+
+    redis.Redis.from_url(redis_url).flushdb()
+    recreate_database(database_url)
+    subprocess.run(
+        [str(BIN / "python"), "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=dict(os.environ),
+        check=True,
+    )
+
+    import django
+
+    django.setup()
+
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from audit.models import EventType
+    from audit.services import event_record_for_assignment, events_record_received
+    from config.celery import app as celery_app
+    from leads.models import Lead, LeadStatus, Source
+    from leads.services import lead_ingest, lead_ingest_batch
+    from routing.delivery.services import deliveries_schedule
+    from routing.models import Assignment, AssignmentKind, Rep, Team
+    from routing.rules_io import rules_import
+
+    rules_import(_document(), publish=True)
+    source = Source.objects.create(slug="bench", name="Bench", rate_limit_per_minute=10**6)
+    team = Team.objects.get(name=TEAM)
+    reps = list(Rep.objects.order_by("email"))
+    final = (
+        LeadStatus.ASSIGNED,
+        LeadStatus.DUPLICATE,
+        LeadStatus.EXCLUDED,
+        LeadStatus.UNASSIGNED,
+        LeadStatus.FAILED,
+    )
+
+    # --- raw ---------------------------------------------------------------------------------
+    def raw_one(i: int) -> None:
+        now = timezone.now()
+        rep = reps[i % REPS]
+        with transaction.atomic():
+            lead = Lead(
+                id=uuid.uuid4(),
+                source=source,
+                raw_payload={"email": f"raw{i}@corp{i % 50}.example"},
+                request_fingerprint=uuid.uuid4().hex,
+                received_at=now,
+            )
+            lead.save(force_insert=True)
+            events_record_received(leads=[lead], actor="source:bench")
+            lead.email = f"raw{i}@corp{i % 50}.example"
+            lead.email_domain = f"corp{i % 50}.example"
+            lead.status = LeadStatus.ASSIGNED
+            lead.normalized_at = lead.deduped_at = lead.processed_at = now
+            lead.save()
+            Team.objects.filter(pk=team.pk).update(
+                rotation_state={"team_id": team.pk, "last_rep_id": rep.pk}
+            )
+            assignment = Assignment.objects.create(
+                lead=lead,
+                rep=rep,
+                team=team,
+                rule_name="Everyone",
+                rep_name=rep.name,
+                team_name=team.name,
+                ruleset_version=1,
+                kind=AssignmentKind.INITIAL,
+                reason="raw",
+                trace=[],
+                assigned_at=now,
+                active=True,
+            )
+            Rep.objects.filter(pk=rep.pk).update(last_assigned_at=now)
+            event_record_for_assignment(type=EventType.ASSIGNED, assignment=assignment, at=now)
+            deliveries_schedule(assignment=assignment, event="assigned")
+
+    def raw_rate(threads: int, count: int) -> float:
+        def run(offset: int) -> None:
+            try:
+                for i in range(offset, count, threads):
+                    raw_one(i)
+            finally:
+                connection.close()
+
+        started = time.perf_counter()
+        pool = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        return count / (time.perf_counter() - started)
+
+    # raw_one schedules deliveries: their publish would queue e-mail tasks nobody consumes
+    # here; the broker is flushed before the pipeline runs.
+    raw_rate(1, 50)  # warm up
+    raw = {n: raw_rate(n, args.leads) for n in (1, 2)}
+    redis.Redis.from_url(redis_url).flushdb()
+
+    # --- pipeline ----------------------------------------------------------------------------
+    def wait_final(ids: set[uuid.UUID], timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            done = Lead.objects.filter(id__in=ids, status__in=final).count()
+            if done == len(ids):
+                return time.perf_counter()
+            time.sleep(0.05)
+        raise SystemExit(f"not every lead was processed within {timeout} s")
+
+    log_dir = Path(var_dir)
+    ping = celery_app.control.ping
+    pipeline: dict[int, float] = {}
+    for count in (1, 2):
+        workers = Workers(count, dict(os.environ), log_dir)
+        try:
+            workers.wait_ready(ping)
+            records = [
+                {"email": f"p{count}-{i}@corp{i % 50}.example", "country": "DE"}
+                for i in range(args.leads)
+            ]
+            started = time.perf_counter()
+            ids: set[uuid.UUID] = set()
+            for b in range(0, len(records), 500):
+                for outcome in lead_ingest_batch(source=source, records=records[b : b + 500]):
+                    ids.add(outcome.lead_id)  # type: ignore[union-attr]
+            ended = wait_final(ids, timeout=max(120.0, args.leads / 5))
+            pipeline[count] = len(ids) / (ended - started)
+        finally:
+            workers.stop()
+    assigned = Lead.objects.filter(status=LeadStatus.ASSIGNED).count()
+
+    # --- steady ------------------------------------------------------------------------------
+    workers = Workers(2, dict(os.environ), log_dir)
+    try:
+        workers.wait_ready(ping)
+        steady_ids: list[uuid.UUID] = []
+        interval = 1 / 50
+        started = time.perf_counter()
+        total = int(args.steady_seconds * 50)
+        for i in range(total):
+            due = started + i * interval
+            pause = due - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            accepted = lead_ingest(source=source, record={"email": f"steady{i}@corp.example"})
+            steady_ids.append(accepted.lead_id)
+        sent_for = time.perf_counter() - started
+        wait_final(set(steady_ids), timeout=120)
+    finally:
+        workers.stop()
+    latencies = sorted(
+        (processed - received).total_seconds()
+        for received, processed in Lead.objects.filter(id__in=steady_ids).values_list(
+            "received_at", "processed_at"
+        )
+    )
+    p50 = statistics.median(latencies)
+    p95 = latencies[int(len(latencies) * 0.95) - 1]
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        pg = cursor.fetchone()[0]
+    print(
+        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, PostgreSQL {pg}, Redis broker; "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    print(f"{args.leads} leads per throughput run; {assigned} assigned in all\n")
+    print("| measure | leads/s | ratio to raw (same connections) |")
+    print("|---|---:|---:|")
+    for n in (1, 2):
+        print(f"| raw transaction, {n} connection{'s' if n > 1 else ''} | {raw[n]:,.0f} | 1.00 |")
+    for n in (1, 2):
+        print(
+            f"| pipeline, {n} worker process{'es' if n > 1 else ''} | {pipeline[n]:,.0f} | "
+            f"{pipeline[n] / raw[n]:.2f} |"
+        )
+    print(
+        f"\nsteady 50 leads/s for {sent_for:.1f} s ({len(steady_ids)} leads), 2 workers: "
+        f"accept to assigned p50 {p50 * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, "
+        f"max {latencies[-1] * 1000:.0f} ms"
+    )
+    shutil.rmtree(var_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
