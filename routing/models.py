@@ -693,6 +693,22 @@ class Assignment(models.Model):
 # --- Operations ---------------------------------------------------------------------------------
 
 
+class ConfigVersion(models.Model):
+    """One row: the routing configuration's version, bumped by database triggers on every
+    change of rules, teams, members, territories, value lists or reps' e-mails and time zones
+    (see ``routing.config_triggers``). Workers compare it to decide whether their compiled
+    configuration is still current."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    version = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="configversion_one_row")]
+
+    def __str__(self) -> str:
+        return f"routing configuration version {self.version}"
+
+
 class QueueHeartbeat(models.Model):
     """The last time a worker executed the heartbeat task sent to one queue.
 
