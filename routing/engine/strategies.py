@@ -147,8 +147,14 @@ def _round_robin(
 ) -> MemberChoice:
     ids = [rep_id for rep_id, _weight in team.members]
     last = state.last_rep_id if state is not None else None
-    # A last-served rep who left the team restarts the rotation at the top of the list.
-    start = ids.index(last) + 1 if last in ids else 0
+    place = state.last_position if state is not None else None
+    if last in ids:
+        start = ids.index(last) + 1
+    elif place is not None and ids:
+        # The last-served rep left the team: whoever now holds their place is next.
+        start = place % len(ids)
+    else:
+        start = 0
     skipped: list[str] = []
     for step in range(len(ids)):
         index = (start + step) % len(ids)
@@ -158,6 +164,7 @@ def _round_robin(
                 team_id=team.id,
                 last_rep_id=ids[index],
                 current_weights=state.current_weights if state is not None else (),
+                last_position=index,
             )
             return MemberChoice(ids[index], tuple(skipped), update, "next in rotation")
         skipped.append(_skip_line(team, reps, index, why))

@@ -124,6 +124,8 @@ class RotationState:
     """A team's turn, persisted by the caller as JSON (``to_json``/``from_json``).
 
     - ``last_rep_id``: the member served last (round robin starts after it; weighted records it).
+    - ``last_position``: that member's place in the list then; when they have left the team,
+      round robin goes on with whoever now holds that place instead of the top of the list.
     - ``current_weights``: weighted teams only: nginx smooth-WRR current weight per member, in
       member order, with the weight it was computed for. Empty means the cycle starts afresh
       (all zero); so does any state whose ``(rep_id, weight)`` list no longer matches the team
@@ -134,12 +136,14 @@ class RotationState:
     team_id: int
     last_rep_id: int | None = None
     current_weights: tuple[WeightedTurn, ...] = ()
+    last_position: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The state as JSON-ready data."""
         return {
             "team_id": self.team_id,
             "last_rep_id": self.last_rep_id,
+            "last_position": self.last_position,
             "current_weights": [
                 {"rep_id": turn.rep_id, "weight": turn.weight, "current": turn.current}
                 for turn in self.current_weights
@@ -153,6 +157,10 @@ class RotationState:
             return cls(team_id=team_id)
         last = data.get("last_rep_id")
         last_rep_id = last if isinstance(last, int) and not isinstance(last, bool) else None
+        place = data.get("last_position")
+        last_position = (
+            place if isinstance(place, int) and not isinstance(place, bool) and place >= 0 else None
+        )
         turns: list[WeightedTurn] = []
         raw_turns = data.get("current_weights")
         if isinstance(raw_turns, list):
@@ -167,7 +175,12 @@ class RotationState:
                     turns = []  # a damaged vector would break exactness: restart the cycle
                     break
                 turns.append(WeightedTurn(*numbers))
-        return cls(team_id=team_id, last_rep_id=last_rep_id, current_weights=tuple(turns))
+        return cls(
+            team_id=team_id,
+            last_rep_id=last_rep_id,
+            current_weights=tuple(turns),
+            last_position=last_position,
+        )
 
 
 @dataclass(frozen=True, slots=True)

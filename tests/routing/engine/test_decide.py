@@ -198,7 +198,7 @@ def test_ignore_caps_still_needs_an_active_rep() -> None:
 def test_team_action_yields_a_member_and_moves_the_turn() -> None:
     decision = run(lead(), [rule("T", 1, TO_SALES)], teams=TEAMS, rotation={1: RotationState(1, 1)})
     assert (decision.rep_id, decision.team_id, decision.sla_minutes) == (2, 1, 60)
-    assert decision.rotation_update == RotationState(1, last_rep_id=2)
+    assert decision.rotation_update == RotationState(1, last_rep_id=2, last_position=1)
     assert decision.reason == "T: team Sales (round robin) → Ben, next in rotation"
 
 
@@ -269,7 +269,7 @@ def test_territory_yields_its_rep() -> None:
 def test_territory_yields_a_member_of_its_team() -> None:
     decision = run(lead(country="at"), BY_TERRITORY, territories=TERRITORIES, teams=TEAMS)
     assert (decision.rep_id, decision.team_id, decision.sla_minutes) == (1, 1, 60)
-    assert decision.rotation_update == RotationState(1, last_rep_id=1)
+    assert decision.rotation_update == RotationState(1, last_rep_id=1, last_position=0)
     assert decision.trace[0].why == (
         "territory DACH (country AT): team Sales (round robin) → Ana, next in rotation"
     )

@@ -330,6 +330,7 @@ def test_weighted_state_is_plain_json_and_restarts_on_change() -> None:
     assert choice.rotation_update.to_json() == {
         "team_id": 1,
         "last_rep_id": 2,
+        "last_position": None,
         "current_weights": [
             {"rep_id": 1, "weight": 1, "current": 1},
             {"rep_id": 2, "weight": 2, "current": -1},
@@ -433,3 +434,13 @@ def test_a_huge_weight_beside_an_ineligible_heavy_member_decides_at_once() -> No
     assert choice.rep_id == 2
     capped = sequence(weighted((1, 10**6), (2, 1)), MAX_MEMBER_WEIGHT + 1)
     assert Counter(capped) == {"Ana": MAX_MEMBER_WEIGHT, "Ben": 1}
+
+
+def test_round_robin_goes_on_from_the_place_of_a_last_served_rep_who_left() -> None:
+    """Ben (2nd of four) was served last and left: Cai, now second, is next — not Ana."""
+    state = RotationState(1, last_rep_id=2, last_position=1)
+    assert sequence(round_robin(1, 3, 4), 3, state=state) == ["Cai", "Dee", "Ana"]
+    # The last place of the list wraps around to the top.
+    state = RotationState(1, last_rep_id=4, last_position=3)
+    assert sequence(round_robin(1, 2, 3), 1, state=state) == ["Ana"]
+    assert RotationState.from_json(1, state.to_json()) == state
