@@ -102,13 +102,19 @@ class HistoryFilter(django_filters.FilterSet):
         queryset=Source.objects.order_by("slug"), to_field_name="slug", empty_label="Any source"
     )
     rep = django_filters.ModelChoiceFilter(
-        queryset=Rep.objects.order_by("name", "email"), method="by_rep", empty_label="Any rep"
+        queryset=Rep.objects.order_by("name", "email"),
+        method="by_rep",
+        label="Owner",
+        empty_label="Any rep",
     )
     team = django_filters.ModelChoiceFilter(
-        queryset=Team.objects.order_by("name"), method="by_team", empty_label="Any team"
+        queryset=Team.objects.order_by("name"),
+        method="by_team",
+        label="Team",
+        empty_label="Any team",
     )
     rule = django_filters.ChoiceFilter(
-        choices=_rule_names, method="by_rule", empty_label="Any rule"
+        choices=_rule_names, method="by_rule", label="Rule", empty_label="Any rule"
     )
     q = django_filters.CharFilter(method="search", label="Search")
 

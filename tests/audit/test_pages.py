@@ -182,6 +182,9 @@ def test_history_filters_by_status_source_rep_team_rule_text_and_days(client: Cl
 
     everyone = {str(a.pk), str(b.pk), str(waiting.pk)}
     assert ids("") == everyone
+    form = client.get("/history/").content.decode()
+    assert "invalid name" not in form
+    assert ">Owner:</label>" in form
     assert ids("status=received") == {str(waiting.pk)}
     assert ids("source=web") == {str(a.pk)}
     assert ids(f"rep={ben.pk}") == {str(b.pk)}
