@@ -20,17 +20,15 @@ from django.db.models import (
     ExpressionWrapper,
     F,
     Min,
-    Q,
 )
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from audit.models import Event, EventType
 from leads.models import Lead, LeadStatus
-from routing.models import Assignment, AssignmentKind, Rep
+from routing.models import Assignment, Rep
 
 ROUTED_EVENTS = (EventType.ASSIGNED, EventType.EXCLUDED, EventType.UNASSIGNED)
-TIME_TO_ASSIGN_WINDOW = timedelta(hours=24)
 # SQLite has no percentile aggregate: at most this many durations are read to compute them.
 PERCENTILE_SAMPLE_LIMIT = 100_000
 REP_LIMIT = 40
@@ -151,10 +149,15 @@ def minute_chart(
 
 
 def _percentiles(since: datetime) -> tuple[timedelta | None, timedelta | None, int]:
-    window = Assignment.objects.filter(
-        kind=AssignmentKind.INITIAL, assigned_at__gte=since
-    ).order_by()
-    wait = ExpressionWrapper(F("assigned_at") - F("lead__received_at"), DurationField())
+    """Time to assign (received_at → assigned), over the ``assigned`` events since ``since``.
+
+    Read from the audit log's (type, at) index: the assignments table has no index on
+    assigned_at alone, and a window over it read the whole table (0.6 s on a million leads).
+    Over the dashboard's window: 3 hours (~5,000 assignments) take 76 ms on PostgreSQL, a
+    nested loop on the leads' primary key; 24 hours of 43,000 a day, 0.55 s (a hash join).
+    """
+    window = Event.objects.filter(type=EventType.ASSIGNED, at__gte=since).order_by()
+    wait = ExpressionWrapper(F("at") - F("lead__received_at"), DurationField())
     if connection.vendor == "postgresql":
         found = window.aggregate(
             n=Count("pk"),
@@ -164,7 +167,7 @@ def _percentiles(since: datetime) -> tuple[timedelta | None, timedelta | None, i
         return found["p50"], found["p95"], found["n"]
     waits = sorted(
         assigned - received
-        for assigned, received in window.values_list("assigned_at", "lead__received_at")[
+        for assigned, received in window.values_list("at", "lead__received_at")[
             :PERCENTILE_SAMPLE_LIMIT
         ]
     )
@@ -189,38 +192,45 @@ def rep_loads(*, day_start: datetime) -> list[RepLoad]:
 
     "Today" is the UTC day here (the engine counts each rep's local day).
     """
-    reps = list(
-        Rep.objects.filter(active=True)
-        .annotate(
-            open=Count(
-                "assignments",
-                filter=Q(assignments__active=True, assignments__touched_at__isnull=True),
-            ),
-            today=Count("assignments", filter=Q(assignments__assigned_at__gte=day_start)),
-        )
-        .order_by("-open", "name")[:REP_LIMIT]
+    # Three small queries rather than one join: each count uses its own index
+    # (assignment_open_per_rep_idx, assignment_rep_day_idx) instead of every assignment.
+    opened = dict(
+        Assignment.objects.filter(active=True, touched_at__isnull=True)
+        .order_by()
+        .values_list("rep_id")
+        .annotate(n=Count("pk"))
     )
-    busiest_open = max((rep.open for rep in reps), default=0)
-    busiest_today = max((rep.today for rep in reps), default=0)
+    assigned_today = dict(
+        Assignment.objects.filter(assigned_at__gte=day_start)
+        .order_by()
+        .values_list("rep_id")
+        .annotate(n=Count("pk"))
+    )
+    reps = sorted(
+        Rep.objects.filter(active=True).only("name", "max_open", "max_per_day"),
+        key=lambda rep: (-opened.get(rep.pk, 0), rep.name),
+    )[:REP_LIMIT]
+    busiest_open = max((opened.get(rep.pk, 0) for rep in reps), default=0)
+    busiest_today = max((assigned_today.get(rep.pk, 0) for rep in reps), default=0)
     loads = []
     for rep in reps:
-        opened: int = rep.open
-        today: int = rep.today
+        count = opened.get(rep.pk, 0)
+        today = assigned_today.get(rep.pk, 0)
         loads.append(
             RepLoad(
                 name=rep.name,
-                open=opened,
+                open=count,
                 max_open=rep.max_open,
                 today=today,
                 max_per_day=rep.max_per_day,
-                open_pct=_pct(opened, rep.max_open or busiest_open),
+                open_pct=_pct(count, rep.max_open or busiest_open),
                 today_pct=_pct(today, rep.max_per_day or busiest_today),
-                open_label=f"{opened} / {rep.max_open}" if rep.max_open else f"{opened} (no cap)",
+                open_label=f"{count} / {rep.max_open}" if rep.max_open else f"{count} (no cap)",
                 today_label=f"{today} / {rep.max_per_day}"
                 if rep.max_per_day
                 else f"{today} (no cap)",
                 over=bool(
-                    (rep.max_open and opened >= rep.max_open)
+                    (rep.max_open and count >= rep.max_open)
                     or (rep.max_per_day and today >= rep.max_per_day)
                 ),
             )
@@ -259,7 +269,7 @@ def dashboard(*, hours: int = 3, now: datetime | None = None) -> Dashboard:
         .values("minute")
         .annotate(n=Count("pk"))
     )
-    p50, p95, assigned = _percentiles(now - TIME_TO_ASSIGN_WINDOW)
+    p50, p95, assigned = _percentiles(start)
     oldest = backlog["oldest"]
     return Dashboard(
         now=now,

@@ -71,13 +71,7 @@ def _query(request: HttpRequest, **changes: str | None) -> str:
     return f"?{encoded}" if encoded else "?"
 
 
-_SORT_LABELS = {
-    "received": "Received",
-    "status": "Status",
-    "source": "Source",
-    "email": "E-mail",
-    "company": "Company",
-}
+_SORT_LABELS = {"received": "Received", "email": "E-mail"}
 
 
 @login_required

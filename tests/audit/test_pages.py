@@ -22,6 +22,7 @@ from audit.csv import FORMULA_STARTS, cell_safe, csv_lines
 from audit.models import Event, EventType
 from audit.permissions import SALES_MANAGERS_GROUP, sales_managers_group_sync
 from audit.selectors import keyset_page, leads_visible_to
+from audit.services import event_record, event_record_for_assignment
 from leads.models import Lead, LeadStatus
 from routing.decisions import clear_live_config_cache
 from routing.models import Assignment, Rep, Team
@@ -216,15 +217,16 @@ def test_history_filters_by_the_rule_that_assigned(client: Client, rules: Any) -
 def test_sorting_uses_a_whitelist_and_ignores_unknown_columns(client: Client) -> None:
     logged_in(client, manager())
     leads = [
-        LeadFactory(company=name, received_at=T0 + timedelta(minutes=i))
-        for i, name in enumerate(["Beta", "Alpha", "Gamma"])
+        LeadFactory(email=f"{name}@x.example", received_at=T0 + timedelta(minutes=i))
+        for i, name in enumerate(["beta", "alpha", "gamma"])
     ]
     newest_first = [str(lead.pk) for lead in reversed(leads)]
     assert lead_ids(client.get("/history/")) == newest_first
-    by_company = lead_ids(client.get("/history/?sort=company"))
-    assert by_company == [str(leads[1].pk), str(leads[0].pk), str(leads[2].pk)]
-    assert lead_ids(client.get("/history/?sort=-company")) == list(reversed(by_company))
-    for unknown in ("password", "-raw_payload", "source__token_hash", "received_at;drop"):
+    assert lead_ids(client.get("/history/?sort=received")) == list(reversed(newest_first))
+    by_email = lead_ids(client.get("/history/?sort=email"))
+    assert by_email == [str(leads[1].pk), str(leads[0].pk), str(leads[2].pk)]
+    assert lead_ids(client.get("/history/?sort=-email")) == list(reversed(by_email))
+    for unknown in ("company", "password", "-raw_payload", "source__token_hash", "email;drop"):
         response = client.get(f"/history/?sort={unknown}")
         assert response.status_code == 200
         assert lead_ids(response) == newest_first
@@ -232,10 +234,10 @@ def test_sorting_uses_a_whitelist_and_ignores_unknown_columns(client: Client) ->
 
 def test_keyset_pages_walk_forward_and_back_without_gaps_or_repeats(client: Client) -> None:
     logged_in(client, manager())
-    # Ties on the sort column (company) so the id tie-break matters.
+    # Ties on the sort columns so the id tie-break matters.
     for i in range(57):
-        LeadFactory(company=f"C{i % 4}", received_at=T0 + timedelta(seconds=i % 7))
-    for sort in ("", "&sort=company", "&sort=-received"):
+        LeadFactory(email=f"c{i % 4}@x.example", received_at=T0 + timedelta(seconds=i % 7))
+    for sort in ("", "&sort=email", "&sort=-email", "&sort=received"):
         first = client.get(f"/history/?q={sort}")
         assert first.context["count_label"] == "57"
         seen = lead_ids(first)
@@ -539,11 +541,13 @@ def test_dashboard_shows_backlog_rates_percentiles_breaches_and_rep_load(
     LeadFactory(status=LeadStatus.UNASSIGNED)
     for seconds in (10, 20, 30, 40, 100):
         lead = LeadFactory(status=LeadStatus.ASSIGNED, received_at=now - timedelta(minutes=5))
-        AssignmentFactory(
+        assignment = AssignmentFactory(
             lead=lead, rep=ana, assigned_at=lead.received_at + timedelta(seconds=seconds)
         )
-    from audit.services import event_record
-
+        # As routing records it: the assigned event at the assignment's time.
+        event_record_for_assignment(
+            type=EventType.ASSIGNED, assignment=assignment, at=assignment.assigned_at
+        )
     event_record(type=EventType.SLA_BREACHED, lead=lead, at=now)
     response = client.get("/dashboard/")
     assert response.status_code == 200
