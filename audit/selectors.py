@@ -150,8 +150,18 @@ class HistoryFilter(django_filters.FilterSet):
 
 
 def history_filter(*, user: Any, data: Any) -> HistoryFilter:
-    """The bound filter over the leads ``user`` may see (``.qs`` is the filtered set)."""
-    return HistoryFilter(data=data, queryset=leads_visible_to(user))
+    """The bound filter over the leads ``user`` may see (``.qs`` is the filtered set).
+
+    A scoped manager is offered (and may pick) only their own teams and those teams' reps.
+    """
+    found = HistoryFilter(data=data, queryset=leads_visible_to(user))
+    teams = managed_team_ids(user)
+    if teams is not None:
+        found.filters["team"].queryset = Team.objects.filter(pk__in=teams).order_by("name")
+        found.filters["rep"].queryset = (
+            Rep.objects.filter(memberships__team_id__in=teams).distinct().order_by("name", "email")
+        )
+    return found
 
 
 def history_leads(*, user: Any, data: Any) -> tuple[HistoryFilter, QuerySet[Lead]]:

@@ -496,7 +496,12 @@ def test_with_scoping_a_manager_reaches_only_their_teams_leads(
     hidden = owned(rep=other, team=theirs)
     waiting = LeadFactory()
     logged_in(client, user)
-    assert lead_ids(client.get("/history/")) == [str(kept.pk)]
+    listing = client.get("/history/")
+    assert lead_ids(listing) == [str(kept.pk)]
+    form = listing.context["filter"].form
+    assert list(form.fields["team"].queryset) == [mine]
+    assert list(form.fields["rep"].queryset) == [rep]
+    assert lead_ids(client.get(f"/history/?team={theirs.pk}")) == [str(kept.pk)]  # refused
     assert client.get(f"/history/{kept.pk}/").status_code == 200
     for lead in (hidden, waiting):
         assert client.get(f"/history/{lead.pk}/").status_code == 404
