@@ -592,3 +592,35 @@ def test_dashboard_query_count_does_not_grow_with_reps_or_leads(client: Client) 
     with CaptureQueriesContext(connection) as many:
         client.get("/dashboard/?hours=1")
     assert len(many) == len(few)
+
+
+def test_export_reads_in_chunks_and_keeps_each_owner(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("audit.csv.EXPORT_CHUNK", 4)
+    logged_in(client, manager())
+    expected = {}
+    for i in range(11):
+        rep = RepFactory(name=f"Owner {i}")
+        lead = owned(rep=rep, received_at=T0 + timedelta(minutes=i))
+        expected[str(lead.pk)] = f"Owner {i}"
+    with CaptureQueriesContext(connection) as queries:
+        rows = _csv(client.get("/history/export.csv"))
+    header, body = rows[0], rows[1:]
+    got = {row[0]: row[header.index("owner")] for row in body}
+    assert got == expected
+    assert [row[0] for row in body] == list(reversed(expected))  # newest first
+    # 3 chunks of leads, each with one query for its owners (not one per lead).
+    owner_queries = [q for q in queries.captured_queries if "routing_assignment" in q["sql"]]
+    assert len(owner_queries) == 3
+
+
+def test_lead_page_escapes_what_the_source_sent(client: Client) -> None:
+    logged_in(client, manager())
+    lead = LeadFactory(
+        company="<script>alert(1)</script>", raw_payload={"x": "<img src=x onerror=alert(1)>"}
+    )
+    page = client.get(f"/history/{lead.pk}/").content.decode()
+    assert "<script>alert(1)" not in page
+    assert "<img src=x" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
