@@ -16,6 +16,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 import django_filters
+from django import forms
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
@@ -92,11 +93,14 @@ def _owned(**assignment: Any) -> Exists:
     return Exists(Assignment.objects.filter(lead=OuterRef("pk"), active=True, **assignment))
 
 
+_DAY = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
+
+
 class HistoryFilter(django_filters.FilterSet):
     """The history page's filters; days are UTC days, ``until`` included."""
 
-    since = django_filters.DateFilter(method="from_day", label="From")
-    until = django_filters.DateFilter(method="to_day", label="To")
+    since = django_filters.DateFilter(method="from_day", label="From", widget=_DAY)
+    until = django_filters.DateFilter(method="to_day", label="To", widget=_DAY)
     status = django_filters.ChoiceFilter(choices=LeadStatus.choices, empty_label="Any status")
     source = django_filters.ModelChoiceFilter(
         queryset=Source.objects.order_by("slug"), to_field_name="slug", empty_label="Any source"
