@@ -14,6 +14,7 @@ urlpatterns = [
     path("api/v1/", include("routing.urls")),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("", include("audit.urls")),  # pages: login, history, dashboard
 ]
 
 handler400 = "config.errors.handler400"

@@ -134,7 +134,14 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-LOGIN_URL = "admin:login"
+# --- Pages (audit app: history, dashboard, login) ----------------------------------------------
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "history"
+LOGOUT_REDIRECT_URL = "login"
+# When on, a user who is neither a superuser nor allowed to change teams (RevOps) sees only the
+# leads currently owned within the teams they manage (Team.manager).
+HISTORY_SCOPE_TO_MANAGED_TEAMS = env.bool("HISTORY_SCOPE_TO_MANAGED_TEAMS", default=False)
+# --- end Pages
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

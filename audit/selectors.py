@@ -1,0 +1,568 @@
+"""Read queries of the pages: the history list (filters, sorting, keyset pages) and a lead.
+
+Every lead a page shows comes from ``leads_visible_to(user)``: with
+``HISTORY_SCOPE_TO_MANAGED_TEAMS`` on, that is only the leads owned within the user's teams, so
+an id guessed from outside them is a 404 like an id that does not exist.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+import django_filters
+from django import forms
+from django.conf import settings
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+from django.utils import timezone
+
+from audit.models import Event, EventType
+from audit.permissions import UNSCOPED_PERMISSION
+from leads.models import Lead, LeadStatus, Source
+from leads.selectors import lead_fields
+from routing.delivery.models import Delivery, DeliveryAttempt
+from routing.models import Assignment, AssignmentKind, Rep, Rule, Team
+
+PAGE_SIZE = 50
+# The list says "10,000+" rather than counting a million rows on every page.
+COUNT_LIMIT = 10_000
+
+# The columns a page may sort by (?sort=email, ?sort=-received); anything else is ignored.
+# Only index-backed columns (lead_received_idx, lead_email_idx): on a million leads, sorting by
+# status, source or company took 0.5-1.6 s a page on PostgreSQL (a top-N sort of the whole
+# table) against under 2 ms for these; those are filters instead (docs/managers.md).
+SORTS: dict[str, str] = {
+    "received": "received_at",
+    "email": "email",
+}
+DEFAULT_SORT = "-received"
+
+
+# --- Scope ------------------------------------------------------------------------------------
+
+
+def managed_team_ids(user: Any) -> list[int] | None:
+    """The teams whose leads ``user`` may see, or None for all of them."""
+    if (
+        not settings.HISTORY_SCOPE_TO_MANAGED_TEAMS
+        or user.is_superuser
+        or user.has_perm(UNSCOPED_PERMISSION)
+    ):
+        return None
+    return list(Team.objects.filter(manager_id=user.pk).values_list("pk", flat=True))
+
+
+def leads_visible_to(user: Any) -> QuerySet[Lead]:
+    """The leads ``user`` may open: all, or those currently owned within the teams they manage."""
+    leads = Lead.objects.all()
+    teams = managed_team_ids(user)
+    if teams is None:
+        return leads
+    return leads.filter(
+        Exists(Assignment.objects.filter(lead=OuterRef("pk"), active=True, team_id__in=teams))
+    )
+
+
+def reps_for_reassignment(user: Any) -> QuerySet[Rep]:
+    """Active reps ``user`` may hand a lead to: all, or the members of the teams they manage."""
+    reps = Rep.objects.filter(active=True).order_by("name", "email")
+    teams = managed_team_ids(user)
+    if teams is None:
+        return reps
+    return reps.filter(memberships__team_id__in=teams).distinct()
+
+
+# --- Filters ----------------------------------------------------------------------------------
+
+
+def _rule_names() -> list[tuple[str, str]]:
+    names = Rule.objects.order_by("name").values_list("name", flat=True).distinct()
+    return [(name, name) for name in names]
+
+
+def _day_start(day: date) -> datetime:
+    return datetime.combine(day, time.min, tzinfo=UTC)
+
+
+def _owned(**assignment: Any) -> Exists:
+    return Exists(Assignment.objects.filter(lead=OuterRef("pk"), active=True, **assignment))
+
+
+_DAY = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
+
+
+class HistoryFilter(django_filters.FilterSet):
+    """The history page's filters; days are UTC days, ``until`` included."""
+
+    since = django_filters.DateFilter(method="from_day", label="From", widget=_DAY)
+    until = django_filters.DateFilter(method="to_day", label="To", widget=_DAY)
+    status = django_filters.ChoiceFilter(choices=LeadStatus.choices, empty_label="Any status")
+    source = django_filters.ModelChoiceFilter(
+        queryset=Source.objects.order_by("slug"), to_field_name="slug", empty_label="Any source"
+    )
+    rep = django_filters.ModelChoiceFilter(
+        queryset=Rep.objects.order_by("name", "email"),
+        method="by_rep",
+        label="Owner",
+        empty_label="Any rep",
+    )
+    team = django_filters.ModelChoiceFilter(
+        queryset=Team.objects.order_by("name"),
+        method="by_team",
+        label="Team",
+        empty_label="Any team",
+    )
+    rule = django_filters.ChoiceFilter(
+        choices=_rule_names, method="by_rule", label="Rule", empty_label="Any rule"
+    )
+    q = django_filters.CharFilter(method="search", label="Search")
+
+    class Meta:
+        model = Lead
+        fields: list[str] = []
+
+    def from_day(self, queryset: QuerySet[Lead], name: str, value: date) -> QuerySet[Lead]:
+        return queryset.filter(received_at__gte=_day_start(value))
+
+    def to_day(self, queryset: QuerySet[Lead], name: str, value: date) -> QuerySet[Lead]:
+        return queryset.filter(received_at__lt=_day_start(value) + timedelta(days=1))
+
+    def by_rep(self, queryset: QuerySet[Lead], name: str, value: Rep) -> QuerySet[Lead]:
+        return queryset.filter(_owned(rep_id=value.pk))
+
+    def by_team(self, queryset: QuerySet[Lead], name: str, value: Team) -> QuerySet[Lead]:
+        return queryset.filter(_owned(team_id=value.pk))
+
+    def by_rule(self, queryset: QuerySet[Lead], name: str, value: str) -> QuerySet[Lead]:
+        return queryset.filter(_owned(rule_name=value))
+
+    def search(self, queryset: QuerySet[Lead], name: str, value: str) -> QuerySet[Lead]:
+        value = value.strip()[:200]
+        if not value:
+            return queryset
+        return queryset.filter(
+            Q(email__icontains=value)
+            | Q(company__icontains=value)
+            | Q(first_name__icontains=value)
+            | Q(last_name__icontains=value)
+        )
+
+
+def history_filter(*, user: Any, data: Any) -> HistoryFilter:
+    """The bound filter over the leads ``user`` may see (``.qs`` is the filtered set).
+
+    A scoped manager is offered (and may pick) only their own teams and those teams' reps.
+    """
+    found = HistoryFilter(data=data, queryset=leads_visible_to(user))
+    teams = managed_team_ids(user)
+    if teams is not None:
+        found.filters["team"].queryset = Team.objects.filter(pk__in=teams).order_by("name")
+        found.filters["rep"].queryset = (
+            Rep.objects.filter(memberships__team_id__in=teams).distinct().order_by("name", "email")
+        )
+    return found
+
+
+def history_leads(*, user: Any, data: Any) -> tuple[HistoryFilter, QuerySet[Lead]]:
+    """The filter (for the form) and the filtered leads, with the current owner prefetched.
+
+    An invalid value (a date that is not one, an unknown rule) is left out, not an error page:
+    the other filters apply and the form shows what was wrong.
+    """
+    found = history_filter(user=user, data=data)
+    leads = found.qs
+    current = Assignment.objects.filter(active=True).order_by()
+    return found, leads.select_related("source").prefetch_related(
+        Prefetch("assignments", queryset=current, to_attr="current_assignments")
+    )
+
+
+# --- Sorting and keyset pages -----------------------------------------------------------------
+
+
+def sort_parse(value: str | None) -> tuple[str, str, bool]:
+    """``(sort key as given, column, descending)``; unknown keys give the default sort."""
+    key = (value or "").strip()
+    descending = key.startswith("-")
+    name = key.lstrip("-")
+    if name not in SORTS:
+        return DEFAULT_SORT, SORTS[DEFAULT_SORT.lstrip("-")], True
+    return key, SORTS[name], descending
+
+
+def _cursor_value(lead: Lead, column: str) -> Any:
+    value = getattr(lead, column)
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def cursor_encode(lead: Lead, column: str) -> str:
+    raw = json.dumps([_cursor_value(lead, column), str(lead.pk)]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def cursor_decode(cursor: str | None, column: str) -> tuple[Any, uuid.UUID] | None:
+    """The (sort value, id) a cursor points at; None for a missing or tampered cursor."""
+    if not cursor:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value, lead_id = json.loads(raw)
+        if not isinstance(value, str):
+            return None
+        parsed: Any = datetime.fromisoformat(value) if column == "received_at" else value
+        if isinstance(parsed, datetime) and parsed.tzinfo is None:
+            return None
+        return parsed, uuid.UUID(str(lead_id))
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        return None
+
+
+@dataclass
+class KeysetPage:
+    """One page of leads, the cursors of its neighbours, and a count bounded by COUNT_LIMIT."""
+
+    leads: list[Lead]
+    next_cursor: str | None
+    prev_cursor: str | None
+    count: int
+    count_capped: bool
+
+
+def keyset_page(
+    leads: QuerySet[Lead],
+    *,
+    column: str,
+    descending: bool,
+    after: str | None = None,
+    before: str | None = None,
+    size: int = PAGE_SIZE,
+) -> KeysetPage:
+    """A page after (or before) a cursor, ordered by ``column`` then id.
+
+    Seeking by the last row seen instead of OFFSET keeps page 20,000 as cheap as page 1: the
+    query starts in the index at the cursor. ``column <= value`` is repeated outside the OR so
+    that PostgreSQL can use it as an index condition.
+    """
+    count = leads.order_by()[: COUNT_LIMIT + 1].count()
+    point = cursor_decode(after, column) if after else None
+    going_back = False
+    if point is None and before:
+        point = cursor_decode(before, column)
+        going_back = point is not None
+    forward_desc = descending != going_back  # walking backwards flips the direction
+    if point is not None:
+        value, lead_id = point
+        if forward_desc:
+            leads = leads.filter(
+                Q(**{f"{column}__lte": value}),
+                Q(**{f"{column}__lt": value}) | Q(**{column: value, "id__lt": lead_id}),
+            )
+        else:
+            leads = leads.filter(
+                Q(**{f"{column}__gte": value}),
+                Q(**{f"{column}__gt": value}) | Q(**{column: value, "id__gt": lead_id}),
+            )
+    order = (f"-{column}", "-id") if forward_desc else (column, "id")
+    rows = list(leads.order_by(*order)[: size + 1])
+    more = len(rows) > size
+    rows = rows[:size]
+    if going_back:
+        rows.reverse()
+        has_next, has_prev = True, more
+    else:
+        has_next, has_prev = more, point is not None
+    return KeysetPage(
+        leads=rows,
+        next_cursor=cursor_encode(rows[-1], column) if rows and has_next else None,
+        prev_cursor=cursor_encode(rows[0], column) if rows and has_prev else None,
+        count=min(count, COUNT_LIMIT),
+        count_capped=count > COUNT_LIMIT,
+    )
+
+
+# --- Rows as the pages and the export show them -----------------------------------------------
+
+
+def current_assignment(lead: Lead) -> Assignment | None:
+    current = getattr(lead, "current_assignments", None)
+    if current is None:
+        current = list(lead.assignments.filter(active=True))
+    return current[0] if current else None
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """One line of the history list / export, as text."""
+
+    id: str
+    received_at: datetime
+    name: str
+    email: str
+    company: str
+    source: str
+    status: str
+    owner: str
+    team: str
+    rule: str
+    assigned_at: datetime | None
+
+
+def history_row(lead: Lead) -> HistoryRow:
+    assignment = current_assignment(lead)
+    return HistoryRow(
+        id=str(lead.pk),
+        received_at=lead.received_at,
+        name=f"{lead.first_name} {lead.last_name}".strip(),
+        email=lead.email,
+        company=lead.company,
+        source=lead.source.slug,
+        status=lead.status,
+        owner=assignment.rep_name if assignment else "",
+        team=assignment.team_name if assignment else "",
+        rule=assignment.rule_name if assignment else "",
+        assigned_at=assignment.assigned_at if assignment else None,
+    )
+
+
+# --- One lead ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    at: datetime
+    type: str
+    label: str
+    actor: str
+    who: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class SlaState:
+    state: str  # "met", "breached", "open", "none"
+    label: str
+    due_at: datetime | None
+    touched_at: datetime | None
+
+
+@dataclass
+class LeadDetail:
+    """Everything the lead page shows, prepared for the template."""
+
+    lead: Lead
+    fields: list[tuple[str, str]]
+    raw_payload: str
+    assignment: Assignment | None
+    decision: list[str]
+    trace: list[str]
+    timeline: list[TimelineEntry]
+    duplicate_of: Lead | None
+    duplicates: list[Lead]
+    sla: SlaState
+    deliveries: list[Delivery] = field(default_factory=list)
+    attempts: list[DeliveryAttempt] = field(default_factory=list)
+
+
+_EVENT_LABELS: dict[str, str] = {
+    EventType.RECEIVED: "Received",
+    EventType.DUPLICATE_DETECTED: "Duplicate detected",
+    EventType.ENRICHED: "Enriched",
+    EventType.ENRICHMENT_FAILED: "Enrichment failed",
+    EventType.ASSIGNED: "Assigned",
+    EventType.EXCLUDED: "Excluded",
+    EventType.UNASSIGNED: "Left unassigned",
+    EventType.DELIVERED: "Delivered",
+    EventType.DELIVERY_FAILED: "Delivery failed",
+    EventType.TOUCHED: "First touch",
+    EventType.SLA_BREACHED: "SLA breached",
+    EventType.REASSIGNED: "Reassigned",
+    EventType.REROUTE_REQUESTED: "Sent through routing again",
+    EventType.FAILED: "Failed",
+}
+
+
+def _event_detail(event: Event) -> str:
+    data = event.data if isinstance(event.data, dict) else {}
+    parts: list[str] = []
+    for key in ("reason", "error", "duplicate_of", "channel", "recipient"):
+        value = data.get(key)
+        if value:
+            parts.append(f"{key.replace('_', ' ')}: {value}")
+    if data.get("sla_met") is not None:
+        parts.append("within SLA" if data["sla_met"] else "after the SLA")
+    return "; ".join(str(part) for part in parts)
+
+
+def timeline_entry(event: Event) -> TimelineEntry:
+    who = " · ".join(
+        part
+        for part in (
+            event.rep_name,
+            event.team_name,
+            f"rule '{event.rule_name}'" if event.rule_name else "",
+        )
+        if part
+    )
+    return TimelineEntry(
+        at=event.at,
+        type=event.type,
+        label=_EVENT_LABELS.get(event.type, event.type),
+        actor=event.actor,
+        who=who,
+        detail=_event_detail(event),
+    )
+
+
+def _rule_title(name: str, version: int | None) -> str:
+    return f"'{name}'" + (f" (v{version})" if version is not None else "")
+
+
+def _decided(trace: list[Any]) -> tuple[list[str], dict[str, Any] | None]:
+    """The notes (entries without a rule) and the entry whose action decided."""
+    notes: list[str] = []
+    decided = None
+    for entry in trace:
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("rule") is None and entry.get("why"):
+            notes.append(str(entry["why"]))
+        elif entry.get("decided"):
+            decided = entry
+    return notes, decided
+
+
+def decision_sentence(event: Event) -> str | None:
+    """One routing decision of the lead's history in plain words, from its audit event."""
+    data = event.data if isinstance(event.data, dict) else {}
+    trace = event.trace if isinstance(event.trace, list) else []
+    notes, decided = _decided(trace)
+    lead_in = "".join(f"{note}; " for note in notes)
+    if event.type == EventType.REASSIGNED:
+        before = data.get("from") or {}
+        was = f" from {before.get('name')}" if isinstance(before, dict) and before else ""
+        who = event.actor.removeprefix("user:")
+        if data.get("manual"):
+            reason = data.get("reason") or "no reason given"
+            return f"Reassigned by hand by {who}{was} to {event.rep_name}: {reason}"
+        return f"Reassigned{was} to {event.rep_name}" + (
+            f": {data['reason']}" if data.get("reason") else ""
+        )
+    if event.type == EventType.ASSIGNED:
+        if data.get("kind") == AssignmentKind.DUPLICATE or not event.rule_name:
+            reason = data.get("reason") or "assigned"
+            return (
+                f"{lead_in}{str(reason)[:1].upper()}{str(reason)[1:]}; assigned to {event.rep_name}"
+            )
+        why = f": {decided['why']}" if decided and decided.get("why") else ""
+        rule = _rule_title(event.rule_name, event.ruleset_version)
+        return f"{lead_in}Matched rule {rule}{why}; assigned to {event.rep_name}"
+    if event.type in (EventType.EXCLUDED, EventType.UNASSIGNED):
+        # The deciding rule's own words are shorter than the stored reason (which repeats it).
+        reason = str((decided or {}).get("why") or data.get("reason") or "")
+        reason = reason.removeprefix("excluded: ")
+        head = "Excluded" if event.type == EventType.EXCLUDED else "Left without an owner"
+        rule = (
+            f" by rule {_rule_title(event.rule_name, event.ruleset_version)}"
+            if (event.rule_name)
+            else ""
+        )
+        return f"{lead_in}{head}{rule}" + (f": {reason}" if reason else "")
+    return None
+
+
+def trace_lines(trace: list[Any]) -> list[str]:
+    """The rules considered, one line each, as the engine explained them."""
+    lines = []
+    for entry in trace:
+        if not isinstance(entry, dict):
+            continue
+        why = entry.get("why") or ""
+        if entry.get("rule") is None:
+            lines.append(str(why))
+            continue
+        verdict = "decided" if entry.get("decided") else "matched" if entry.get("matched") else "no"
+        lines.append(f"{entry.get('rule')}: {verdict} — {why}")
+    return lines
+
+
+def sla_state(assignment: Assignment | None, *, now: datetime) -> SlaState:
+    if assignment is None or assignment.sla_due_at is None:
+        return SlaState("none", "No SLA", None, assignment.touched_at if assignment else None)
+    due, touched = assignment.sla_due_at, assignment.touched_at
+    if touched is not None:
+        met = touched <= due
+        return SlaState(
+            "met" if met else "breached", "Met" if met else "Breached (touched late)", due, touched
+        )
+    if now > due:
+        return SlaState("breached", "Breached (not touched yet)", due, None)
+    return SlaState("open", "Open", due, None)
+
+
+def lead_detail(*, user: Any, lead_id: str, now: datetime | None = None) -> LeadDetail | None:
+    """The lead page's data, or None when there is no such lead in ``user``'s scope."""
+    try:
+        lead_uuid = uuid.UUID(str(lead_id))
+    except ValueError:
+        return None
+    visible = leads_visible_to(user)
+    lead = (
+        visible.select_related("source", "duplicate_of")
+        .prefetch_related(
+            Prefetch(
+                "assignments",
+                queryset=Assignment.objects.filter(active=True),
+                to_attr="current_assignments",
+            ),
+            Prefetch("events", queryset=Event.objects.order_by("seq"), to_attr="timeline"),
+        )
+        .filter(pk=lead_uuid)
+        .first()
+    )
+    if lead is None:
+        return None
+    assignment = current_assignment(lead)
+    events: list[Event] = lead.timeline
+    decision = [s for s in (decision_sentence(event) for event in events) if s]
+    last_trace: list[Any] = []
+    for event in reversed(events):
+        if event.type in (EventType.ASSIGNED, EventType.EXCLUDED, EventType.UNASSIGNED):
+            last_trace = event.trace if isinstance(event.trace, list) else []
+            break
+    duplicate_of = lead.duplicate_of
+    if duplicate_of is not None and not visible.filter(pk=duplicate_of.pk).exists():
+        duplicate_of = None
+    duplicates = list(visible.filter(duplicate_of=lead).order_by("received_at")[:50])
+    deliveries = list(Delivery.objects.filter(assignment__lead=lead).order_by("created_at", "id"))
+    attempts = list(
+        DeliveryAttempt.objects.filter(delivery__assignment__lead=lead)
+        .select_related("delivery")
+        .order_by("at", "id")
+    )
+    return LeadDetail(
+        lead=lead,
+        fields=[
+            (name.replace("_", " "), _text(value)) for name, value in lead_fields(lead).items()
+        ],
+        raw_payload=json.dumps(lead.raw_payload, indent=2, ensure_ascii=False, sort_keys=True),
+        assignment=assignment,
+        decision=decision,
+        trace=trace_lines(last_trace),
+        timeline=[timeline_entry(event) for event in events],
+        duplicate_of=duplicate_of,
+        duplicates=duplicates,
+        sla=sla_state(assignment, now=now or timezone.now()),
+        deliveries=deliveries,
+        attempts=attempts,
+    )
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True) if value else ""
+    return str(value)
