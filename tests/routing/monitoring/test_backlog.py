@@ -15,6 +15,7 @@ from audit.services import event_record
 from config.celery import app as celery_app
 from leads.models import Lead, LeadStatus
 from routing.models import QueueHeartbeat
+from routing.monitoring import backlog as backlog_module
 from routing.monitoring.backlog import backlog_check, backlog_measure, broker_queue_lengths
 from routing.monitoring.models import Alert, AlertKind, AlertStatus
 from routing.tasks import heartbeat
@@ -37,6 +38,18 @@ def _thresholds(settings: Any) -> None:
     settings.ENRICHMENT_ALERT_FAILURES = 3
     settings.UNASSIGNED_ALERT_COUNT = 2
     settings.UNASSIGNED_ALERT_AGE_SECONDS = 3600
+
+
+@pytest.fixture(autouse=True)
+def _empty_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker is shared by the whole run (Redis keeps messages of earlier tests): the checks
+    here see empty queues unless a test says otherwise; the length readers have their own tests.
+    """
+    monkeypatch.setattr(
+        backlog_module,
+        "broker_queue_lengths",
+        lambda: (dict.fromkeys((q.name for q in celery_app.conf.task_queues), 0), None),
+    )
 
 
 def test_depth_opens_one_backlog_alert_and_clearing_resolves_it(
@@ -146,6 +159,7 @@ def test_a_dead_redis_broker_opens_a_broker_alert_without_raising(
         "broker_transport_options",
         {"socket_connect_timeout": 0.2, "socket_timeout": 0.2},
     )
+    monkeypatch.setattr(backlog_module, "broker_queue_lengths", broker_queue_lengths)
     lengths, error = broker_queue_lengths()
     assert error is not None
     assert "onnect" in error or "refused" in error, error
