@@ -54,6 +54,7 @@ class BacklogReport:
     stale_queues: dict[str, float] = field(default_factory=dict)
     enrichment_failures: int = 0
     enrichment_breaker_open: bool = False
+    enrichment_refused: str = ""  # the provider's latest answer, when it refused our credentials
     problems: list[str] = field(default_factory=list)
 
     def as_data(self) -> dict[str, Any]:
@@ -68,6 +69,7 @@ class BacklogReport:
             "stale_queues": {k: round(v, 1) for k, v in self.stale_queues.items()},
             "enrichment_failures": self.enrichment_failures,
             "enrichment_breaker_open": self.enrichment_breaker_open,
+            "enrichment_refused": self.enrichment_refused,
         }
 
 
@@ -134,6 +136,32 @@ def _enrichment_breaker_open() -> bool:
     return value is not None
 
 
+_AUTH_REFUSALS = ("HTTP 401", "HTTP 403")
+
+
+def _enrichment_refused(since: datetime) -> str:
+    """The reason of the HTTP provider's latest outcome when it refused our credentials.
+
+    An expired or revoked key fails every lead at once (401/403: no retry, the breaker stays
+    closed), so waiting for many failures would be waiting for many leads; the latest outcome
+    says it at once, and the next success clears it.
+    """
+    latest = (
+        Event.objects.filter(
+            type__in=(EventType.ENRICHED, EventType.ENRICHMENT_FAILED),
+            at__gte=since,
+            data__provider="http",
+        )
+        .order_by("-at", "-id")
+        .values_list("type", "data")
+        .first()
+    )
+    if latest is None or latest[0] != EventType.ENRICHMENT_FAILED:
+        return ""
+    reason = str((latest[1] or {}).get("reason", ""))
+    return reason if any(code in reason for code in _AUTH_REFUSALS) else ""
+
+
 def _age(now: datetime, since: datetime | None) -> float:
     return max(0.0, (now - since).total_seconds()) if since is not None else 0.0
 
@@ -167,6 +195,7 @@ def backlog_measure(*, now: datetime | None = None) -> BacklogReport:
         type=EventType.ENRICHMENT_FAILED, at__gte=now - window
     ).count()
     report.enrichment_breaker_open = _enrichment_breaker_open()
+    report.enrichment_refused = _enrichment_refused(now - window)
     return report
 
 
@@ -238,13 +267,20 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
         alert_resolve(kind=AlertKind.BROKER, subject=BROKER, now=now)
 
     failures_limit = settings.ENRICHMENT_ALERT_FAILURES
-    if report.enrichment_breaker_open or report.enrichment_failures >= failures_limit:
-        why = (
-            "the provider's circuit breaker is open"
-            if report.enrichment_breaker_open
-            else f"{report.enrichment_failures} enrichment failures in the last "
-            f"{settings.ENRICHMENT_ALERT_WINDOW_SECONDS // 60} minutes"
-        )
+    if (
+        report.enrichment_refused
+        or report.enrichment_breaker_open
+        or report.enrichment_failures >= failures_limit
+    ):
+        if report.enrichment_refused:
+            why = f"the provider refuses our credentials: {report.enrichment_refused}"
+        elif report.enrichment_breaker_open:
+            why = "the provider's circuit breaker is open"
+        else:
+            why = (
+                f"{report.enrichment_failures} enrichment failures in the last "
+                f"{settings.ENRICHMENT_ALERT_WINDOW_SECONDS // 60} minutes"
+            )
         alert_raise(
             kind=AlertKind.ENRICHMENT,
             subject=ENRICHMENT,
@@ -253,6 +289,7 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
             data={
                 "failures": report.enrichment_failures,
                 "breaker_open": report.enrichment_breaker_open,
+                "refused": report.enrichment_refused,
             },
             now=now,
         )

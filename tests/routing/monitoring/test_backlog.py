@@ -177,7 +177,7 @@ def test_many_enrichment_failures_open_an_enrichment_alert() -> None:
             type=EventType.ENRICHMENT_FAILED,
             lead=lead,
             at=now - timedelta(minutes=1),
-            data={"provider": "http", "reason": "HTTP 401"},
+            data={"provider": "http", "reason": "timeout after 10 s (attempt 5 of 5)"},
         )
     Lead.objects.update(status=LeadStatus.ASSIGNED)
     report = backlog_check(now=now)
@@ -186,6 +186,45 @@ def test_many_enrichment_failures_open_an_enrichment_alert() -> None:
     assert "3 enrichment failures" in alert.message
     # Ten minutes later those failures are out of the window.
     backlog_check(now=now + timedelta(minutes=10))
+    assert _open(AlertKind.ENRICHMENT) == []
+
+
+def test_an_expired_credential_opens_the_alert_at_the_first_refusal_and_a_success_clears_it(
+    settings: Any,
+) -> None:
+    settings.ENRICHMENT_ALERT_FAILURES = 100
+    now = timezone.now()
+    lead = LeadFactory(status=LeadStatus.ASSIGNED)
+    event_record(
+        type=EventType.ENRICHMENT_FAILED,
+        lead=lead,
+        at=now - timedelta(seconds=20),
+        data={"provider": "http", "reason": "provider refused the request (HTTP 401)"},
+    )
+    report = backlog_check(now=now)
+    assert report.enrichment_refused
+    (alert,) = _open(AlertKind.ENRICHMENT)
+    assert "refuses our credentials" in alert.message
+    assert "HTTP 401" in alert.message
+    event_record(
+        type=EventType.ENRICHED,
+        lead=lead,
+        at=now,
+        data={"provider": "http", "status": "done", "filled": []},
+    )
+    backlog_check(now=now + timedelta(seconds=1))
+    assert _open(AlertKind.ENRICHMENT) == []
+
+
+def test_other_refusals_do_not_count_as_credential_problems() -> None:
+    now = timezone.now()
+    event_record(
+        type=EventType.ENRICHMENT_FAILED,
+        lead=LeadFactory(status=LeadStatus.ASSIGNED),
+        at=now,
+        data={"provider": "http", "reason": "provider refused the request (HTTP 422)"},
+    )
+    backlog_check(now=now)
     assert _open(AlertKind.ENRICHMENT) == []
 
 
