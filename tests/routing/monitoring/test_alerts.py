@@ -156,3 +156,21 @@ def test_nothing_is_sent_when_the_transaction_rolls_back(
         raise_then_fail()
     assert Alert.objects.count() == 0
     assert hook_bodies(alert_hook) == []
+
+
+def test_opening_sends_one_sentry_message_when_sentry_is_initialised(
+    monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    import sentry_sdk
+
+    sent: list[tuple[str, str]] = []
+    monkeypatch.setattr(sentry_sdk, "is_initialized", lambda: True)
+    monkeypatch.setattr(
+        sentry_sdk, "capture_message", lambda message, level=None: sent.append((message, level))
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        alert_raise(kind="broker", subject="broker", message="Redis down")
+        alert_raise(kind="broker", subject="broker", message="Redis still down")
+    with django_capture_on_commit_callbacks(execute=True):
+        alert_resolve(kind="broker", subject="broker")
+    assert sent == [("LeadRouter alert [broker:broker]: Redis down", "error")]
