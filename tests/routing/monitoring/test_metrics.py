@@ -122,3 +122,28 @@ def test_post_is_refused_as_json(client: Client) -> None:
     response = client.post("/metrics")
     assert response.status_code == 405
     assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_the_grafana_dashboard_uses_only_series_that_metrics_serves(client: Client) -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    dashboard = json.loads(
+        (Path(__file__).resolve().parents[3] / "docs" / "grafana-dashboard.json").read_text()
+    )
+    used = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"leadrouter_[a-z_]+", target["expr"])
+    }
+    from routing.models import QueueHeartbeat
+    from routing.monitoring.backlog import backlog_check
+
+    LeadFactory()
+    QueueHeartbeat.objects.create(queue="routing", last_seen_at=timezone.now())
+    backlog_check()  # caches the broker queue lengths /metrics shows
+    served = {name for name, _labels in scrape(client)}
+    assert used
+    assert used <= served, used - served
