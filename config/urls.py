@@ -5,10 +5,12 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config import health
+from routing.monitoring import metrics
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("leads.urls")),
     path("api/v1/", include("routing.urls")),

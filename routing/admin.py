@@ -507,3 +507,4 @@ class QueueHeartbeatAdmin(admin.ModelAdmin):
 
 
 from routing.delivery import admin as delivery_admin  # noqa: E402,F401
+from routing.monitoring import admin as monitoring_admin  # noqa: E402,F401

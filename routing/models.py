@@ -810,3 +810,4 @@ class RoutingTestCase(models.Model):
 
 
 from routing.delivery.models import *  # noqa: E402,F403
+from routing.monitoring.models import *  # noqa: E402,F403

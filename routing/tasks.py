@@ -45,3 +45,4 @@ def process_leads(lead_ids: list[str]) -> None:
 
 
 from routing.delivery import tasks as delivery_tasks  # noqa: E402,F401
+from routing.monitoring import tasks as monitoring_tasks  # noqa: E402,F401

@@ -452,3 +452,53 @@ CELERY_BEAT_SCHEDULE["enrichment-sweep-due"] = {
     "schedule": ENRICHMENT_SWEEP_INTERVAL_SECONDS,
     "options": {"expires": max(5.0, ENRICHMENT_SWEEP_INTERVAL_SECONDS)},
 }
+
+# --- Monitoring -------------------------------------------------------------------------------
+# Alerts, SLA timers, the backlog watch and /metrics (routing/monitoring, docs/operations.md
+# "Alerts and metrics"). Every check is also a management command (check_backlog, check_sla).
+ALERT_WEBHOOK_URL: str = env.str("ALERT_WEBHOOK_URL", default="")
+# slack: {"text": "..."} (Slack, Mattermost, Teams incoming webhooks); json: the alert document.
+ALERT_WEBHOOK_FORMAT: str = env.str("ALERT_WEBHOOK_FORMAT", default="slack")
+ALERT_WEBHOOK_TIMEOUT_SECONDS = env.float("ALERT_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+# Like DELIVERY_ALLOW_PRIVATE_URLS: an alert webhook on loopback or a private network.
+ALERT_ALLOW_PRIVATE_URLS = env.bool("ALERT_ALLOW_PRIVATE_URLS", default=False)
+ALERT_EMAILS: list[str] = env.list("ALERT_EMAILS", default=[])
+BACKLOG_CHECK_INTERVAL_SECONDS = env.float("BACKLOG_CHECK_INTERVAL_SECONDS", default=60.0)
+BACKLOG_ALERT_DEPTH = env.int("BACKLOG_ALERT_DEPTH", default=500)
+BACKLOG_ALERT_AGE_SECONDS = env.int("BACKLOG_ALERT_AGE_SECONDS", default=300)
+# A queue whose heartbeat no worker executed for this long gets a `worker` alert.
+HEARTBEAT_STALE_SECONDS = env.int("HEARTBEAT_STALE_SECONDS", default=120)
+# `enrichment` alert: this many enrichment_failed events within the window, or the breaker open.
+ENRICHMENT_ALERT_FAILURES = env.int("ENRICHMENT_ALERT_FAILURES", default=10)
+ENRICHMENT_ALERT_WINDOW_SECONDS = env.int("ENRICHMENT_ALERT_WINDOW_SECONDS", default=600)
+# Beat runs check_backlog in its own process too, so a dead broker or no worker at all (which
+# would keep the check_backlog task itself from running) still ends in an alert.
+BACKLOG_CHECK_IN_BEAT = env.bool("BACKLOG_CHECK_IN_BEAT", default=True)
+SLA_CHECK_INTERVAL_SECONDS = env.float("SLA_CHECK_INTERVAL_SECONDS", default=60.0)
+SLA_MAX_REASSIGNMENTS = env.int("SLA_MAX_REASSIGNMENTS", default=2)
+SLA_CHECK_BATCH_SIZE = env.int("SLA_CHECK_BATCH_SIZE", default=500)
+UNASSIGNED_RETRY_SECONDS = env.float("UNASSIGNED_RETRY_SECONDS", default=300.0)
+UNASSIGNED_RETRY_BATCH_SIZE = env.int("UNASSIGNED_RETRY_BATCH_SIZE", default=100)
+UNASSIGNED_ALERT_COUNT = env.int("UNASSIGNED_ALERT_COUNT", default=50)
+UNASSIGNED_ALERT_AGE_SECONDS = env.int("UNASSIGNED_ALERT_AGE_SECONDS", default=3600)
+# /metrics: a Bearer token, or a client address inside one of these networks (CIDR).
+METRICS_TOKEN: str = env.str("METRICS_TOKEN", default="")
+METRICS_ALLOWED_NETWORKS: list[str] = env.list(
+    "METRICS_ALLOWED_NETWORKS", default=["127.0.0.1/32", "::1/128"]
+)
+METRICS_CACHE_SECONDS = env.float("METRICS_CACHE_SECONDS", default=5.0)
+CELERY_BEAT_SCHEDULE["monitoring-check-backlog"] = {
+    "task": "maintenance.check_backlog",
+    "schedule": BACKLOG_CHECK_INTERVAL_SECONDS,
+    "options": {"queue": "maintenance", "expires": BACKLOG_CHECK_INTERVAL_SECONDS},
+}
+CELERY_BEAT_SCHEDULE["monitoring-check-sla"] = {
+    "task": "maintenance.check_sla",
+    "schedule": SLA_CHECK_INTERVAL_SECONDS,
+    "options": {"queue": "maintenance", "expires": SLA_CHECK_INTERVAL_SECONDS},
+}
+CELERY_BEAT_SCHEDULE["monitoring-retry-unassigned"] = {
+    "task": "maintenance.retry_unassigned",
+    "schedule": UNASSIGNED_RETRY_SECONDS,
+    "options": {"queue": "maintenance", "expires": UNASSIGNED_RETRY_SECONDS},
+}

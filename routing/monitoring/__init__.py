@@ -1,0 +1,1 @@
+"""Watching the pipeline so nobody has to: alerts, SLA timers, backlog checks and metrics."""

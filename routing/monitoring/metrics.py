@@ -1,0 +1,295 @@
+"""``GET /metrics``: Prometheus text computed from the database at scrape time.
+
+Counters kept in process memory would be wrong with several gunicorn and worker processes
+(each counts its own); the database already holds every lead, assignment and event, so one
+collector reads the totals from it whichever process is scraped. Results are kept for
+``METRICS_CACHE_SECONDS`` per process, so frequent scrapes cost a few queries at most.
+
+Access: ``Authorization: Bearer <METRICS_TOKEN>``, or a client address inside
+``METRICS_ALLOWED_NETWORKS``; otherwise 401 (or 403) as JSON.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Sum
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from audit.models import Event, EventType
+from config.errors import error_body
+from leads.models import Lead, LeadStatus
+from routing.models import Assignment, AssignmentKind, QueueHeartbeat
+from routing.monitoring.backlog import last_backlog_report
+from routing.monitoring.models import Alert, AlertKind, AlertStatus
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TIME_TO_ASSIGN_BUCKETS", "MetricsSnapshot", "metrics_snapshot", "metrics_view"]
+
+# Seconds from receipt to first owner: the kickoff-to-assignment path is seconds when healthy,
+# minutes under a backlog or while enrichment waits.
+TIME_TO_ASSIGN_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+_WAITING = (LeadStatus.RECEIVED, LeadStatus.PROCESSING)
+
+
+@dataclass
+class MetricsSnapshot:
+    """Every value /metrics shows, read from the database at one moment."""
+
+    received_by_source: dict[str, int] = field(default_factory=dict)
+    processed_by_status: dict[str, int] = field(default_factory=dict)
+    in_status: dict[str, int] = field(default_factory=dict)
+    assign_buckets: list[tuple[float, int]] = field(default_factory=list)  # cumulative
+    assign_count: int = 0
+    assign_sum_seconds: float = 0.0
+    backlog_leads: int = 0
+    backlog_oldest_seconds: float = 0.0
+    sla_breaches: int = 0
+    delivery_failures: int = 0
+    reassignments: int = 0
+    alerts_open: dict[str, int] = field(default_factory=dict)
+    heartbeat_age: dict[str, float] = field(default_factory=dict)
+    queue_lengths: dict[str, int] = field(default_factory=dict)
+
+
+def metrics_snapshot() -> MetricsSnapshot:
+    """Read every metric from the database (a fixed handful of aggregate queries)."""
+    now = timezone.now()
+    snap = MetricsSnapshot()
+    for slug, n in (
+        Lead.objects.order_by()
+        .values_list("source__slug")
+        .annotate(n=Count("id"))
+        .values_list("source__slug", "n")
+    ):
+        snap.received_by_source[slug] = n
+    for status, n in (
+        Lead.objects.order_by()
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .values_list("status", "n")
+    ):
+        snap.in_status[status] = n
+        if status not in _WAITING:
+            snap.processed_by_status[status] = n
+    for status in LeadStatus.values:
+        snap.in_status.setdefault(status, 0)
+        if status not in _WAITING:
+            snap.processed_by_status.setdefault(status, 0)
+    waited = ExpressionWrapper(
+        F("assigned_at") - F("lead__received_at"), output_field=DurationField()
+    )
+    first_owners = Assignment.objects.filter(
+        kind__in=(AssignmentKind.INITIAL, AssignmentKind.DUPLICATE)
+    ).annotate(waited=waited)
+    buckets = {
+        f"le_{i}": Count("id", filter=Q(waited__lte=timedelta(seconds=bound)))
+        for i, bound in enumerate(TIME_TO_ASSIGN_BUCKETS)
+    }
+    agg = first_owners.aggregate(count=Count("id"), total=Sum("waited"), **buckets)
+    snap.assign_count = agg["count"] or 0
+    total = agg["total"]
+    snap.assign_sum_seconds = total.total_seconds() if total is not None else 0.0
+    snap.assign_buckets = [
+        (bound, agg[f"le_{i}"] or 0) for i, bound in enumerate(TIME_TO_ASSIGN_BUCKETS)
+    ]
+    waiting = Lead.objects.aggregate(
+        n=Count("id", filter=Q(status=LeadStatus.RECEIVED)),
+        oldest=Min("received_at", filter=Q(status=LeadStatus.RECEIVED)),
+    )
+    snap.backlog_leads = waiting["n"] or 0
+    if waiting["oldest"] is not None:
+        snap.backlog_oldest_seconds = max(0.0, (now - waiting["oldest"]).total_seconds())
+    events = Event.objects.aggregate(
+        sla=Count("id", filter=Q(type=EventType.SLA_BREACHED)),
+        delivery=Count("id", filter=Q(type=EventType.DELIVERY_FAILED)),
+        reassigned=Count("id", filter=Q(type=EventType.REASSIGNED)),
+    )
+    snap.sla_breaches = events["sla"]
+    snap.delivery_failures = events["delivery"]
+    snap.reassignments = events["reassigned"]
+    snap.alerts_open = dict.fromkeys(AlertKind.values, 0)
+    for kind, n in (
+        Alert.objects.filter(status=AlertStatus.OPEN)
+        .order_by()
+        .values_list("kind")
+        .annotate(n=Count("id"))
+        .values_list("kind", "n")
+    ):
+        snap.alerts_open[kind] = n
+    for queue, seen in QueueHeartbeat.objects.values_list("queue", "last_seen_at"):
+        snap.heartbeat_age[queue] = max(0.0, (now - seen).total_seconds())
+    report = last_backlog_report() or {}
+    for queue, length in (report.get("queue_lengths") or {}).items():
+        if isinstance(length, int):
+            snap.queue_lengths[queue] = length
+    return snap
+
+
+def _families(snap: MetricsSnapshot) -> list[Metric]:
+    received = CounterMetricFamily(
+        "leadrouter_leads_received", "Leads accepted by intake, by source.", labels=["source"]
+    )
+    for source, n in sorted(snap.received_by_source.items()):
+        received.add_metric([source], n)
+    processed = CounterMetricFamily(
+        "leadrouter_leads_processed",
+        "Leads the pipeline finished, by outcome (assigned, duplicate, excluded, ...).",
+        labels=["status"],
+    )
+    for status, n in sorted(snap.processed_by_status.items()):
+        processed.add_metric([status], n)
+    in_status = GaugeMetricFamily(
+        "leadrouter_leads", "Leads now in each status.", labels=["status"]
+    )
+    for status, n in sorted(snap.in_status.items()):
+        in_status.add_metric([status], n)
+    histogram = HistogramMetricFamily(
+        "leadrouter_time_to_assign_seconds",
+        "Seconds from a lead's receipt to its first owner.",
+        buckets=[
+            *((repr(float(bound)), n) for bound, n in snap.assign_buckets),
+            ("+Inf", snap.assign_count),
+        ],
+        sum_value=snap.assign_sum_seconds,
+    )
+    alerts = GaugeMetricFamily("leadrouter_alerts_open", "Open alerts, by kind.", labels=["kind"])
+    for kind, n in sorted(snap.alerts_open.items()):
+        alerts.add_metric([kind], n)
+    heartbeat = GaugeMetricFamily(
+        "leadrouter_queue_heartbeat_age_seconds",
+        "Seconds since a worker last executed the heartbeat of a queue.",
+        labels=["queue"],
+    )
+    for queue, age in sorted(snap.heartbeat_age.items()):
+        heartbeat.add_metric([queue], age)
+    lengths = GaugeMetricFamily(
+        "leadrouter_broker_queue_messages",
+        "Messages waiting in a broker queue at the last backlog check.",
+        labels=["queue"],
+    )
+    for queue, length in sorted(snap.queue_lengths.items()):
+        lengths.add_metric([queue], length)
+    return [
+        received,
+        processed,
+        in_status,
+        histogram,
+        GaugeMetricFamily(
+            "leadrouter_backlog_leads", "Leads waiting in received.", value=snap.backlog_leads
+        ),
+        GaugeMetricFamily(
+            "leadrouter_backlog_oldest_seconds",
+            "Age of the oldest lead waiting in received (0 when none waits).",
+            value=snap.backlog_oldest_seconds,
+        ),
+        CounterMetricFamily(
+            "leadrouter_sla_breaches", "SLA breaches recorded.", value=snap.sla_breaches
+        ),
+        CounterMetricFamily(
+            "leadrouter_delivery_failures",
+            "Deliveries (webhooks, e-mails) given up as failed.",
+            value=snap.delivery_failures,
+        ),
+        CounterMetricFamily(
+            "leadrouter_reassignments",
+            "Reassignments, manual and automatic.",
+            value=snap.reassignments,
+        ),
+        alerts,
+        heartbeat,
+        lengths,
+    ]
+
+
+class DatabaseCollector:
+    """A prometheus_client collector reading ``metrics_snapshot`` (cached a few seconds)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._at = 0.0
+        self._families: list[Metric] = []
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            if time.monotonic() - self._at >= settings.METRICS_CACHE_SECONDS or not self._families:
+                self._families = _families(metrics_snapshot())
+                self._at = time.monotonic()
+            families = list(self._families)
+        yield from families
+
+    def clear(self) -> None:
+        with self._lock:
+            self._at = 0.0
+            self._families = []
+
+
+COLLECTOR = DatabaseCollector()
+REGISTRY = CollectorRegistry(auto_describe=False)
+REGISTRY.register(COLLECTOR)
+
+
+def _client_allowed(request: HttpRequest) -> bool:
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    for network in settings.METRICS_ALLOWED_NETWORKS:
+        try:
+            if address in ipaddress.ip_network(network, strict=False):
+                return True
+        except ValueError:
+            logger.warning("METRICS_ALLOWED_NETWORKS: %r is not a network", network)
+    return False
+
+
+def _denied(request: HttpRequest) -> JsonResponse | None:
+    token = settings.METRICS_TOKEN
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if token and scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token):
+        return None
+    if not header and _client_allowed(request):
+        return None
+    if header or token:
+        response = JsonResponse(
+            error_body("unauthorized", "A valid metrics token is required."), status=401
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    return JsonResponse(
+        error_body("forbidden", "Metrics are not served to this address."), status=403
+    )
+
+
+@csrf_exempt
+@never_cache
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """The Prometheus text exposition of ``REGISTRY``, for an authorised scraper."""
+    if request.method not in ("GET", "HEAD"):
+        response = JsonResponse(error_body("method_not_allowed", "Use GET or HEAD."), status=405)
+        response["Allow"] = "GET, HEAD"
+        return response
+    denied = _denied(request)
+    if denied is not None:
+        return denied
+    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,111 @@
+"""Monitoring models: alerts, and the SLA breaches already handled (one per assignment)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+__all__ = ["Alert", "AlertKind", "AlertStatus", "SlaBreach", "SlaBreachAction"]
+
+
+class AlertKind(models.TextChoices):
+    BACKLOG = "backlog", "Backlog"
+    WORKER = "worker", "Worker (a queue nobody drains)"
+    BROKER = "broker", "Broker unreachable"
+    SLA = "sla", "SLA"
+    UNASSIGNED = "unassigned", "Unassigned leads"
+    ENRICHMENT = "enrichment", "Enrichment"
+    DELIVERY = "delivery", "Delivery"
+
+
+class AlertStatus(models.TextChoices):
+    OPEN = "open", "Open"
+    RESOLVED = "resolved", "Resolved"
+
+
+class Alert(models.Model):
+    """Something an operator must look at; at most one open per (kind, subject), self-resolving."""
+
+    kind = models.CharField(max_length=32, choices=AlertKind.choices)
+    subject = models.CharField(
+        max_length=200, blank=True, help_text="What it is about: a queue, an assignment, ..."
+    )
+    status = models.CharField(max_length=16, choices=AlertStatus.choices, default=AlertStatus.OPEN)
+    message = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+    opened_at = models.DateTimeField(default=timezone.now)
+    last_seen_at = models.DateTimeField(default=timezone.now)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-opened_at", "-id")
+        constraints = [
+            models.UniqueConstraint(
+                fields=("kind", "subject"),
+                condition=Q(status="open"),
+                name="alert_one_open_per_kind_subject",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=("open", "resolved")), name="alert_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status="open", resolved_at__isnull=True)
+                | Q(status="resolved", resolved_at__isnull=False),
+                name="alert_resolved_iff_resolved_at",
+            ),
+        ]
+        indexes = [models.Index(fields=("status", "kind"), name="alert_status_kind_idx")]
+
+    def __str__(self) -> str:
+        label = f"{self.kind}:{self.subject}" if self.subject else self.kind
+        return f"{label} ({self.status})"
+
+
+class SlaBreachAction(models.TextChoices):
+    NOTIFIED = "notified", "Notified"
+    REASSIGNED = "reassigned", "Reassigned"
+    KEPT = "kept", "Kept (no reassignment possible or allowed)"
+
+
+class SlaBreach(models.Model):
+    """An assignment whose first-touch SLA ran out, handled once: the row is the idempotency key.
+
+    The one-to-one makes a second ``sla_breached`` event for one assignment impossible to store,
+    even with two beat schedulers running ``check_sla`` at the same moment.
+    """
+
+    assignment = models.OneToOneField(
+        "routing.Assignment", on_delete=models.PROTECT, related_name="sla_breach"
+    )
+    lead = models.ForeignKey("leads.Lead", on_delete=models.PROTECT, related_name="+")
+    breached_at = models.DateTimeField()
+    action = models.CharField(
+        max_length=16, choices=SlaBreachAction.choices, default=SlaBreachAction.NOTIFIED
+    )
+    reassigned_to = models.OneToOneField(
+        "routing.Assignment",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="sla_breach_origin",
+    )
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ("-breached_at",)
+        verbose_name = "SLA breach"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(action__in=("notified", "reassigned", "kept")),
+                name="sla_breach_action_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(action="reassigned", reassigned_to__isnull=False)
+                | (~Q(action="reassigned") & Q(reassigned_to__isnull=True)),
+                name="sla_breach_reassigned_iff_target",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"SLA breach of assignment {self.assignment_id} ({self.action})"

@@ -1,0 +1,322 @@
+"""SLA timers: each breached, untouched assignment is handled exactly once.
+
+``sla_check`` finds active assignments past ``sla_due_at`` with no first touch and no
+``SlaBreach`` yet, and hands each to ``assignment_sla_breach``, which — under the lead's row
+lock, in one transaction — records the ``SlaBreach`` row (one-to-one with the assignment: a
+second one cannot be stored), the ``sla_breached`` event, and what was done about it:
+
+- the deciding rule says ``reassign``: the lead goes to another eligible member of the same
+  team (never a rep it already had), chosen under the team's and the rep's row locks, as a
+  reassignment row that supersedes the breached one (``reassigned`` event, deliveries), at most
+  ``SLA_MAX_REASSIGNMENTS`` times; after that, or with nobody eligible, it stays and an ``sla``
+  alert is raised;
+- otherwise the rep and the team's manager are notified (e-mail) and the alert webhook told.
+
+``now`` is injectable everywhere, so tests drive the clock instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from audit.models import EventType
+from audit.services import event_record_for_assignment
+from leads.models import Lead, LeadStatus
+from routing.decisions import LiveConfig, RulesetNotFound, _lock_rep, _snapshot, live_config
+from routing.engine import RuleErrors, rep_is_eligible
+from routing.models import Assignment, AssignmentKind, OnSlaBreach, Rep, Team
+from routing.monitoring.alerts import (
+    alert_raise,
+    alert_resolve,
+    notify_email,
+    notify_webhook,
+    open_alert_subjects,
+)
+from routing.monitoring.models import AlertKind, SlaBreach, SlaBreachAction
+from routing.services import schedule_delivery
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SlaCheckResult", "assignment_sla_breach", "sla_check"]
+
+
+@dataclass
+class SlaCheckResult:
+    """What one ``sla_check`` did."""
+
+    breached: int = 0
+    reassigned: int = 0
+    kept: int = 0
+    alerts_resolved: int = 0
+
+
+def _subject(assignment_id: int) -> str:
+    return f"assignment:{assignment_id}"
+
+
+def sla_check(*, now: datetime | None = None, batch_size: int | None = None) -> SlaCheckResult:
+    """Handle every breached, untouched, active assignment once; resolve cleared ``sla`` alerts."""
+    now = now or timezone.now()
+    batch_size = batch_size or settings.SLA_CHECK_BATCH_SIZE
+    result = SlaCheckResult()
+    due = list(
+        Assignment.objects.filter(
+            active=True,
+            touched_at__isnull=True,
+            sla_due_at__isnull=False,
+            sla_due_at__lte=now,
+            sla_breach__isnull=True,
+        )
+        .order_by("sla_due_at", "id")
+        .values_list("id", flat=True)[:batch_size]
+    )
+    for assignment_id in due:
+        try:
+            breach = assignment_sla_breach(assignment_id=assignment_id, now=now)
+        except Exception:  # one bad row must not stop the others; it is tried again next run
+            logger.exception("SLA check of assignment %s failed", assignment_id)
+            continue
+        if breach is None:
+            continue
+        result.breached += 1
+        if breach.action == SlaBreachAction.REASSIGNED:
+            result.reassigned += 1
+        elif breach.action == SlaBreachAction.KEPT:
+            result.kept += 1
+    # An `sla` alert about an assignment clears once it is touched or no longer current.
+    for subject in open_alert_subjects(AlertKind.SLA):
+        prefix, _, raw_id = subject.partition(":")
+        if prefix != "assignment" or not raw_id.isdigit():
+            continue
+        still_open = Assignment.objects.filter(
+            pk=int(raw_id), active=True, touched_at__isnull=True
+        ).exists()
+        if not still_open and alert_resolve(kind=AlertKind.SLA, subject=subject, now=now):
+            result.alerts_resolved += 1
+    if result.breached:
+        logger.warning(
+            "SLA: %d breach(es), %d reassigned, %d kept with an alert",
+            result.breached,
+            result.reassigned,
+            result.kept,
+        )
+    return result
+
+
+def _deciding_rule_policy(lead: Lead) -> tuple[int | None, str]:
+    """The rule that first routed the lead and its ``on_sla_breach`` (``notify`` if none)."""
+    first = (
+        Assignment.objects.filter(lead=lead, rule__isnull=False)
+        .select_related("rule")
+        .order_by("assigned_at", "id")
+        .first()
+    )
+    if first is None or first.rule is None:
+        return None, OnSlaBreach.NOTIFY
+    return first.rule_id, first.rule.on_sla_breach
+
+
+def assignment_sla_breach(*, assignment_id: int, now: datetime | None = None) -> SlaBreach | None:
+    """Handle one breached assignment exactly once; None when it is not (or no longer) due.
+
+    Safe to call concurrently for the same assignment (two beat schedulers): the lead's row
+    lock serialises the callers, and the one-to-one ``SlaBreach`` refuses a second record.
+    """
+    now = now or timezone.now()
+    try:
+        with transaction.atomic(durable=True):
+            return _breach_locked(assignment_id, now)
+    except IntegrityError:
+        # A concurrent checker recorded it first (its row is committed): nothing to do.
+        if SlaBreach.objects.filter(assignment_id=assignment_id).exists():
+            return None
+        raise
+
+
+def _breach_locked(assignment_id: int, now: datetime) -> SlaBreach | None:
+    lead_id = Assignment.objects.filter(pk=assignment_id).values_list("lead_id", flat=True).first()
+    if lead_id is None:
+        return None
+    lead = Lead.objects.select_for_update().filter(pk=lead_id).first()
+    if lead is None:
+        return None
+    assignment = (
+        Assignment.objects.select_related("rep", "team", "team__manager")
+        .filter(
+            pk=assignment_id,
+            active=True,
+            touched_at__isnull=True,
+            sla_due_at__isnull=False,
+            sla_due_at__lte=now,
+        )
+        .first()
+    )
+    if assignment is None or SlaBreach.objects.filter(assignment_id=assignment_id).exists():
+        return None
+    breach = SlaBreach.objects.create(
+        assignment=assignment, lead=lead, breached_at=now, action=SlaBreachAction.NOTIFIED
+    )
+    rule_id, policy = _deciding_rule_policy(lead)
+    overdue = (now - assignment.sla_due_at).total_seconds() if assignment.sla_due_at else 0.0
+    event_record_for_assignment(
+        type=EventType.SLA_BREACHED,
+        assignment=assignment,
+        at=now,
+        data={
+            "sla_minutes": assignment.sla_minutes,
+            "sla_due_at": assignment.sla_due_at,
+            "overdue_seconds": round(overdue),
+            "policy": policy,
+        },
+    )
+    _notify_breach(assignment, now)
+    if policy != OnSlaBreach.REASSIGN:
+        return breach
+    done = SlaBreach.objects.filter(lead=lead, action=SlaBreachAction.REASSIGNED).count()
+    limit = settings.SLA_MAX_REASSIGNMENTS
+    if done >= limit:
+        why = f"already reassigned {done} time(s) for missed SLAs (limit {limit})"
+        new = None
+    else:
+        new, why = _reassign_within_team(lead, assignment, rule_id, now)
+    if new is None:
+        breach.action = SlaBreachAction.KEPT
+        breach.note = why[:2000]
+        breach.save(update_fields=["action", "note"])
+        alert_raise(
+            kind=AlertKind.SLA,
+            subject=_subject(assignment.pk),
+            message=f"Lead {lead.pk} missed its SLA with {assignment.rep_name} and stays "
+            f"with them: {why}. Someone must take it by hand.",
+            data={"lead": str(lead.pk), "assignment": assignment.pk, "rep": assignment.rep_id},
+            now=now,
+        )
+        return breach
+    breach.action = SlaBreachAction.REASSIGNED
+    breach.reassigned_to = new
+    breach.note = f"reassigned to {new.rep_name}"
+    breach.save(update_fields=["action", "reassigned_to", "note"])
+    return breach
+
+
+def _team_spec_config() -> LiveConfig | None:
+    try:
+        return live_config()
+    except (RulesetNotFound, RuleErrors):
+        return None
+
+
+def _reassign_within_team(
+    lead: Lead, current: Assignment, rule_id: int | None, now: datetime
+) -> tuple[Assignment | None, str]:
+    """Give the lead to another eligible member of the current team; (None, why) if nobody.
+
+    Locks the team row (as routing does, before any rep), then picks the eligible member who
+    never had this lead, fewest open leads first (ties: the team's order), and re-checks them
+    under their own row lock. The team's round-robin turn does not move.
+    """
+    if current.team_id is None:
+        return None, "it was not routed through a team"
+    config = _team_spec_config()
+    team = config.teams.get(current.team_id) if config is not None else None
+    if config is None or team is None:
+        return None, "no published ruleset knows its team"
+    Team.objects.select_for_update().filter(pk=team.id).values_list("pk", flat=True).first()
+    had = set(Assignment.objects.filter(lead=lead).values_list("rep_id", flat=True))
+    snap = _snapshot(config, now)
+    order = {rep_id: position for position, (rep_id, _weight) in enumerate(team.members)}
+    candidates = [
+        snap.reps[rep_id]
+        for rep_id in order
+        if rep_id not in had
+        and rep_id in snap.reps
+        and rep_is_eligible(snap.reps[rep_id], team, now)[0]
+    ]
+    candidates.sort(key=lambda rep: (rep.open_count, order[rep.id]))
+    for candidate in candidates:
+        fresh = _lock_rep(config, candidate.id, now)
+        if fresh is None or not rep_is_eligible(fresh, team, now)[0]:
+            continue
+        return _reassign(lead, current, fresh.id, fresh.name, rule_id, now), ""
+    return None, f"no other eligible member of {team.name} who has not had this lead"
+
+
+def _reassign(
+    lead: Lead, current: Assignment, rep_id: int, rep_name: str, rule_id: int | None, now: datetime
+) -> Assignment:
+    sla = current.sla_minutes or settings.DEFAULT_SLA_MINUTES or None
+    current.active = False
+    current.save(update_fields=["active"])
+    assignment = Assignment.objects.create(
+        lead=lead,
+        rep_id=rep_id,
+        team_id=current.team_id,
+        team_name=current.team_name,
+        rule_id=rule_id,
+        rule_name=current.rule_name,
+        rep_name=rep_name[:200],
+        ruleset_version=current.ruleset_version,
+        kind=AssignmentKind.REASSIGNMENT,
+        supersedes=current,
+        reason=f"SLA of {current.sla_minutes} min missed by {current.rep_name}: reassigned "
+        f"within {current.team_name}",
+        trace=[],
+        sla_minutes=sla,
+        sla_due_at=now + timedelta(minutes=sla) if sla else None,
+        assigned_at=now,
+        active=True,
+    )
+    if lead.status not in (LeadStatus.ASSIGNED, LeadStatus.DUPLICATE):
+        lead.status = LeadStatus.ASSIGNED
+        lead.save(update_fields=["status"])
+    Rep.objects.filter(pk=rep_id).update(last_assigned_at=now)
+    event_record_for_assignment(
+        type=EventType.REASSIGNED,
+        assignment=assignment,
+        at=now,
+        data={
+            "manual": False,
+            "reason": "sla_breached",
+            "from": {"id": current.rep_id, "name": current.rep_name},
+        },
+    )
+    schedule_delivery(assignment=assignment, event=EventType.REASSIGNED)
+    return assignment
+
+
+def _notify_breach(assignment: Assignment, now: datetime) -> None:
+    """The rep and the team's manager by e-mail, and the alert webhook, after commit."""
+    rep_email = assignment.rep.email if assignment.rep_id else ""
+    manager = assignment.team.manager if assignment.team is not None else None
+    recipients = [address for address in [rep_email, getattr(manager, "email", "")] if address]
+    due = assignment.sla_due_at.isoformat() if assignment.sla_due_at else "?"
+    lead_id: uuid.UUID = assignment.lead_id
+    text = (
+        f":alarm_clock: SLA missed: lead {lead_id} assigned to {assignment.rep_name}"
+        f"{f' ({assignment.team_name})' if assignment.team_name else ''} was not touched "
+        f"by {due}."
+    )
+    payload = {
+        "event": "sla.breached",
+        "lead": str(lead_id),
+        "assignment": assignment.pk,
+        "rep": {"id": assignment.rep_id, "name": assignment.rep_name},
+        "team": assignment.team_name or None,
+        "sla_due_at": due,
+        "at": now.isoformat(),
+    }
+
+    def send() -> None:
+        notify_email(
+            subject=f"[LeadRouter] SLA missed: lead {lead_id}", body=text, recipients=recipients
+        )
+        notify_webhook(text=text, payload=payload)
+
+    transaction.on_commit(send, robust=True)

@@ -1,0 +1,31 @@
+"""Periodic monitoring tasks (beat, ``maintenance`` queue): each calls one service."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from routing.monitoring.backlog import backlog_check
+from routing.monitoring.sla import sla_check
+from routing.monitoring.unassigned import unassigned_retry
+from routing.monitoring.watchdog import connect_beat_watchdog
+
+
+@shared_task(name="maintenance.check_backlog")
+def check_backlog() -> None:
+    """Measure the backlog, heartbeats, broker and enrichment; open or resolve alerts."""
+    backlog_check()
+
+
+@shared_task(name="maintenance.check_sla")
+def check_sla() -> None:
+    """Handle every breached SLA once (event, notification, reassignment where the rule says)."""
+    sla_check()
+
+
+@shared_task(name="maintenance.retry_unassigned")
+def retry_unassigned() -> None:
+    """Send a bounded batch of unassigned leads through routing again."""
+    unassigned_retry()
+
+
+connect_beat_watchdog()

@@ -1,0 +1,287 @@
+"""The backlog check: depth, age, stale heartbeats, broker, enrichment and unassigned alerts."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+from pytest_httpserver import HTTPServer
+
+from audit.models import EventType
+from audit.services import event_record
+from config.celery import app as celery_app
+from leads.models import Lead, LeadStatus
+from routing.models import QueueHeartbeat
+from routing.monitoring import backlog as backlog_module
+from routing.monitoring.backlog import backlog_check, backlog_measure, broker_queue_lengths
+from routing.monitoring.models import Alert, AlertKind, AlertStatus
+from routing.tasks import heartbeat
+from tests.leads.factories import LeadFactory
+from tests.routing.monitoring.conftest import hook_bodies
+from tests.support.processes import free_port
+
+pytestmark = pytest.mark.django_db
+
+
+def _open(kind: str) -> list[Alert]:
+    return list(Alert.objects.filter(kind=kind, status=AlertStatus.OPEN))
+
+
+@pytest.fixture(autouse=True)
+def _thresholds(settings: Any) -> None:
+    settings.BACKLOG_ALERT_DEPTH = 3
+    settings.BACKLOG_ALERT_AGE_SECONDS = 300
+    settings.HEARTBEAT_STALE_SECONDS = 120
+    settings.ENRICHMENT_ALERT_FAILURES = 3
+    settings.UNASSIGNED_ALERT_COUNT = 2
+    settings.UNASSIGNED_ALERT_AGE_SECONDS = 3600
+
+
+@pytest.fixture(autouse=True)
+def _empty_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker is shared by the whole run (Redis keeps messages of earlier tests): the checks
+    here see empty queues unless a test says otherwise; the length readers have their own tests.
+    """
+    monkeypatch.setattr(
+        backlog_module,
+        "broker_queue_lengths",
+        lambda: (dict.fromkeys((q.name for q in celery_app.conf.task_queues), 0), None),
+    )
+
+
+def test_depth_opens_one_backlog_alert_and_clearing_resolves_it(
+    alert_hook: HTTPServer, django_capture_on_commit_callbacks: Any
+) -> None:
+    leads = [LeadFactory() for _ in range(4)]
+    with django_capture_on_commit_callbacks(execute=True):
+        report = backlog_check()
+    assert report.received == 4
+    (alert,) = _open(AlertKind.BACKLOG)
+    assert "4 leads waiting" in alert.message
+    with django_capture_on_commit_callbacks(execute=True):
+        backlog_check()  # still bad: the same alert, no new notification
+    assert len(_open(AlertKind.BACKLOG)) == 1
+    Lead.objects.filter(pk__in=[lead.pk for lead in leads[:2]]).update(status=LeadStatus.ASSIGNED)
+    with django_capture_on_commit_callbacks(execute=True):
+        backlog_check()
+    assert _open(AlertKind.BACKLOG) == []
+    alert.refresh_from_db()
+    assert alert.status == AlertStatus.RESOLVED
+    texts = [body["text"] for body in hook_bodies(alert_hook)]
+    assert len(texts) == 2, texts
+    assert "resolved" in texts[1]
+
+
+def test_the_oldest_lead_waiting_too_long_opens_the_alert() -> None:
+    now = timezone.now()
+    LeadFactory(received_at=now - timedelta(seconds=301))
+    report = backlog_check(now=now)
+    assert report.received == 1
+    assert report.oldest_received_seconds == pytest.approx(301, abs=1)
+    (alert,) = _open(AlertKind.BACKLOG)
+    assert "waited 301 s" in alert.message
+    # Just under the limit: fine.
+    backlog_check(now=now - timedelta(seconds=2))
+    assert _open(AlertKind.BACKLOG) == []
+
+
+def test_leads_left_processing_by_a_dead_worker_count_as_waiting() -> None:
+    now = timezone.now()
+    for _ in range(4):
+        LeadFactory(status=LeadStatus.PROCESSING, claimed_until=now - timedelta(seconds=5))
+    LeadFactory(status=LeadStatus.PROCESSING, claimed_until=now + timedelta(seconds=60))
+    report = backlog_check(now=now)
+    assert report.stuck_processing == 4
+    assert len(_open(AlertKind.BACKLOG)) == 1
+
+
+def test_a_stale_heartbeat_opens_a_worker_alert_per_queue_until_a_worker_is_back() -> None:
+    now = timezone.now()
+    QueueHeartbeat.objects.create(queue="routing", last_seen_at=now - timedelta(seconds=200))
+    QueueHeartbeat.objects.create(queue="delivery", last_seen_at=now - timedelta(seconds=10))
+    report = backlog_check(now=now)
+    assert set(report.stale_queues) == {"routing"}
+    (alert,) = _open(AlertKind.WORKER)
+    assert alert.subject == "routing"
+    assert '"routing" queue for 200 s' in alert.message
+    QueueHeartbeat.objects.filter(queue="routing").update(last_seen_at=now)
+    backlog_check(now=now)
+    assert _open(AlertKind.WORKER) == []
+
+
+def test_filesystem_broker_queue_lengths_count_messages(settings: Any) -> None:
+    if not settings.BROKER_IS_FILESYSTEM:
+        pytest.skip("the filesystem broker is not in use")
+    before, error = broker_queue_lengths()
+    assert error is None
+    for _ in range(3):
+        heartbeat.apply_async(args=["maintenance"], queue="maintenance")
+    after, _ = broker_queue_lengths()
+    assert (after["maintenance"] or 0) - (before["maintenance"] or 0) == 3
+    assert set(after) == {q.name for q in celery_app.conf.task_queues}
+
+
+@pytest.mark.redis
+def test_redis_broker_queue_lengths_count_messages(settings: Any) -> None:
+    if settings.BROKER_IS_FILESYSTEM:
+        pytest.skip("the broker is not Redis")
+    before, error = broker_queue_lengths()
+    assert error is None, error
+    for _ in range(3):
+        heartbeat.apply_async(args=["maintenance"], queue="maintenance")
+    after, _ = broker_queue_lengths()
+    assert (after["maintenance"] or 0) - (before["maintenance"] or 0) == 3
+
+
+def test_a_long_broker_queue_opens_the_backlog_alert(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        "routing.monitoring.backlog.broker_queue_lengths",
+        lambda: ({"routing": 10, "delivery": 0}, None),
+    )
+    backlog_check()
+    (alert,) = _open(AlertKind.BACKLOG)
+    assert "10 messages in the routing queue" in alert.message
+
+
+def test_a_dead_redis_broker_opens_a_broker_alert_without_raising(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Redis URL on a port nothing listens on: the check must report, not crash.
+    settings.BROKER_IS_FILESYSTEM = False
+    settings.READYZ_BROKER_TIMEOUT_SECONDS = 0.5
+    monkeypatch.setitem(celery_app.conf, "broker_url", f"redis://127.0.0.1:{free_port()}/0")
+    monkeypatch.setitem(celery_app.conf, "broker_read_url", None)
+    monkeypatch.setitem(
+        celery_app.conf,
+        "broker_transport_options",
+        {"socket_connect_timeout": 0.2, "socket_timeout": 0.2},
+    )
+    monkeypatch.setattr(backlog_module, "broker_queue_lengths", broker_queue_lengths)
+    lengths, error = broker_queue_lengths()
+    assert error is not None
+    assert "onnect" in error or "refused" in error, error
+    assert all(value is None for value in lengths.values())
+    backlog_check()
+    (alert,) = _open(AlertKind.BROKER)
+    assert "does not answer" in alert.message
+
+
+def test_many_enrichment_failures_open_an_enrichment_alert() -> None:
+    now = timezone.now()
+    for _ in range(3):
+        lead = LeadFactory()
+        event_record(
+            type=EventType.ENRICHMENT_FAILED,
+            lead=lead,
+            at=now - timedelta(minutes=1),
+            data={"provider": "http", "reason": "timeout after 10 s (attempt 5 of 5)"},
+        )
+    Lead.objects.update(status=LeadStatus.ASSIGNED)
+    report = backlog_check(now=now)
+    assert report.enrichment_failures == 3
+    (alert,) = _open(AlertKind.ENRICHMENT)
+    assert "3 enrichment failures" in alert.message
+    # Ten minutes later those failures are out of the window.
+    backlog_check(now=now + timedelta(minutes=10))
+    assert _open(AlertKind.ENRICHMENT) == []
+
+
+def test_an_expired_credential_opens_the_alert_at_the_first_refusal_and_a_success_clears_it(
+    settings: Any,
+) -> None:
+    settings.ENRICHMENT_ALERT_FAILURES = 100
+    now = timezone.now()
+    lead = LeadFactory(status=LeadStatus.ASSIGNED)
+    event_record(
+        type=EventType.ENRICHMENT_FAILED,
+        lead=lead,
+        at=now - timedelta(seconds=20),
+        data={"provider": "http", "reason": "provider refused the request (HTTP 401)"},
+    )
+    report = backlog_check(now=now)
+    assert report.enrichment_refused
+    (alert,) = _open(AlertKind.ENRICHMENT)
+    assert "refuses our credentials" in alert.message
+    assert "HTTP 401" in alert.message
+    event_record(
+        type=EventType.ENRICHED,
+        lead=lead,
+        at=now,
+        data={"provider": "http", "status": "done", "filled": []},
+    )
+    backlog_check(now=now + timedelta(seconds=1))
+    assert _open(AlertKind.ENRICHMENT) == []
+
+
+def test_other_refusals_do_not_count_as_credential_problems() -> None:
+    now = timezone.now()
+    event_record(
+        type=EventType.ENRICHMENT_FAILED,
+        lead=LeadFactory(status=LeadStatus.ASSIGNED),
+        at=now,
+        data={"provider": "http", "reason": "provider refused the request (HTTP 422)"},
+    )
+    backlog_check(now=now)
+    assert _open(AlertKind.ENRICHMENT) == []
+
+
+def test_an_open_enrichment_breaker_opens_an_enrichment_alert(settings: Any) -> None:
+    from django.core.cache import cache
+
+    from routing.enrichment.breaker import http_breaker
+
+    settings.ENRICHMENT_HTTP_URL = "https://enrich.example.com/v1"
+    settings.ENRICHMENT_BREAKER_FAILURES = 2
+    breaker = http_breaker()
+    try:
+        breaker.record_failure()
+        breaker.record_failure()
+        assert backlog_measure().enrichment_breaker_open
+        backlog_check()
+        (alert,) = _open(AlertKind.ENRICHMENT)
+        assert "circuit breaker is open" in alert.message
+        breaker.record_success()
+        backlog_check()
+        assert _open(AlertKind.ENRICHMENT) == []
+    finally:
+        breaker.record_success()
+        cache.clear()
+
+
+def test_unassigned_leads_piling_up_open_an_unassigned_alert() -> None:
+    for _ in range(3):
+        LeadFactory(status=LeadStatus.UNASSIGNED)
+    backlog_check()
+    (alert,) = _open(AlertKind.UNASSIGNED)
+    assert alert.message.startswith("3 unassigned leads")
+    Lead.objects.update(status=LeadStatus.ASSIGNED)
+    backlog_check()
+    assert _open(AlertKind.UNASSIGNED) == []
+
+
+def test_an_old_unassigned_lead_opens_the_alert_too() -> None:
+    now = timezone.now()
+    LeadFactory(status=LeadStatus.UNASSIGNED, received_at=now - timedelta(hours=2))
+    backlog_check(now=now)
+    assert len(_open(AlertKind.UNASSIGNED)) == 1
+
+
+def test_a_healthy_pipeline_opens_nothing() -> None:
+    LeadFactory(status=LeadStatus.ASSIGNED)
+    LeadFactory()
+    QueueHeartbeat.objects.create(queue="routing", last_seen_at=timezone.now())
+    backlog_check()
+    assert Alert.objects.count() == 0
+
+
+def test_the_command_runs_the_check(capsys: pytest.CaptureFixture[str]) -> None:
+    for _ in range(4):
+        LeadFactory()
+    call_command("check_backlog")
+    out = capsys.readouterr().out
+    assert '"received": 4' in out
+    assert "Backlog: 4 leads waiting" in out
+    assert len(_open(AlertKind.BACKLOG)) == 1

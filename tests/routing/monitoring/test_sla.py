@@ -1,0 +1,232 @@
+"""SLA breaches: one event each, notification, reassignment within the team, the cap, alerts.
+
+The clock is injected (``now=``): nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+import pytest
+from django.contrib.auth.models import User
+from django.core import mail
+from django.core.management import call_command
+from django.db import connection
+from pytest_httpserver import HTTPServer
+
+from audit.models import Event, EventType
+from leads.models import Lead
+from routing.decisions import clear_live_config_cache
+from routing.models import Assignment, AssignmentKind, Rep, Rule, Team
+from routing.monitoring.models import Alert, AlertKind, AlertStatus, SlaBreach, SlaBreachAction
+from routing.monitoring.sla import assignment_sla_breach, sla_check
+from routing.services import assignment_touch, lead_process
+from tests.leads.factories import LeadFactory
+from tests.routing.factories import RuleSetFactory, make_rep, team_with
+from tests.routing.monitoring.conftest import hook_bodies
+
+
+@pytest.fixture(autouse=True)
+def _fresh_config() -> Any:
+    clear_live_config_cache()
+    yield
+    clear_live_config_cache()
+
+
+def _setup(
+    *, reps: int = 3, policy: str = "reassign", sla: int = 30, manager: User | None = None
+) -> tuple[list[Rep], Team]:
+    members = [make_rep() for _ in range(reps)]
+    team = team_with(members, manager=manager)
+    ruleset = RuleSetFactory(published=True)
+    Rule.objects.create(
+        ruleset=ruleset,
+        priority=10,
+        name="everyone",
+        action={"type": "team", "team": team.name},
+        sla_minutes=sla,
+        on_sla_breach=policy,
+    )
+    return members, team
+
+
+def _routed() -> Assignment:
+    lead = cast(Lead, LeadFactory())
+    lead_process(lead_id=lead.pk)
+    return Assignment.objects.get(lead=lead, active=True)
+
+
+def _events(lead_id: Any, type: str) -> int:
+    return Event.objects.filter(lead_id=lead_id, type=type).count()
+
+
+def _after_due(assignment: Assignment, minutes: int = 1) -> datetime:
+    assert assignment.sla_due_at is not None
+    return assignment.sla_due_at + timedelta(minutes=minutes)
+
+
+@pytest.mark.django_db
+def test_a_breach_is_recorded_once_however_often_the_check_runs(
+    alert_hook: HTTPServer, django_capture_on_commit_callbacks: Any
+) -> None:
+    manager = User.objects.create_user("boss", email="boss@example.com")
+    _setup(policy="notify", manager=manager)
+    assignment = _routed()
+    assert assignment.sla_minutes == 30
+    before_due = assignment.sla_due_at - timedelta(seconds=1)  # type: ignore[operator]
+    assert sla_check(now=before_due).breached == 0
+    now = _after_due(assignment)
+    with django_capture_on_commit_callbacks(execute=True):
+        first = sla_check(now=now)
+    with django_capture_on_commit_callbacks(execute=True):
+        second = sla_check(now=now + timedelta(minutes=5))
+    call_command("check_sla")
+    assert (first.breached, second.breached) == (1, 0)
+    assert _events(assignment.lead_id, EventType.SLA_BREACHED) == 1
+    breach = SlaBreach.objects.get()
+    assert breach.assignment_id == assignment.pk
+    assert breach.action == SlaBreachAction.NOTIFIED
+    # Notify policy: the owner keeps the lead; rep and manager get one e-mail, the hook one post.
+    assert Assignment.objects.get(lead_id=assignment.lead_id, active=True).pk == assignment.pk
+    (message,) = mail.outbox
+    assert sorted(message.to) == sorted([assignment.rep.email, "boss@example.com"])
+    (body,) = hook_bodies(alert_hook)
+    assert "SLA missed" in body["text"]
+    assert str(assignment.lead_id) in body["text"]
+
+
+@pytest.mark.django_db
+def test_a_touched_assignment_never_breaches() -> None:
+    _setup(policy="reassign")
+    assignment = _routed()
+    assignment_touch(lead_id=assignment.lead_id, actor="user:rep")
+    assert sla_check(now=_after_due(assignment, 600)).breached == 0
+    assert SlaBreach.objects.count() == 0
+    assert _events(assignment.lead_id, EventType.SLA_BREACHED) == 0
+
+
+@pytest.mark.django_db
+def test_reassign_goes_to_other_members_never_back_then_stops_at_the_cap(
+    settings: Any,
+) -> None:
+    settings.SLA_MAX_REASSIGNMENTS = 2
+    _setup(reps=4, policy="reassign", sla=30)
+    first = _routed()
+    owners = [first.rep_id]
+
+    current = first
+    for _round in range(2):
+        now = _after_due(current)
+        result = sla_check(now=now)
+        assert (result.breached, result.reassigned) == (1, 1)
+        new = Assignment.objects.get(lead_id=first.lead_id, active=True)
+        assert new.kind == AssignmentKind.REASSIGNMENT
+        assert new.supersedes_id == current.pk
+        assert new.rep_id not in owners, "the lead went back to a rep who already had it"
+        assert new.team_id == first.team_id
+        assert new.rule_id == first.rule_id
+        assert new.sla_due_at == now + timedelta(minutes=30)
+        owners.append(new.rep_id)
+        current = new
+
+    # Third breach: the cap (2) is reached; it stays and an `sla` alert opens.
+    now = _after_due(current)
+    result = sla_check(now=now)
+    assert (result.breached, result.reassigned, result.kept) == (1, 0, 1)
+    assert Assignment.objects.get(lead_id=first.lead_id, active=True).pk == current.pk
+    (alert,) = Alert.objects.filter(kind=AlertKind.SLA, status=AlertStatus.OPEN)
+    assert alert.subject == f"assignment:{current.pk}"
+    assert "limit 2" in alert.message
+    assert _events(first.lead_id, EventType.SLA_BREACHED) == 3
+    reassigned = Event.objects.filter(lead_id=first.lead_id, type=EventType.REASSIGNED)
+    assert reassigned.count() == 2
+    assert all(e.data["manual"] is False for e in reassigned)
+    assert len(set(owners)) == 3
+    # Touching the lead clears the alert on the next check.
+    assignment_touch(lead_id=first.lead_id, actor="user:rep")
+    assert sla_check(now=now + timedelta(minutes=1)).alerts_resolved == 1
+    alert.refresh_from_db()
+    assert alert.status == AlertStatus.RESOLVED
+
+
+@pytest.mark.django_db
+def test_with_nobody_left_who_never_had_the_lead_it_stays_with_an_alert(settings: Any) -> None:
+    settings.SLA_MAX_REASSIGNMENTS = 5
+    _setup(reps=2, policy="reassign")
+    first = _routed()
+    sla_check(now=_after_due(first))
+    second = Assignment.objects.get(lead_id=first.lead_id, active=True)
+    assert second.rep_id != first.rep_id
+    result = sla_check(now=_after_due(second))
+    assert result.kept == 1
+    assert Assignment.objects.get(lead_id=first.lead_id, active=True).pk == second.pk
+    breach = SlaBreach.objects.get(assignment=second)
+    assert breach.action == SlaBreachAction.KEPT
+    assert "who has not had this lead" in breach.note
+    assert Alert.objects.filter(kind=AlertKind.SLA, status=AlertStatus.OPEN).count() == 1
+
+
+@pytest.mark.django_db
+def test_ineligible_members_are_skipped(settings: Any) -> None:
+    reps, _team = _setup(reps=3, policy="reassign")
+    first = _routed()
+    others = [rep for rep in reps if rep.pk != first.rep_id]
+    Rep.objects.filter(pk=others[0].pk).update(active=False)
+    sla_check(now=_after_due(first))
+    new = Assignment.objects.get(lead_id=first.lead_id, active=True)
+    assert new.rep_id == others[1].pk
+
+
+@pytest.mark.django_db
+def test_a_lead_without_a_reassign_rule_is_only_notified() -> None:
+    _setup(reps=3, policy="notify")
+    first = _routed()
+    sla_check(now=_after_due(first))
+    assert Assignment.objects.get(lead_id=first.lead_id, active=True).pk == first.pk
+    assert not Alert.objects.exists()
+
+
+@pytest.mark.django_db
+def test_calling_the_service_twice_for_one_assignment_records_one_breach() -> None:
+    _setup(policy="notify")
+    assignment = _routed()
+    now = _after_due(assignment)
+    assert assignment_sla_breach(assignment_id=assignment.pk, now=now) is not None
+    assert assignment_sla_breach(assignment_id=assignment.pk, now=now) is None
+    assert _events(assignment.lead_id, EventType.SLA_BREACHED) == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_schedulers_at_once_record_one_event_per_breach(settings: Any) -> None:
+    """Two beat schedulers by mistake: concurrent check_sla runs write no double events."""
+    assert connection.vendor == "postgresql"
+    settings.SLA_MAX_REASSIGNMENTS = 1
+    _setup(reps=4, policy="reassign")
+    assignments = [_routed() for _ in range(6)]
+    now = max(_after_due(a) for a in assignments)
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            barrier.wait(timeout=10)
+            sla_check(now=now)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    for assignment in assignments:
+        assert _events(assignment.lead_id, EventType.SLA_BREACHED) == 1
+        assert _events(assignment.lead_id, EventType.REASSIGNED) == 1
+        assert Assignment.objects.filter(lead_id=assignment.lead_id).count() == 2
+    assert SlaBreach.objects.count() == 6
