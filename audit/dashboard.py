@@ -47,13 +47,15 @@ class PercentileCont(Aggregate):
         super().__init__(expression, fraction=float(fraction), **extra)
 
 
-def dashboard_alerts() -> list[Any]:
-    """Open alerts to show on the dashboard: none yet.
+def dashboard_alerts() -> list[str]:
+    """Open alerts, newest first, as the lines the dashboard shows."""
+    from routing.monitoring.models import Alert, AlertStatus
 
-    A placeholder on purpose: when ``routing.Alert`` exists, return its open alerts here (each
-    rendered with ``str()`` and its ``created_at``); the template already shows the list.
-    """
-    return []
+    return [
+        f"{alert.get_kind_display()}: {alert.message} "
+        f"(open since {alert.opened_at:%Y-%m-%d %H:%M} UTC)"
+        for alert in Alert.objects.filter(status=AlertStatus.OPEN).order_by("-opened_at")[:20]
+    ]
 
 
 @dataclass(frozen=True)

@@ -316,8 +316,39 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
     else:
         alert_resolve(kind=AlertKind.UNASSIGNED, subject=UNASSIGNED, now=now)
 
+    rules_check(now=now)
     _remember(report)
     return report
+
+
+def rules_check(*, now: datetime | None = None) -> tuple[str, ...]:
+    """A `rules` alert while published rules are skipped because they no longer compile.
+
+    The worker routes with the rules that still compile and logs the others on every compile;
+    a team renamed or a value list deleted behind the admin's back is otherwise silent.
+    """
+    from routing.decisions import RulesetNotFound, live_config
+    from routing.engine import RuleErrors
+
+    try:
+        broken = live_config().broken_rules
+    except RulesetNotFound:
+        broken = ()
+    except RuleErrors as errors:
+        broken = tuple(str(error) for error in errors.errors)
+    if broken:
+        alert_raise(
+            kind=AlertKind.RULES,
+            subject="published",
+            message=f"{len(broken)} published rule(s) no longer compile and are skipped: "
+            + "; ".join(broken)[:1500]
+            + ". Fix them in a new draft and publish it.",
+            data={"broken": list(broken)},
+            now=now,
+        )
+    else:
+        alert_resolve(kind=AlertKind.RULES, subject="published", now=now)
+    return broken
 
 
 _LAST_REPORT_KEY = "leadrouter:monitoring:backlog"

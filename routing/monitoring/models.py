@@ -17,6 +17,7 @@ class AlertKind(models.TextChoices):
     UNASSIGNED = "unassigned", "Unassigned leads"
     ENRICHMENT = "enrichment", "Enrichment"
     DELIVERY = "delivery", "Delivery"
+    RULES = "rules", "Published rules that no longer compile"
 
 
 class AlertStatus(models.TextChoices):

@@ -581,6 +581,20 @@ def test_dashboard_shows_backlog_rates_percentiles_breaches_and_rep_load(
     assert "Open alerts" in page
 
 
+def test_the_dashboard_lists_open_alerts(client: Client) -> None:
+    from routing.monitoring.alerts import alert_raise, alert_resolve
+
+    logged_in(client, manager())
+    alert_raise(kind="backlog", subject="pipeline", message="Backlog: 900 leads waiting.")
+    alert_raise(kind="sla", subject="7", message="Lead 7 breached its SLA twice.")
+    alert_resolve(kind="sla", subject="7")
+    response = client.get("/dashboard/")
+    alerts = response.context["d"].alerts
+    assert len(alerts) == 1
+    assert alerts[0].startswith("Backlog: Backlog: 900 leads waiting. (open since ")
+    assert "900 leads waiting" in response.content.decode()
+
+
 def test_dashboard_query_count_does_not_grow_with_reps_or_leads(client: Client) -> None:
     logged_in(client, manager())
     RepFactory()

@@ -285,3 +285,30 @@ def test_the_command_runs_the_check(capsys: pytest.CaptureFixture[str]) -> None:
     assert '"received": 4' in out
     assert "Backlog: 4 leads waiting" in out
     assert len(_open(AlertKind.BACKLOG)) == 1
+
+
+@pytest.mark.django_db
+def test_published_rules_that_no_longer_compile_open_a_rules_alert_until_fixed():
+    from routing.decisions import clear_live_config_cache
+    from routing.models import Team
+    from routing.monitoring.backlog import rules_check
+    from routing.monitoring.models import Alert
+    from routing.rules_io import rules_import
+    from tests.routing.test_pipeline import RULES
+
+    clear_live_config_cache()
+    rules_import(RULES, publish=True)
+    assert rules_check() == ()
+    # Renamed behind the admin's back (the admin refuses it): the team rule cannot compile.
+    Team.objects.filter(name="EMEA SDR").update(name="EMEA Sales")
+    broken = rules_check()
+    assert len(broken) == 1
+    assert "Everyone" in broken[0]
+    alert = Alert.objects.get(kind="rules", status="open")
+    assert "no longer compile" in alert.message
+    assert rules_check() == broken  # still one alert
+    assert Alert.objects.filter(kind="rules").count() == 1
+    Team.objects.filter(name="EMEA Sales").update(name="EMEA SDR")
+    assert rules_check() == ()
+    assert Alert.objects.get(kind="rules").status == "resolved"
+    clear_live_config_cache()

@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('leads', '0004_lead_action_permissions'),
-        ('routing', '0005_delivery'),
+        ('routing', '0007_config_version'),
     ]
 
     operations = [
