@@ -653,6 +653,25 @@ def test_import_command_publishes_and_export_command_writes_the_same_json(
     assert json.loads(output.read_text()) == exported
 
 
+def test_an_export_to_a_yaml_file_is_yaml_that_imports_back_the_same(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--output rules.yaml` wrote JSON; it writes YAML now, which the import reads back."""
+    from routing.rules_io import rules_parse
+
+    data = example()
+    data["territories"][0]["postal_prefixes"] = ["01067", "1010", "no", "yes"]
+    rules_import(data, publish=True)
+    exported = rules_export()
+    output = tmp_path / "rules.yaml"
+    call_command("routing_export", "--output", str(output))
+    text = output.read_text()
+    assert not text.lstrip().startswith("{")
+    assert rules_parse(text, yaml_format=True) == exported
+    call_command("routing_export", "--format", "yaml")
+    assert rules_parse(capsys.readouterr().out, yaml_format=True) == exported
+
+
 def test_import_command_prints_every_error_and_exits_non_zero(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from routing.models import RuleSet
@@ -31,13 +32,27 @@ class Command(BaseCommand):
             help="Ruleset version to export (default: the published one).",
         )
         parser.add_argument("--output", help="Write to this file instead of stdout.")
+        parser.add_argument(
+            "--format",
+            choices=("json", "yaml"),
+            help="json (default) or yaml; an --output file ending in .yaml or .yml means yaml.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             document = rules_export(options["version"])
         except RuleSet.DoesNotExist as exc:
             raise CommandError(f"{exc}.") from None
-        text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+        output = options["output"] or ""
+        fmt = options["format"] or (
+            "yaml" if output.lower().endswith((".yaml", ".yml")) else "json"
+        )
+        if fmt == "yaml":
+            text = yaml.safe_dump(
+                document, sort_keys=False, allow_unicode=True, default_flow_style=False
+            )
+        else:
+            text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
         if options["output"]:
             Path(options["output"]).write_text(text, encoding="utf-8")
             self.stderr.write(f"Wrote {options['output']}.")
