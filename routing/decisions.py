@@ -58,6 +58,7 @@ from routing.engine import (
     rep_is_eligible,
 )
 from routing.engine.ruleset import RepAction
+from routing.engine.sla import sla_due_at
 from routing.engine.types import STRATEGIES, Strategy
 from routing.models import (
     Account,
@@ -593,12 +594,23 @@ def _apply_owner(
         reason=decision.reason,
         trace=stored_trace(decision, notes),
         sla_minutes=sla,
-        sla_due_at=now + timedelta(minutes=sla) if sla else None,
+        sla_due_at=_sla_due(now, sla, rep, team),
         assigned_at=now,
         active=True,
     )
     Rep.objects.filter(pk=rep.id).update(last_assigned_at=now)
     return assignment
+
+
+def _sla_due(
+    now: datetime, sla: int | None, rep: RepState, team: TeamSpec | None
+) -> datetime | None:
+    """The SLA's due time: in the rep's working hours when the team respects them."""
+    if not sla:
+        return None
+    if team is not None and team.respect_working_hours:
+        return sla_due_at(now, sla, rep.working_hours, rep.timezone)
+    return now + timedelta(minutes=sla)
 
 
 def _try_owner(

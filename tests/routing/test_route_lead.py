@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import pytest
@@ -364,3 +364,23 @@ def test_eight_workers_keep_least_loaded_balanced_at_every_step():
         running[rep_id] += 1
         assert max(running.values()) - min(running.values()) <= 1, running
     assert set(running.values()) == {20}
+
+
+@pytest.mark.django_db
+def test_a_team_that_respects_working_hours_counts_its_sla_in_them():
+    from zoneinfo import ZoneInfo
+
+    berlin = ZoneInfo("Europe/Berlin")
+    hours = {"days": [1, 2, 3, 4, 5], "start": "09:00", "end": "18:00"}
+    ana = make_rep(email="ana@x.example", timezone="Europe/Berlin", working_hours=hours)
+    team = team_with([ana], respect_working_hours=True, sla_minutes=60)
+    published_ruleset({"name": "All", "action": {"type": "team", "team": team.name}})
+    thursday_evening = datetime(2026, 3, 5, 17, 30, tzinfo=berlin)
+    result = decisions.route_lead(lead=_lead(), now=thursday_evening)
+    assert result.assignment is not None
+    assert result.assignment.sla_due_at == datetime(2026, 3, 6, 9, 30, tzinfo=berlin)
+    # A team that does not respect working hours counts wall-clock minutes.
+    Team.objects.filter(pk=team.pk).update(respect_working_hours=False)
+    other = decisions.route_lead(lead=_lead(email="b@corp.example"), now=thursday_evening)
+    assert other.assignment is not None
+    assert other.assignment.sla_due_at == thursday_evening + timedelta(minutes=60)
