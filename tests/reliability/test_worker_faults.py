@@ -37,6 +37,7 @@ from leads.models import Lead, LeadStatus
 from routing.models import Assignment, TeamMembership
 from routing.rules_io import rules_import
 from tests.leads.factories import SourceFactory
+from tests.reliability.poison import MARKER
 from tests.support.processes import (
     BIN,
     ManagedProcess,
@@ -195,12 +196,14 @@ class Stack:
         self.web_port = free_port()
         broker = f"redis://127.0.0.1:{self.redis_port}/0"
         self.env = child_env(
-            LEADROUTER_VAR_DIR=str(tmp_path),
-            REDIS_URL=broker,
-            CELERY_BROKER_URL=broker,
-            CACHE_URL="locmemcache://",
-            **FAULT_SETTINGS,
-            **extra,
+            **{
+                "LEADROUTER_VAR_DIR": str(tmp_path),
+                "REDIS_URL": broker,
+                "CELERY_BROKER_URL": broker,
+                "CACHE_URL": "locmemcache://",
+                **FAULT_SETTINGS,
+                **extra,
+            }
         )
         self.redis: subprocess.Popen[bytes] | None = None
         self.web: ManagedProcess | None = None
@@ -480,5 +483,169 @@ def test_sigkilled_workers_lose_no_lead_and_assign_none_twice(stack):  # type: i
             "max_batch_post_s": round(max(latencies), 2),
             "recovered_after_last_kill_s": round(finished_at - last_kill_at, 1),
             "total_s": round(finished_at - started, 1),
+        },
+    )
+
+
+# --- 2. The broker stopped during a burst --------------------------------------------------------
+
+
+def test_broker_stopped_mid_burst_intake_answers_and_every_lead_is_processed(stack):  # type: ignore[no-untyped-def]
+    """The throwaway redis-server (no persistence: its queued messages die with it) is stopped
+    in the middle of a burst and started again empty. Intake keeps answering 202 at once; the
+    worker reconnects; the sweeper re-sends what the broker lost or never got."""
+    rules_import(_rules(REPS), publish=True)
+    SourceFactory(slug="outage")
+    s = stack()
+    s.start_redis()
+    s.start_web(concurrency=2)
+    worker = s.worker("outage")
+    worker.wait_ready()
+    s.start_sweeper(every=1, older_than=5, duration=200)
+    sent = 0
+
+    def burst(batches: int, singles: int = 0) -> list[tuple[int, float]]:
+        nonlocal sent
+        results = []
+        for _ in range(batches):
+            records = [{"email": f"out{i}@acme.example"} for i in range(sent, sent + BATCH)]
+            results.append(_post_batch(s, "outage", records))
+            sent += BATCH
+            time.sleep(0.3)
+        for _ in range(singles):
+            url = f"{s.base}/api/v1/intake/outage/"
+            results.append(_post(url, {"email": f"out{sent}@acme.example"}, "token-outage"))
+            sent += 1
+        return results
+
+    started = time.monotonic()
+    try:
+        before = burst(8)  # 400 leads, the broker up
+        processed_before_stop = Lead.objects.filter(status__in=FINAL).count()
+        s.stop_redis()
+        stopped_at = time.monotonic()
+        during = burst(6, singles=20)  # 320 leads, the broker down
+        time.sleep(max(0.0, 8 - (time.monotonic() - stopped_at)))  # down for 8 s at least
+        s.start_redis()
+        down_for = time.monotonic() - stopped_at
+        restarted_at = time.monotonic()
+        after = burst(5, singles=30)  # 280 leads, the broker back (and empty)
+        wait_until(
+            lambda: _unfinished() == 0,
+            timeout=120,
+            interval=1,
+            message=f"{Counter(Lead.objects.values_list('status', flat=True))}\n{s.logs()}",
+        )
+        recovered_in = time.monotonic() - restarted_at
+    finally:
+        worker.stop()
+    connection.close()
+
+    total = 1000
+    assert sent == total
+    assert [status for status, _ in before + during + after] == [202] * len(
+        before + during + after
+    ), s.logs()
+    slowest_during = max(seconds for _, seconds in during)
+    assert slowest_during < 2.0, during
+    assert Lead.objects.count() == total
+    assert dict(Counter(Lead.objects.values_list("status", flat=True))) == {"assigned": total}
+    _assert_exact_routing(total)
+    _assert_one_received_event_each(total)
+    report = audit_verify()
+    assert report.ok, [str(f) for f in report.findings[:10]]
+    attempts = Lead.objects.aggregate(most=Max("attempts"))
+    _report(
+        "broker-outage",
+        {
+            "leads": total,
+            "assigned": total,
+            "posted_while_down": 320,
+            "non_202": 0,
+            "processed_before_stop": processed_before_stop,
+            "broker_down_s": round(down_for, 1),
+            "max_post_while_down_s": round(slowest_during, 3),
+            "max_post_overall_s": round(max(t for _, t in before + during + after), 3),
+            "all_final_after_restart_s": round(recovered_in, 1),
+            "attempts_max": attempts["most"],
+            "total_s": round(time.monotonic() - started, 1),
+        },
+    )
+
+
+# --- 3. A poison lead ------------------------------------------------------------------------
+
+POISON = "poison@x.example"
+
+
+def test_poison_lead_that_kills_its_worker_is_quarantined_and_the_rest_are_routed(stack):  # type: ignore[no-untyped-def]
+    """A lead whose processing kills the worker's pool process (tests/reliability/poison.py,
+    loaded only into these workers) sits in the middle of a 500-lead burst. It is claimed
+    LEAD_MAX_ATTEMPTS times (each one a dead process), then quarantined as ``failed`` on the
+    next delivery, without looping; the other 499 are routed, exactly."""
+    rules_import(_rules(REPS), publish=True)
+    SourceFactory(slug="poison")
+    s = stack(LEADROUTER_TEST_POISON_EMAIL=POISON)
+    s.start_redis()
+    s.start_web()
+    workers = [s.worker(f"poison-{n}", include="tests.reliability.poison") for n in "ab"]
+    for w in workers:
+        w.wait_ready()
+    s.start_sweeper(every=1, older_than=4, duration=200)
+
+    def deaths() -> int:
+        return sum(w.text().count(MARKER) for w in workers)
+
+    total, batch = 500, 100
+    started = time.monotonic()
+    try:
+        for first in range(0, total, batch):
+            records = [{"email": f"ok{i}@acme.example"} for i in range(first, first + batch)]
+            if first == 200:
+                records[50] = {"email": POISON, "first_name": "Poison"}
+            assert _post_batch(s, "poison", records)[0] == 202
+        wait_until(
+            lambda: _unfinished() == 0,
+            timeout=150,
+            interval=1,
+            message=f"{Counter(Lead.objects.values_list('status', flat=True))}\n{s.logs()}",
+        )
+        finished_in = time.monotonic() - started
+        # No loop: nothing dies any more once it is quarantined.
+        deaths_at_end = deaths()
+        time.sleep(4)
+        assert deaths() == deaths_at_end
+    finally:
+        for w in workers:
+            w.stop()
+    connection.close()
+
+    poison = Lead.objects.get(raw_payload__email=POISON)
+    assert poison.status == LeadStatus.FAILED
+    assert poison.attempts == MAX_ATTEMPTS + 1  # three crashes, then the quarantining claim
+    assert poison.last_error.startswith(f"gave up after {MAX_ATTEMPTS} attempts"), poison.last_error
+    assert poison.processed_at is not None
+    assert deaths_at_end == MAX_ATTEMPTS, s.logs()
+    assert not Assignment.objects.filter(lead=poison).exists()
+    types = list(Event.objects.filter(lead=poison).order_by("seq").values_list("type", flat=True))
+    assert types == ["received", "failed"]
+
+    assert Lead.objects.count() == total
+    statuses = Counter(Lead.objects.values_list("status", flat=True))
+    assert dict(statuses) == {"assigned": total - 1, "failed": 1}
+    _assert_exact_routing(total - 1)
+    _assert_one_received_event_each(total)
+    report = audit_verify()
+    assert report.ok, [str(f) for f in report.findings[:10]]
+    _report(
+        "poison",
+        {
+            "leads": total,
+            "assigned": total - 1,
+            "failed": 1,
+            "worker_deaths": deaths_at_end,
+            "poison_attempts": poison.attempts,
+            "others_retried": Lead.objects.exclude(pk=poison.pk).filter(attempts__gt=1).count(),
+            "all_final_s": round(finished_in, 1),
         },
     )
