@@ -1,0 +1,42 @@
+"""Test-only: the stale sweeper in a loop, as its own process (bounded in runs and time).
+
+``python -m tests.reliability.sweeper --every 2 --older-than 10 --for 240`` calls
+``leads.services.leads_requeue_stale`` every ``--every`` seconds, on the database and broker
+of its environment (the fault tests give it their throwaway redis-server), and prints what each
+run re-enqueued. Production runs the same function from beat (``maintenance.requeue_stale``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from datetime import timedelta
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--every", type=float, default=2.0)
+    parser.add_argument("--older-than", type=float, default=10.0)
+    parser.add_argument("--for", dest="duration", type=float, default=240.0)
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.test")
+    import django
+
+    django.setup()
+    from leads.services import leads_requeue_stale
+
+    deadline = time.monotonic() + args.duration
+    print("sweeper ready", flush=True)
+    while time.monotonic() < deadline:
+        try:
+            count = leads_requeue_stale(older_than=timedelta(seconds=args.older_than))
+        except Exception as exc:  # a database hiccup: report it and sweep again next time
+            print(f"sweep failed: {type(exc).__name__}: {exc}", flush=True)
+        else:
+            print(f"swept {count}", flush=True)
+        time.sleep(args.every)
+
+
+if __name__ == "__main__":
+    main()
