@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db import transaction
@@ -17,6 +18,7 @@ from django.forms import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from routing.editor import views
@@ -79,7 +81,7 @@ class RepAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     search_fields = ("email", "name")
     autocomplete_fields = ("user",)
     readonly_fields = ("last_assigned_at", "created_at", "updated_at")
-    actions = ("set_out_of_office", "deactivate")
+    actions = ("set_out_of_office", "deactivate", "reroute_open_leads")
 
     @admin.action(description="Set out of office until ...", permissions=["change"])
     def set_out_of_office(
@@ -87,8 +89,12 @@ class RepAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     ) -> TemplateResponse | None:
         form = OutOfOfficeForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            count = reps_set_out_of_office(reps=queryset, until=form.cleaned_data["until"])
+            reps = list(queryset)
+            until = form.cleaned_data["until"]
+            count = reps_set_out_of_office(reps=reps, until=until)
             self.message_user(request, f"{count} rep(s) out of office.", messages.SUCCESS)
+            if settings.REROUTE_OPEN_LEADS_ON_ABSENCE and until > timezone.now():
+                self._reroute(request, reps, f"out of office until {until:%Y-%m-%d %H:%M}")
             return None
         context = {
             **self.admin_site.each_context(request),
@@ -103,13 +109,35 @@ class RepAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
 
     @admin.action(description="Deactivate (no new leads)", permissions=["change"])
     def deactivate(self, request: HttpRequest, queryset: QuerySet[Rep]) -> None:
-        count = reps_deactivate(reps=queryset)
+        reps = list(queryset)
+        count = reps_deactivate(reps=reps)
+        if settings.REROUTE_OPEN_LEADS_ON_ABSENCE:
+            self._reroute(request, reps, "deactivated")
+            return
         self.message_user(
             request,
             f"{count} rep(s) deactivated: they get no new leads. Their open leads stay theirs "
-            "until reassigned.",
+            'until reassigned (or use "Re-route their open leads").',
             messages.SUCCESS,
         )
+
+    @admin.action(description="Re-route their open leads (untouched)", permissions=["change"])
+    def reroute_open_leads(self, request: HttpRequest, queryset: QuerySet[Rep]) -> None:
+        self._reroute(request, list(queryset), "re-routed by hand")
+
+    def _reroute(self, request: HttpRequest, reps: list[Rep], why: str) -> None:
+        from routing.services import rep_reroute_open_leads
+
+        actor = f"user:{request.user.get_username()}"
+        for rep in reps:
+            report = rep_reroute_open_leads(rep_id=rep.pk, actor=actor, reason=f"{rep.name} {why}")
+            self.message_user(
+                request,
+                f"{rep.name}: {report.moved} open lead(s) routed to someone else"
+                + (f", {report.kept} kept (no other eligible owner)" if report.kept else "")
+                + ".",
+                messages.SUCCESS if not report.kept else messages.WARNING,
+            )
 
 
 class TeamMembershipFormSet(BaseInlineFormSet):

@@ -572,6 +572,7 @@ def _apply_owner(
     snap: _Snapshot,
     now: datetime,
     notes: Sequence[str] = (),
+    supersede: Assignment | None = None,
 ) -> Assignment:
     if decision.rep_id is None:
         raise ValueError("an owner decision without a rep")
@@ -581,6 +582,8 @@ def _apply_owner(
     rep = snap.reps[decision.rep_id]
     team = config.teams.get(decision.team_id) if decision.team_id is not None else None
     sla = decision.sla_minutes or _default_sla()
+    if supersede is not None:
+        Assignment.objects.filter(pk=supersede.pk).update(active=False)
     assignment = Assignment.objects.create(
         lead=lead,
         rep_id=rep.id,
@@ -590,7 +593,8 @@ def _apply_owner(
         rep_name=rep.name[:200],
         team_name=team.name[:200] if team is not None else "",
         ruleset_version=decision.ruleset_version,
-        kind=AssignmentKind.INITIAL,
+        kind=AssignmentKind.INITIAL if supersede is None else AssignmentKind.REASSIGNMENT,
+        supersedes=supersede,
         reason=decision.reason,
         trace=stored_trace(decision, notes),
         sla_minutes=sla,
@@ -620,6 +624,7 @@ def _try_owner(
     snap: _Snapshot,
     now: datetime,
     notes: Sequence[str] = (),
+    supersede: Assignment | None = None,
 ) -> Assignment:
     """Lock the chosen rep, re-check it with counts read under the lock, and assign.
 
@@ -638,7 +643,7 @@ def _try_owner(
     if not eligible:
         logger.info("route_lead: %s became %s under lock; deciding again", fresh.email, why)
         raise _Retry
-    return _apply_owner(lead, decision, config, snap, now, notes)
+    return _apply_owner(lead, decision, config, snap, now, notes, supersede)
 
 
 def _set_status(lead: Lead, status: str, now: datetime) -> None:
@@ -651,7 +656,11 @@ _STATUS = {"owner": LeadStatus.ASSIGNED, "excluded": LeadStatus.EXCLUDED}
 
 
 def route_lead(
-    *, lead: Lead, now: datetime | None = None, notes: Sequence[str] = ()
+    *,
+    lead: Lead,
+    now: datetime | None = None,
+    notes: Sequence[str] = (),
+    supersede: Assignment | None = None,
 ) -> RouteResult:
     """Route one normalised lead with the live ruleset and apply the decision.
 
@@ -669,6 +678,8 @@ def route_lead(
         decision = Decision(
             outcome="nothing", reason="no ruleset is published: the lead stays unassigned", trace=()
         )
+        if supersede is not None:
+            return RouteResult(decision=decision, status=lead.status)
         with transaction.atomic():
             _set_status(lead, LeadStatus.UNASSIGNED, now)
         return RouteResult(decision=decision, status=LeadStatus.UNASSIGNED)
@@ -700,19 +711,23 @@ def route_lead(
                     continue
             try:
                 with transaction.atomic():
-                    assignment = _try_owner(lead, decision, config, snap, now, notes)
+                    assignment = _try_owner(lead, decision, config, snap, now, notes, supersede)
             except _Retry:
                 # A cap filled meanwhile: decide again with fresh counts (the turns of the
                 # teams this transaction has locked cannot have moved).
                 snap = _snapshot(config, now)
                 decision = _decide(facts, config, snap, now)
                 continue
-            _set_status(lead, LeadStatus.ASSIGNED, now)
+            if supersede is None or lead.status != LeadStatus.DUPLICATE:
+                _set_status(lead, LeadStatus.ASSIGNED, now)
             return RouteResult(decision=decision, status=LeadStatus.ASSIGNED, assignment=assignment)
         else:
             raise RoutingContention(
                 f"lead {lead.pk}: no stable decision after {_MAX_ATTEMPTS} tries"
             )
+        if supersede is not None:
+            # Routing again a lead that has an owner: no one else now, so it stays theirs.
+            return RouteResult(decision=decision, status=lead.status)
         status = _STATUS.get(decision.outcome, LeadStatus.UNASSIGNED)
         _set_status(lead, status, now)
         return RouteResult(decision=decision, status=status)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -475,3 +476,55 @@ def lead_reroute(*, lead_id: uuid.UUID | str, actor: str) -> Lead:
         )
         leads_enqueue_after_commit([lead.pk])
     return lead
+
+
+@dataclass(frozen=True, slots=True)
+class RerouteReport:
+    """What re-routing a rep's open leads did."""
+
+    moved: int
+    kept: int
+
+
+def rep_reroute_open_leads(
+    *, rep_id: int, actor: str, reason: str, limit: int = 500
+) -> RerouteReport:
+    """Route again the leads a rep holds untouched (deactivated, out of office).
+
+    Each lead in its own transaction, under its lock: the rules decide again with today's
+    state (the rep, now ineligible, is skipped like any other), and a new owner supersedes the
+    rep with a `reassigned` event and the usual deliveries. A lead for which the rules find no
+    other owner stays with the rep (``kept``).
+    """
+    moved = kept = 0
+    lead_ids = list(
+        Assignment.objects.filter(rep_id=rep_id, active=True, touched_at__isnull=True)
+        .order_by("assigned_at")
+        .values_list("lead_id", flat=True)[:limit]
+    )
+    for lead_id in lead_ids:
+        with transaction.atomic():
+            lead = Lead.objects.select_for_update().select_related("source").get(pk=lead_id)
+            current = _current_assignment(lead)
+            if current is None or current.rep_id != rep_id or current.touched_at is not None:
+                continue  # moved or touched meanwhile
+            now = timezone.now()
+            result = route_lead(lead=lead, now=now, supersede=current)
+            if result.assignment is None:
+                kept += 1
+                continue
+            event_record_for_assignment(
+                type=EventType.REASSIGNED,
+                assignment=result.assignment,
+                actor=actor,
+                at=now,
+                data={
+                    "manual": False,
+                    "reason": reason,
+                    "from": {"id": current.rep_id, "name": current.rep_name},
+                },
+                trace=result.assignment.trace,
+            )
+            schedule_delivery(assignment=result.assignment, event=EventType.REASSIGNED)
+            moved += 1
+    return RerouteReport(moved=moved, kept=kept)

@@ -369,6 +369,8 @@ WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env.int(
 # Routing: duplicates are matched against leads of the last DEDUP_WINDOW_DAYS; an assignment
 # whose rule, tag rule and team name no SLA gets DEFAULT_SLA_MINUTES.
 DEDUP_WINDOW_DAYS = env.int("DEDUP_WINDOW_DAYS", default=90)
+# Deactivating a rep (admin action) also routes their untouched leads to someone else.
+REROUTE_OPEN_LEADS_ON_ABSENCE = env.bool("REROUTE_OPEN_LEADS_ON_ABSENCE", default=True)
 DEFAULT_SLA_MINUTES = env.int("DEFAULT_SLA_MINUTES", default=60)
 
 READYZ_BROKER_TIMEOUT_SECONDS = env.float("READYZ_BROKER_TIMEOUT_SECONDS", default=2.0)

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from audit.models import Event
@@ -226,3 +227,44 @@ def test_every_new_owner_gets_a_delivery_and_failures_never_undo_it(client, rule
     }
     emails = [r for _, channel, _, r in rows if channel == "email"]
     assert emails == ["ana@example.com", "ana@example.com", "ben@example.com"]
+
+
+def test_a_deactivated_reps_untouched_leads_go_to_someone_else(admin_client, rules, settings):
+    """Deactivating a rep in the admin routes their untouched leads again; touched ones stay."""
+    from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+
+    settings.REROUTE_OPEN_LEADS_ON_ABSENCE = True
+    leads = [_assigned(f"p{i}@acme.com") for i in range(4)]  # ana, ben, ana, ben
+    ana = Rep.objects.get(email="ana@example.com")
+    touched = leads[2]
+    Assignment.objects.filter(lead=touched).update(touched_at=timezone.now())
+    response = admin_client.post(
+        "/admin/routing/rep/",
+        {"action": "deactivate", ACTION_CHECKBOX_NAME: [ana.pk]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert "1 open lead(s) routed to someone else" in response.content.decode()
+    moved = Assignment.objects.get(lead=leads[0], active=True)
+    assert moved.rep.email == "ben@example.com"
+    assert moved.kind == AssignmentKind.REASSIGNMENT
+    assert moved.supersedes.rep_id == ana.pk
+    assert Assignment.objects.get(lead=touched, active=True).rep_id == ana.pk
+    event = Event.objects.filter(lead=leads[0]).order_by("seq").last()
+    assert event.type == "reassigned"
+    assert event.data["manual"] is False
+    assert event.data["reason"] == "Ana deactivated"
+    assert Lead.objects.get(pk=leads[0].pk).status == LeadStatus.ASSIGNED
+
+
+def test_a_lead_with_no_other_eligible_owner_stays_with_its_rep(rules):
+    from routing.services import rep_reroute_open_leads
+
+    lead = _assigned()
+    Rep.objects.update(active=False)
+    clear_live_config_cache()
+    ana = Rep.objects.get(email="ana@example.com")
+    report = rep_reroute_open_leads(rep_id=ana.pk, actor="user:m", reason="Ana deactivated")
+    assert (report.moved, report.kept) == (0, 1)
+    assert Assignment.objects.get(lead=lead, active=True).rep_id == ana.pk
+    assert Lead.objects.get(pk=lead.pk).status == LeadStatus.ASSIGNED
