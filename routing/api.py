@@ -128,9 +128,9 @@ def _request(data: Any) -> tuple[dict[str, Any], str | None, int | None]:
         fields["source"] = ["Must be a source slug."]
     version = data.get("ruleset_version")
     if version is not None and (
-        not isinstance(version, int) or isinstance(version, bool) or version < 1
+        not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= 2**31 - 1
     ):
-        fields["ruleset_version"] = ["Must be a positive whole number."]
+        fields["ruleset_version"] = ["Must be a whole number from 1 to 2147483647."]
     if fields:
         raise _invalid("Invalid simulation request.", fields)
     return data["lead"], source.strip() if isinstance(source, str) else None, version

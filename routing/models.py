@@ -230,6 +230,17 @@ class Rep(models.Model):
     def __str__(self) -> str:
         return f"{self.name} <{self.email}>"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Saving a rep (the admin) never writes ``last_assigned_at``: route_lead keeps it
+        under the rep's lock, and a form loaded before would put an older value back."""
+        if self.pk is not None and not self._state.adding and kwargs.get("update_fields") is None:
+            kwargs["update_fields"] = [
+                f.attname
+                for f in self._meta.concrete_fields
+                if not f.primary_key and f.name != "last_assigned_at"
+            ]
+        super().save(*args, **kwargs)
+
     def clean(self) -> None:
         _raise_problems(
             {
@@ -290,6 +301,17 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Saving a team (the admin) never writes ``rotation_state``: the turn moves only under
+        the team's lock in route_lead, and a form loaded before would rewind it."""
+        if self.pk is not None and not self._state.adding and kwargs.get("update_fields") is None:
+            kwargs["update_fields"] = [
+                f.attname
+                for f in self._meta.concrete_fields
+                if not f.primary_key and f.name != "rotation_state"
+            ]
+        super().save(*args, **kwargs)
 
     def clean(self) -> None:
         old = Team.objects.filter(pk=self.pk).values_list("name", flat=True).first()

@@ -26,6 +26,7 @@ from leads.services import (
 from routing.decisions import RouteResult, RoutingContention, route_lead, stored_trace
 from routing.dedup import lead_dedup
 from routing.delivery.services import deliveries_schedule
+from routing.engine import Decision
 from routing.enrichment import (
     enrichment_builtin,
     enrichment_enqueue_after_commit,
@@ -220,7 +221,7 @@ def _record_decision(lead: Lead, result: RouteResult, now: datetime, notes: list
     """The audit event of a routing outcome, in the routing transaction."""
     decision = result.decision
     if result.assignment is not None:
-        _record_assigned(result.assignment, now)
+        _record_assigned(result.assignment, now, decision)
         return
     kind = EventType.EXCLUDED if result.status == LeadStatus.EXCLUDED else EventType.UNASSIGNED
     event_record(
@@ -230,12 +231,19 @@ def _record_decision(lead: Lead, result: RouteResult, now: datetime, notes: list
         rule_id=decision.rule_id,
         rule_name=(decision.rule_name or "")[:200],
         ruleset_version=decision.ruleset_version,
-        data={"reason": decision.reason, "tags": list(decision.tags)},
+        data={
+            "reason": decision.reason,
+            "tags": list(decision.tags),
+            "priority": decision.priority,
+        },
         trace=stored_trace(decision, notes),
     )
 
 
-def _record_assigned(assignment: Assignment, now: datetime) -> None:
+def _record_assigned(
+    assignment: Assignment, now: datetime, decision: Decision | None = None
+) -> None:
+    """The `assigned` event (with the tags and priority that tag rules set) and deliveries."""
     event_record_for_assignment(
         type=EventType.ASSIGNED,
         assignment=assignment,
@@ -244,6 +252,8 @@ def _record_assigned(assignment: Assignment, now: datetime) -> None:
             "reason": assignment.reason,
             "kind": assignment.kind,
             "sla_due_at": assignment.sla_due_at,
+            "tags": list(decision.tags) if decision is not None else [],
+            "priority": decision.priority if decision is not None else None,
         },
         trace=assignment.trace,
     )

@@ -69,3 +69,17 @@ def broker_is_redis() -> bool:
 @pytest.fixture(autouse=True)
 def _no_sentry(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SENTRY_DSN", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_live_config() -> Iterator[None]:
+    """Every test starts without a compiled routing configuration cached by an earlier one.
+
+    Rolled-back tests also roll back the configuration version (and SQLite reuses ids), so a
+    cache key could otherwise repeat with a different configuration behind it.
+    """
+    from routing.decisions import clear_live_config_cache
+
+    clear_live_config_cache()
+    yield
+    clear_live_config_cache()

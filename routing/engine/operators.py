@@ -168,6 +168,10 @@ def type_name(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "true/false"
+    if isinstance(value, int) and abs(value) > 2**53:
+        return "a number too large to compare exactly (at most 9007199254740992)"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a number that is not finite"
     if isinstance(value, int | float):
         return "a number"
     if isinstance(value, str):
@@ -179,8 +183,17 @@ def type_name(value: Any) -> str:
     return type(value).__name__
 
 
+# Numbers in rules are compared as floats: an integer beyond 2**53 could not be compared exactly
+# (and one beyond 1e308 cannot even be converted), so rules refuse them.
+_LARGEST_EXACT_INT = 2**53
+
+
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return abs(value) <= _LARGEST_EXACT_INT
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def _check_scalar(kind: FieldKind, value: Any, where: str = "") -> None:

@@ -7,6 +7,7 @@ here accepts anything and never raises: an odd value makes a condition false, ne
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -37,6 +38,9 @@ def text_of(value: Any) -> str | None:
     return None
 
 
+_NUMERIC_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+
+
 def number_of(value: Any) -> int | float | None:
     """The finite number a value holds (numbers, numeric text), else None; yes/no is no number."""
     cls = value.__class__
@@ -47,10 +51,11 @@ def number_of(value: Any) -> int | float | None:
     if cls is bool or value is None:
         return None
     if isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
+        text = value.strip()
+        # Plain ASCII decimals only: float() would also take "1_000" and other scripts' digits.
+        if not _NUMERIC_TEXT.fullmatch(text):
             return None
+        number = float(text)
         return number if math.isfinite(number) else None
     if isinstance(value, Decimal):
         return float(value) if value.is_finite() else None

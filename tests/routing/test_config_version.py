@@ -13,7 +13,8 @@ pytestmark = pytest.mark.django_db
 
 
 def version() -> int:
-    return ConfigVersion.objects.values_list("version", flat=True).get()
+    """The version (0 before the first change after a flush emptied the table)."""
+    return ConfigVersion.objects.values_list("version", flat=True).first() or 0
 
 
 def test_every_configuration_change_bumps_it_and_per_lead_writes_do_not():
@@ -63,3 +64,28 @@ def test_checking_the_configuration_is_one_query(django_assert_num_queries):
     with django_assert_num_queries(1):
         live_config()
     clear_live_config_cache()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrate_puts_back_triggers_a_table_rebuild_dropped():
+    """SQLite rebuilds a table to alter a column, dropping its triggers: the configuration
+    version then never moved again. Every migrate now puts them back (and the audit's)."""
+    from django.core.management import call_command
+    from django.db import DatabaseError, connection
+
+    from audit.models import Event
+    from audit.triggers import triggers_drop
+    from routing.config_triggers import config_triggers_drop
+    from tests.leads.factories import LeadFactory
+
+    config_triggers_drop(connection)
+    triggers_drop(connection)
+    before = version()
+    Team.objects.create(name="Unwatched")
+    assert version() == before
+    call_command("migrate", verbosity=0)
+    Team.objects.create(name="Watched")
+    assert version() > before
+    LeadFactory()
+    with pytest.raises(DatabaseError, match="append-only"):
+        Event.objects.update(actor="x")

@@ -184,3 +184,28 @@ def test_the_lead_api_shows_an_excluded_leads_trace(client, rules):
     assert body["assignment"] is None
     assert [entry["rule"] for entry in body["trace"]] == ["Exclude competitors"]
     assert [event["type"] for event in body["events"]] == ["received", "excluded"]
+
+
+def test_the_tags_and_priority_tag_rules_set_are_kept_with_the_decision():
+    clear_live_config_cache()
+    document = {
+        **RULES,
+        "ruleset": {
+            "name": "Inbound",
+            "rules": [
+                {
+                    "name": "Hot",
+                    "priority": 5,
+                    "when": {"field": "email_domain", "op": "eq", "value": "acme.com"},
+                    "action": {"type": "tag", "tags": ["hot"], "priority": "high"},
+                },
+                *RULES["ruleset"]["rules"],
+            ],
+        },
+    }
+    rules_import(document, publish=True)
+    lead = LeadFactory(raw_payload={"email": "x@acme.com"})
+    assert lead_process(lead_id=lead.id) == LeadStatus.ASSIGNED
+    assigned = Event.objects.get(lead=lead, type="assigned")
+    assert (assigned.data["tags"], assigned.data["priority"]) == (["hot"], "high")
+    clear_live_config_cache()

@@ -281,3 +281,30 @@ def test_str_of_each_model_names_it() -> None:
     assert str(RuleSetFactory(version=7, published=True)) == "v7 Inbound routing (Published)"
     assert str(AccountFactory(domain="acme.com", name="")) == "acme.com"
     assert Team.objects.get().rotation_state == {}
+
+
+@pytest.mark.django_db
+def test_saving_a_team_or_rep_from_a_stale_form_never_rewinds_the_rotation():
+    """The admin saves every column: a team loaded before a worker moved its turn put the old
+    turn back (Ben got two turns in a row); a rep's last assignment time likewise."""
+    from django.utils import timezone
+
+    from routing.models import Rep, Team
+    from tests.routing.factories import make_rep, team_with
+
+    ana = make_rep(email="ana@x.example")
+    team = team_with([ana])
+    stale_team = Team.objects.get(pk=team.pk)
+    stale_rep = Rep.objects.get(pk=ana.pk)
+    moved = {"team_id": team.pk, "last_rep_id": ana.pk, "last_position": 0}
+    Team.objects.filter(pk=team.pk).update(rotation_state=moved)
+    now = timezone.now()
+    Rep.objects.filter(pk=ana.pk).update(last_assigned_at=now)
+    stale_team.sla_minutes = 30
+    stale_team.save()
+    stale_rep.name = "Ana Renamed"
+    stale_rep.save()
+    team.refresh_from_db()
+    ana.refresh_from_db()
+    assert (team.rotation_state, team.sla_minutes) == (moved, 30)
+    assert (ana.last_assigned_at, ana.name) == (now, "Ana Renamed")

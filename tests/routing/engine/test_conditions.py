@@ -448,3 +448,36 @@ def test_value_lists_are_resolved_when_compiling() -> None:
     condition = compile_condition(leaf("email_domain", "in_list", "competitors"), value_lists=lists)
     lists["competitors"].append("late.io")
     assert not condition.test({"email_domain": "late.io"})
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        {"field": "employees", "op": "gte", "value": 10**400},
+        {"field": "employees", "op": "between", "value": [1, 10**30]},
+        {"field": "employees", "op": "in", "value": [1, -(10**20)]},
+    ],
+)
+def test_a_number_too_large_to_compare_is_a_path_error_not_a_crash(when: dict) -> None:
+    """10**400 raised OverflowError (a traceback from the import, a 500 in the admin)."""
+    from routing.engine import RuleErrors, compile_condition
+
+    with pytest.raises(RuleErrors) as caught:
+        compile_condition(when, value_lists={})
+    assert "too large" in str(caught.value)
+
+
+@pytest.mark.parametrize("text", ["1_000", "١٢٣", "0x10", "Infinity", "1e400", "--1", ""])
+def test_only_plain_decimal_text_is_a_number(text: str) -> None:
+    from routing.engine.values import number_of
+
+    assert number_of(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "number"), [(" 1e3 ", 1000.0), ("-2.5", -2.5), (".5", 0.5), ("7.", 7.0), ("+3", 3.0)]
+)
+def test_decimal_text_is_read_as_a_number(text: str, number: float) -> None:
+    from routing.engine.values import number_of
+
+    assert number_of(text) == number
