@@ -198,3 +198,13 @@ def test_simulate_sees_the_same_facts_as_the_worker(db):
     worker = "owner" if lead.status == "assigned" else "nothing"
     assert simulated == worker
     decisions.clear_live_config_cache()
+
+
+@pytest.mark.parametrize("version", [2**31, 2**63, 10**30])
+def test_a_version_out_of_range_is_a_400_not_a_500(revops, ruleset, version):
+    """SQLite cannot bind integers past 2**63 (OverflowError, a 500 before)."""
+    response = _post(
+        {"lead": {"email": "a@b.example"}, "ruleset_version": version}, **_token(revops)
+    )
+    assert response.status_code == 400
+    assert "ruleset_version" in response.json()["error"]["fields"]
