@@ -10,12 +10,12 @@ to it, then measures, in one run:
 - **raw**: the rows one routed lead writes, with the ORM, in one transaction per lead and no
   decision, lock or broker: INSERT the lead and its `received` event; UPDATE the lead's
   canonical fields and status; UPDATE the team's turn; INSERT the assignment; UPDATE the rep;
-  INSERT the `assigned` event and the rep's e-mail delivery. With 1 and with 2 connections
-  (threads), leads per second.
+  INSERT the `assigned` event. With 1 and with 2 connections (threads), leads per second.
 - **pipeline**: the same number of leads accepted by the batch intake service (500 a batch) and
   processed by 1 and by 2 `celery -A config worker --concurrency 1` processes: from the first
-  batch stored to every lead assigned, leads per second. E-mail goes to Django's dummy backend;
-  the e-mail deliveries run on the same workers, after the assignment.
+  batch stored to every lead assigned, leads per second. The rep's e-mail (a delivery task per
+  lead) is off, as is any webhook: routing alone; ``BENCH_EMAIL=true`` turns the e-mail on (to
+  Django's dummy backend) for both sides.
 - **steady**: 50 leads a second accepted one by one (the single-lead intake service) for
   ``--steady-seconds``, with 2 workers: accept to assigned, p50 / p95 / max, where "assigned"
   is the moment the worker took its decision (``processed_at``; its commit follows within
@@ -145,6 +145,8 @@ def main() -> int:
             "SECRET_KEY": "bench-only-secret-key-not-for-production-0123456789",
             "LOG_LEVEL": "WARNING",
             "EMAIL_URL": "dummymail://",
+            # Routing only: the rep's e-mail is a second task per lead, measured apart below.
+            "DELIVERY_EMAIL_ENABLED": os.environ.get("BENCH_EMAIL", "false"),
             "ENQUEUE_IN_BACKGROUND": "false",
             "SOURCE_CACHE_SECONDS": "0",
         }
@@ -226,7 +228,7 @@ def main() -> int:
             )
             Rep.objects.filter(pk=rep.pk).update(last_assigned_at=now)
             event_record_for_assignment(type=EventType.ASSIGNED, assignment=assignment, at=now)
-            deliveries_schedule(assignment=assignment, event="assigned")
+            deliveries_schedule(assignment=assignment, event="assigned")  # none without e-mail
 
     def raw_rate(threads: int, count: int) -> float:
         def run(offset: int) -> None:

@@ -31,6 +31,7 @@ from django.db.models import (
     DateTimeField,
     IntegerField,
     OuterRef,
+    Q,
     QuerySet,
     Subquery,
     Value,
@@ -194,6 +195,8 @@ class LiveConfig:
     rep_action_ignores_caps: Mapping[int, bool]  # rule id -> a rep action's ignore_caps
     time_zones: tuple[str, ...]  # the reps' distinct time zones (for "today" per rep)
     broken_rules: tuple[str, ...] = ()  # rules skipped because they no longer compile
+    # Members of least_loaded teams: the only reps whose open count matters without a cap.
+    least_loaded_reps: frozenset[int] = frozenset()
 
 
 _cache_lock = threading.Lock()
@@ -360,6 +363,12 @@ def _load_config(ruleset_id: int, version: int, status: str) -> LiveConfig:
         rep_action_ignores_caps=ignores,
         time_zones=tuple(sorted({tz for _email, _id, tz in reps})),
         broken_rules=broken,
+        least_loaded_reps=frozenset(
+            rep_id
+            for spec in team_specs.values()
+            if spec.strategy == "least_loaded"
+            for rep_id, _weight in spec.members
+        ),
     )
 
 
@@ -409,7 +418,11 @@ def local_midnight(now: datetime, zone_name: str) -> datetime:
 
 
 def _reps_with_counts(config: LiveConfig, now: datetime) -> QuerySet[Rep]:
-    """Reps annotated with ``open_count`` and ``assigned_today`` (correlated index lookups)."""
+    """Reps annotated with ``open_count`` and ``assigned_today`` (correlated index lookups).
+
+    Counted only where they matter (a cap, or a least_loaded team for the open count); 0
+    otherwise, so reps without caps cost no counting however many leads they hold.
+    """
     midnight = Case(
         *(When(timezone=tz, then=Value(local_midnight(now, tz))) for tz in config.time_zones),
         default=Value(local_midnight(now, "UTC")),
@@ -429,12 +442,24 @@ def _reps_with_counts(config: LiveConfig, now: datetime) -> QuerySet[Rep]:
         .annotate(n=Count("id"))
         .values("n")
     )
+    needs_open = Q(max_open__isnull=False) | Q(pk__in=sorted(config.least_loaded_reps))
     return (
         Rep.objects.order_by()
         .annotate(day_start=midnight)
         .annotate(
-            open_count=Coalesce(Subquery(open_q, output_field=IntegerField()), 0),
-            assigned_today=Coalesce(Subquery(today_q, output_field=IntegerField()), 0),
+            open_count=Case(
+                When(needs_open, then=Coalesce(Subquery(open_q, output_field=IntegerField()), 0)),
+                default=Value(0),
+                output_field=IntegerField(),
+            ),
+            assigned_today=Case(
+                When(
+                    max_per_day__isnull=False,
+                    then=Coalesce(Subquery(today_q, output_field=IntegerField()), 0),
+                ),
+                default=Value(0),
+                output_field=IntegerField(),
+            ),
         )
     )
 
@@ -534,12 +559,18 @@ def _lock_rep(config: LiveConfig, rep_id: int, now: datetime) -> RepState | None
     the rep row as re-read after the wait, but its subqueries still count assignments from the
     snapshot taken before it; a worker that waited would miss the one just committed and exceed
     the cap. The count statement starts after the lock is held, so it sees every committed
-    assignment to this rep.
+    assignment to this rep. A rep without caps (and outside least_loaded teams) needs no count.
     """
-    if not Rep.objects.select_for_update().filter(pk=rep_id).values_list("pk", flat=True):
+    plain = [name for name in _REP_COLUMNS if name not in ("open_count", "assigned_today")]
+    row = Rep.objects.select_for_update().filter(pk=rep_id).values(*plain).first()
+    if row is None:
         return None
-    row = _reps_with_counts(config, now).filter(pk=rep_id).values(*_REP_COLUMNS).first()
-    return _rep_state(row) if row is not None else None
+    if row["max_open"] is None and row["max_per_day"] is None and (
+        rep_id not in config.least_loaded_reps
+    ):
+        return _rep_state({**row, "open_count": 0, "assigned_today": 0})
+    counted = _reps_with_counts(config, now).filter(pk=rep_id).values(*_REP_COLUMNS).first()
+    return _rep_state(counted) if counted is not None else None
 
 
 # A full trace lists every rule considered: with thousands of rules that is megabytes per lead

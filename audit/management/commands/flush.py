@@ -24,4 +24,6 @@ class Command(flush.Command):
         with transaction.atomic(using=connection.alias):
             triggers_drop(connection)
             super().handle(**options)
+            # post_migrate (sent by flush) may have put them back already: drop, then create.
+            triggers_drop(connection)
             triggers_create(connection)
