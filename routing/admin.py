@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, F, QuerySet
 from django.forms import BaseInlineFormSet
@@ -23,7 +24,7 @@ from django.utils.html import format_html, format_html_join
 
 from routing.editor import views
 from routing.editor.forms import OutOfOfficeForm, RoutingTestCaseForm, RuleForm
-from routing.engine import RuleErrors
+from routing.engine import MAX_TEAM_WEIGHT, RuleErrors
 from routing.engine.describe import describe_action, describe_condition
 from routing.models import (
     Account,
@@ -142,6 +143,19 @@ class RepAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
 
 class TeamMembershipFormSet(BaseInlineFormSet):
     """Members saved in the order of their position numbers, renumbered 0, 1, 2, ..."""
+
+    def clean(self) -> None:
+        super().clean()
+        total = sum(
+            form.cleaned_data.get("weight") or 0
+            for form in self.forms
+            if form.cleaned_data and not form.cleaned_data.get("DELETE")
+        )
+        if total > MAX_TEAM_WEIGHT:
+            raise ValidationError(
+                f"The weights add up to {total}; a team's weights may add up to at most "
+                f"{MAX_TEAM_WEIGHT}."
+            )
 
     def save(self, commit: bool = True) -> list[Any]:
         team = self.instance

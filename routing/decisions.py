@@ -565,8 +565,10 @@ def _lock_rep(config: LiveConfig, rep_id: int, now: datetime) -> RepState | None
     row = Rep.objects.select_for_update().filter(pk=rep_id).values(*plain).first()
     if row is None:
         return None
-    if row["max_open"] is None and row["max_per_day"] is None and (
-        rep_id not in config.least_loaded_reps
+    if (
+        row["max_open"] is None
+        and row["max_per_day"] is None
+        and (rep_id not in config.least_loaded_reps)
     ):
         return _rep_state({**row, "open_count": 0, "assigned_today": 0})
     counted = _reps_with_counts(config, now).filter(pk=rep_id).values(*_REP_COLUMNS).first()

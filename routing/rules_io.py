@@ -45,7 +45,13 @@ from audit.models import EventType
 from audit.services import event_record
 from leads.models import Source, token_digest
 from leads.services import new_token
-from routing.engine import MAX_MEMBER_WEIGHT, RuleError, RuleErrors, compile_ruleset
+from routing.engine import (
+    MAX_MEMBER_WEIGHT,
+    MAX_TEAM_WEIGHT,
+    RuleError,
+    RuleErrors,
+    compile_ruleset,
+)
 from routing.models import (
     POSTAL_PREFIX_MAX_LENGTH,
     REGION_MAX_LENGTH,
@@ -457,6 +463,14 @@ class _Checker:
             },
         )
         members = self.members(raw["members"], f"{path}.members") if "members" in raw else None
+        if members not in (None, _ABSENT):
+            total = sum(weight for _email, weight in members)
+            if total > MAX_TEAM_WEIGHT:
+                self.error(
+                    f"{path}.members",
+                    f"the weights add up to {total}; at most {MAX_TEAM_WEIGHT} in a team",
+                )
+                members = _ABSENT
         if values is None or "name" not in values or members is _ABSENT:
             return None
         entry = _Entry(values.pop("name"), values)

@@ -19,6 +19,7 @@ from routing.engine.operators import OPERATORS, Condition
 from routing.engine.ruleset import ACTION_TYPES, CompiledRule, CompiledRuleset, compile_ruleset
 from routing.engine.strategies import (
     MAX_MEMBER_WEIGHT,
+    MAX_TEAM_WEIGHT,
     MemberChoice,
     choose_member,
     rep_is_eligible,
@@ -43,6 +44,7 @@ __all__ = [
     "CANONICAL_FIELDS",
     "FIELD_NAMES",
     "MAX_MEMBER_WEIGHT",
+    "MAX_TEAM_WEIGHT",
     "OPERATORS",
     "STRATEGIES",
     "AccountFacts",

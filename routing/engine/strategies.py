@@ -30,8 +30,10 @@ from routing.engine.types import (
 
 _NEVER = datetime.min.replace(tzinfo=UTC)
 
-# The largest weight a member counts with in a weighted team (see _weighted).
+# The largest weight a member counts with in a weighted team, and the largest sum of a team's
+# weights (see _weighted): a decision steps through at most that many turns.
 MAX_MEMBER_WEIGHT = 1000
+MAX_TEAM_WEIGHT = 1000
 
 
 @functools.lru_cache(maxsize=512)
@@ -185,6 +187,9 @@ def _weighted(
     # decision step through billions of turns (the model and the import refuse such weights).
     weights = [min(MAX_MEMBER_WEIGHT, max(1, weight)) for _rep_id, weight in members]
     total = sum(weights)
+    if total > MAX_TEAM_WEIGHT:  # refused at save and import; scaled down if stored anyway
+        weights = [max(1, weight * MAX_TEAM_WEIGHT // total) for weight in weights]
+        total = sum(weights)
     layout = [(rep_id, weights[i]) for i, (rep_id, _w) in enumerate(members)]
     saved = state.current_weights if state is not None else ()
     starts = [[0] * count]  # a new team, or members/weights changed: the cycle starts afresh

@@ -816,3 +816,25 @@ def test_a_member_weight_over_the_cap_is_refused_with_its_path():
         rules_import(document, publish=False)
     assert "teams[0].members[0].weight" in str(caught.value)
     assert f"at most {MAX_MEMBER_WEIGHT}" in str(caught.value)
+
+
+@pytest.mark.django_db
+def test_a_teams_weights_adding_up_past_the_cap_are_refused_with_the_path():
+    from routing.engine import MAX_TEAM_WEIGHT
+    from routing.rules_io import RulesFileErrors, rules_import
+
+    document = {
+        "reps": [{"email": f"r{i}@example.com", "name": f"R{i}"} for i in range(3)],
+        "teams": [
+            {
+                "name": "T",
+                "strategy": "weighted",
+                "members": [{"rep": f"r{i}@example.com", "weight": 400} for i in range(3)],
+            }
+        ],
+    }
+    with pytest.raises(RulesFileErrors) as caught:
+        rules_import(document, publish=False)
+    assert f"teams[0].members: the weights add up to 1200; at most {MAX_TEAM_WEIGHT}" in str(
+        caught.value
+    )

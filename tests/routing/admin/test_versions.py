@@ -265,6 +265,33 @@ def test_team_members_reorder_by_position_numbers(client_revops, emea):
     assert "Next up" in client_revops.get(url).content.decode()
 
 
+def test_team_weights_adding_up_past_the_cap_are_refused_in_the_form(client_revops, emea):
+    ana_m, ben_m = TeamMembership.objects.filter(team=emea).order_by("position")
+    url = reverse("admin:routing_team_change", args=[emea.pk])
+    data = {
+        "name": emea.name,
+        "strategy": "weighted",
+        "sla_minutes": "60",
+        "memberships-TOTAL_FORMS": "2",
+        "memberships-INITIAL_FORMS": "2",
+        "memberships-0-id": ana_m.pk,
+        "memberships-0-team": emea.pk,
+        "memberships-0-rep": ana_m.rep_id,
+        "memberships-0-position": "0",
+        "memberships-0-weight": "600",
+        "memberships-1-id": ben_m.pk,
+        "memberships-1-team": emea.pk,
+        "memberships-1-rep": ben_m.rep_id,
+        "memberships-1-position": "1",
+        "memberships-1-weight": "600",
+        "_save": "Save",
+    }
+    response = client_revops.post(url, data)
+    assert response.status_code == 200
+    assert "The weights add up to 1200" in response.content.decode()
+    assert set(TeamMembership.objects.filter(team=emea).values_list("weight", flat=True)) != {600}
+
+
 def test_reps_bulk_out_of_office_and_deactivate(client_revops, emea):
     reps = list(Rep.objects.order_by("email"))
     url = reverse("admin:routing_rep_changelist")

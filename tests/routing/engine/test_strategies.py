@@ -432,8 +432,30 @@ def test_a_huge_weight_beside_an_ineligible_heavy_member_decides_at_once() -> No
     spec = weighted((1, 2**31), (2, 1))
     choice = choose_member(spec, reps(rep(1, active=False)), None, NOW)
     assert choice.rep_id == 2
-    capped = sequence(weighted((1, 10**6), (2, 1)), MAX_MEMBER_WEIGHT + 1)
-    assert Counter(capped) == {"Ana": MAX_MEMBER_WEIGHT, "Ben": 1}
+    # Capped at MAX_MEMBER_WEIGHT, then scaled into a team total of MAX_TEAM_WEIGHT.
+    capped = sequence(weighted((1, 10**6), (2, 1)), MAX_MEMBER_WEIGHT)
+    assert Counter(capped) == {"Ana": MAX_MEMBER_WEIGHT - 1, "Ben": 1}
+
+
+@pytest.mark.timeout(10)
+def test_a_hostile_weighted_team_decides_in_bounded_time() -> None:
+    """200 members of weight 1,000 with all but the last away walked 200,000 turns of 200
+    members each (4 s a decision, under the team's lock); the team total is bounded now."""
+    import time
+
+    from routing.engine import MAX_TEAM_WEIGHT
+
+    members = [(i, 1000) for i in range(1, 201)]
+    spec = weighted(*members[:-1], (200, 1))
+    away = reps(*(rep(i, active=False) for i in range(1, 200)), rep(200))
+    started = time.perf_counter()
+    state = None
+    for _ in range(3):
+        choice = choose_member(spec, away, state, NOW)
+        assert choice.rep_id == 200
+        state = choice.rotation_update
+    assert time.perf_counter() - started < 1.0
+    assert sum(t.weight for t in state.current_weights) <= MAX_TEAM_WEIGHT + len(members)
 
 
 def test_round_robin_goes_on_from_the_place_of_a_last_served_rep_who_left() -> None:
