@@ -38,7 +38,10 @@ def cell_safe(value: Any) -> str:
     if value is None:
         return ""
     text = value.isoformat() if isinstance(value, datetime) else str(value)
-    if text.startswith(FORMULA_STARTS):
+    # Some spreadsheets trim leading whitespace (spaces, NBSP, newlines) before evaluating.
+    if text.startswith(FORMULA_STARTS) or text.lstrip(" \t\r\n\xa0\u2007\u202f").startswith(
+        FORMULA_STARTS
+    ):
         return "'" + text
     return text
 

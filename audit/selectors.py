@@ -127,10 +127,16 @@ class HistoryFilter(django_filters.FilterSet):
         fields: list[str] = []
 
     def from_day(self, queryset: QuerySet[Lead], name: str, value: date) -> QuerySet[Lead]:
-        return queryset.filter(received_at__gte=_day_start(value))
+        try:
+            return queryset.filter(received_at__gte=_day_start(value))
+        except OverflowError:  # a day at the edge of the calendar: nothing is after it
+            return queryset.none()
 
     def to_day(self, queryset: QuerySet[Lead], name: str, value: date) -> QuerySet[Lead]:
-        return queryset.filter(received_at__lt=_day_start(value) + timedelta(days=1))
+        try:
+            return queryset.filter(received_at__lt=_day_start(value) + timedelta(days=1))
+        except OverflowError:  # 9999-12-31: everything is before the end of that day
+            return queryset
 
     def by_rep(self, queryset: QuerySet[Lead], name: str, value: Rep) -> QuerySet[Lead]:
         return queryset.filter(_owned(rep_id=value.pk))
@@ -207,18 +213,27 @@ def cursor_encode(lead: Lead, column: str) -> str:
 
 def cursor_decode(cursor: str | None, column: str) -> tuple[Any, uuid.UUID] | None:
     """The (sort value, id) a cursor points at; None for a missing or tampered cursor."""
-    if not cursor:
+    if not cursor or len(cursor) > 2048:
         return None
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         value, lead_id = json.loads(raw)
-        if not isinstance(value, str):
+        if not isinstance(value, str) or "\x00" in value or len(value) > 400:
             return None
         parsed: Any = datetime.fromisoformat(value) if column == "received_at" else value
-        if isinstance(parsed, datetime) and parsed.tzinfo is None:
-            return None
+        if isinstance(parsed, datetime):
+            if parsed.tzinfo is None:
+                return None
+            parsed = parsed.astimezone(UTC)  # out of range for the database: OverflowError
         return parsed, uuid.UUID(str(lead_id))
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+    except (
+        ValueError,
+        TypeError,
+        binascii.Error,
+        UnicodeDecodeError,
+        RecursionError,
+        OverflowError,
+    ):
         return None
 
 

@@ -176,7 +176,7 @@ def lead_page(request: HttpRequest, lead_id: str) -> HttpResponse:
 
 
 @login_required
-@permission_required("leads.reassign_lead", raise_exception=True)
+@permission_required(("leads.view_lead", "leads.reassign_lead"), raise_exception=True)
 @require_POST
 def lead_reassign_action(request: HttpRequest, lead_id: str) -> HttpResponse:
     """Reassign a lead through routing's service; refusals come back as messages."""
@@ -202,7 +202,7 @@ def lead_reassign_action(request: HttpRequest, lead_id: str) -> HttpResponse:
 
 
 @login_required
-@permission_required("leads.touch_lead", raise_exception=True)
+@permission_required(("leads.view_lead", "leads.touch_lead"), raise_exception=True)
 @require_POST
 def lead_touch_action(request: HttpRequest, lead_id: str) -> HttpResponse:
     """Record the first touch of a lead through routing's service."""

@@ -427,7 +427,7 @@ class LeadDetailView(APIView):
         responses={200: OpenApiResponse(LEAD_SCHEMA), **_error_responses(401, 403, 404)},
     )
     def get(self, request: Request, lead_id: str) -> Response:
-        lead = selectors.lead_get(lead_id=lead_id)
+        lead = selectors.lead_get(lead_id=lead_id, user=request.user)
         if lead is None:
             return Response(error_body("not_found", "No such lead."), status=404)
         return Response(selectors.lead_document(lead))
@@ -469,7 +469,9 @@ class LeadListView(APIView):
         },
     )
     def get(self, request: Request) -> Response:
-        filters = selectors.LeadFilter(request.query_params, queryset=selectors.lead_list())
+        filters = selectors.LeadFilter(
+            request.query_params, queryset=selectors.lead_list_for(request.user)
+        )
         if not filters.is_valid():
             fields = {k: [str(m) for m in v] for k, v in filters.errors.items()}
             return Response(error_body("invalid_filter", "Invalid filter.", fields), status=400)

@@ -12,7 +12,7 @@ import django_filters
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django_filters.fields import IsoDateTimeField
 
 from leads.models import CANONICAL_COLUMNS, Lead, LeadStatus, Source
@@ -63,12 +63,27 @@ def lead_list() -> QuerySet[Lead]:
     )
 
 
-def lead_get(*, lead_id: str | uuid.UUID) -> Lead | None:
+def lead_list_for(user: Any) -> QuerySet[Lead]:
+    """``lead_list()`` limited to what ``user`` may see (HISTORY_SCOPE_TO_MANAGED_TEAMS)."""
+    from audit.selectors import managed_team_ids
+    from routing.models import Assignment
+
+    leads = lead_list()
+    teams = managed_team_ids(user)
+    if teams is None:
+        return leads
+    owned = Assignment.objects.filter(lead=OuterRef("pk"), active=True, team_id__in=teams)
+    return leads.filter(Exists(owned))
+
+
+def lead_get(*, lead_id: str | uuid.UUID, user: Any = None) -> Lead | None:
+    """One lead (with what its document needs); None when absent or not visible to ``user``."""
     try:
         lead_uuid = uuid.UUID(str(lead_id))
     except ValueError:
         return None
-    return lead_list().filter(id=lead_uuid).first()
+    leads = lead_list() if user is None else lead_list_for(user)
+    return leads.filter(id=lead_uuid).first()
 
 
 def lead_fields(lead: Lead) -> dict[str, Any]:

@@ -232,7 +232,7 @@ class _LeadActionView(APIView):
     parser_classes = [StrictJSONParser]
 
     def _lead_or_404(self, lead_id: str) -> Lead:
-        lead = selectors.lead_get(lead_id=lead_id)
+        lead = selectors.lead_get(lead_id=lead_id, user=self.request.user)
         if lead is None:
             raise ApiError(code="not_found", message="No such lead.", status_code=404)
         return lead
@@ -301,6 +301,16 @@ class LeadReassignView(_LeadActionView):
                 fields=problems,
             )
         lead = self._lead_or_404(lead_id)
+        from audit.selectors import managed_team_ids, reps_for_reassignment
+
+        if managed_team_ids(request.user) is not None and not (
+            reps_for_reassignment(request.user).filter(email__iexact=str(rep).strip()).exists()
+        ):
+            raise ApiError(
+                code="forbidden",
+                message="You may reassign leads only to members of the teams you manage.",
+                status_code=403,
+            )
         return _lead_action(
             lead,
             lambda: lead_reassign(

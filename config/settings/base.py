@@ -402,6 +402,8 @@ DELIVERY_LINK_BASE_URL = env.str("DELIVERY_LINK_BASE_URL", default="")
 # E-mail: EMAIL_URL such as smtp+tls://user:password@smtp.example.com:587; the default prints
 # mails to the worker's console, so a laptop install does not retry an absent SMTP server.
 vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+# A mail server that accepts and never answers must not hang a worker or the beat watchdog.
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="LeadRouter <leadrouter@localhost>")
 CELERY_BEAT_SCHEDULE["delivery-sweep-due"] = {
     "task": "delivery.sweep_due",

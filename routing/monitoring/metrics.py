@@ -266,7 +266,12 @@ def _denied(request: HttpRequest) -> JsonResponse | None:
     token = settings.METRICS_TOKEN
     header = request.headers.get("Authorization", "")
     scheme, _, given = header.partition(" ")
-    if token and scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token):
+    if (
+        token
+        and scheme.lower() == "bearer"
+        # As bytes: compare_digest refuses non-ASCII text (a 500 for any such header).
+        and hmac.compare_digest(given.strip().encode("utf-8", "replace"), token.encode("utf-8"))
+    ):
         return None
     if not header and _client_allowed(request):
         return None

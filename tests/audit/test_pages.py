@@ -25,7 +25,7 @@ from audit.selectors import keyset_page, leads_visible_to
 from audit.services import event_record, event_record_for_assignment
 from leads.models import Lead, LeadStatus
 from routing.decisions import clear_live_config_cache
-from routing.models import Assignment, Rep, Team
+from routing.models import Assignment, Rep, Team, TeamMembership
 from routing.rules_io import rules_import
 from routing.services import lead_process
 from tests.leads.factories import LeadFactory, SourceFactory
@@ -329,6 +329,38 @@ def test_export_streams_the_filtered_set_as_an_attachment_with_safe_cells(client
     assert row["email"] == "x@acme.com"
 
 
+def test_the_lead_api_is_scoped_like_the_pages(client: Client, settings: Any) -> None:
+    """A scoped manager got another team's lead, found it in the list and reassigned it into
+    their own team through the API (the pages alone were scoped)."""
+    settings.HISTORY_SCOPE_TO_MANAGED_TEAMS = True
+    user = manager()
+    user.user_permissions.add(Permission.objects.get(codename="touch_lead"))
+    mine, theirs = TeamFactory(manager=user), TeamFactory()
+    my_rep, their_rep = RepFactory(), RepFactory()
+    TeamMembership.objects.create(team=mine, rep=my_rep, position=0)
+    kept = owned(rep=my_rep, team=mine)
+    other = owned(rep=their_rep, team=theirs)
+    logged_in(client, user)
+    assert client.get(f"/api/v1/leads/{other.pk}/").status_code == 404
+    listed = client.get("/api/v1/leads/").json()["results"]
+    assert [row["id"] for row in listed] == [str(kept.pk)]
+    assert client.post(f"/api/v1/leads/{other.pk}/touch/").status_code == 404
+    assert client.post(f"/api/v1/leads/{other.pk}/reroute/").status_code in (403, 404)
+    reassign = client.post(
+        f"/api/v1/leads/{other.pk}/reassign/",
+        {"rep": my_rep.email, "reason": "mine now"},
+        content_type="application/json",
+    )
+    assert reassign.status_code == 404
+    outside = client.post(
+        f"/api/v1/leads/{kept.pk}/reassign/",
+        {"rep": their_rep.email, "reason": "theirs"},
+        content_type="application/json",
+    )
+    assert outside.status_code == 403
+    assert Assignment.objects.get(lead=other, active=True).rep_id == their_rep.pk
+
+
 def test_export_is_scoped_and_needs_view_lead(client: Client, settings: Any) -> None:
     settings.HISTORY_SCOPE_TO_MANAGED_TEAMS = True
     user = manager()
@@ -347,8 +379,9 @@ def test_no_exported_cell_starts_a_formula(text: str) -> None:
     cell = cell_safe(text)
     if cell.startswith(FORMULA_STARTS):
         pytest.fail(f"dangerous cell {cell!r}")
-    if text.startswith(FORMULA_STARTS):
-        assert cell == "'" + text
+    trimmed = text.lstrip(" \t\r\n\xa0\u2007\u202f")
+    if text.startswith(FORMULA_STARTS) or trimmed.startswith(FORMULA_STARTS):
+        assert cell == "'" + text  # also behind leading whitespace, which some apps trim
     else:
         assert cell == text
     # RFC 4180 round trip: what a reader gets back is the cell written.

@@ -147,3 +147,16 @@ def test_the_grafana_dashboard_uses_only_series_that_metrics_serves(client: Clie
     served = {name for name, _labels in scrape(client)}
     assert used
     assert used <= served, used - served
+
+
+def test_a_non_ascii_token_is_refused_not_a_500(client: Client, settings: Any) -> None:
+    settings.METRICS_TOKEN = "s3cret"
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer zoë")
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+
+
+def test_mail_has_a_timeout(settings: Any) -> None:
+    from django.conf import settings as live
+
+    assert 0 < live.EMAIL_TIMEOUT <= 30
