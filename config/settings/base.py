@@ -467,11 +467,13 @@ ALERT_WEBHOOK_TIMEOUT_SECONDS = env.float("ALERT_WEBHOOK_TIMEOUT_SECONDS", defau
 # Like DELIVERY_ALLOW_PRIVATE_URLS: an alert webhook on loopback or a private network.
 ALERT_ALLOW_PRIVATE_URLS = env.bool("ALERT_ALLOW_PRIVATE_URLS", default=False)
 ALERT_EMAILS: list[str] = env.list("ALERT_EMAILS", default=[])
-BACKLOG_CHECK_INTERVAL_SECONDS = env.float("BACKLOG_CHECK_INTERVAL_SECONDS", default=60.0)
+BACKLOG_CHECK_INTERVAL_SECONDS = env.float("BACKLOG_CHECK_INTERVAL_SECONDS", default=30.0)
 BACKLOG_ALERT_DEPTH = env.int("BACKLOG_ALERT_DEPTH", default=500)
 BACKLOG_ALERT_AGE_SECONDS = env.int("BACKLOG_ALERT_AGE_SECONDS", default=300)
-# A queue whose heartbeat no worker executed for this long gets a `worker` alert.
-HEARTBEAT_STALE_SECONDS = env.int("HEARTBEAT_STALE_SECONDS", default=120)
+# A queue whose heartbeat no worker executed for this long gets a `worker` alert (a queue that
+# never had one counts from the first check). With heartbeats every 30 s and checks every 30 s,
+# a worker that stops is reported within two minutes.
+HEARTBEAT_STALE_SECONDS = env.int("HEARTBEAT_STALE_SECONDS", default=90)
 # `enrichment` alert: this many enrichment_failed events within the window, or the breaker open.
 ENRICHMENT_ALERT_FAILURES = env.int("ENRICHMENT_ALERT_FAILURES", default=10)
 ENRICHMENT_ALERT_WINDOW_SECONDS = env.int("ENRICHMENT_ALERT_WINDOW_SECONDS", default=600)

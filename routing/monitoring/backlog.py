@@ -220,6 +220,19 @@ def _backlog_problems(report: BacklogReport) -> list[str]:
     return problems
 
 
+def _expect_heartbeats(now: datetime) -> None:
+    """A declared queue that never had a heartbeat gets a row dated now, with no worker: if no
+    worker ever drains it, it goes stale like any other (a fresh deployment with no worker, a
+    worker started with -Q that leaves a queue out)."""
+    known = set(QueueHeartbeat.objects.values_list("queue", flat=True))
+    missing = [name for name in _queue_names() if name not in known]
+    if missing:
+        QueueHeartbeat.objects.bulk_create(
+            [QueueHeartbeat(queue=name, last_seen_at=now, worker="") for name in missing],
+            ignore_conflicts=True,
+        )
+
+
 def backlog_check(*, now: datetime | None = None) -> BacklogReport:
     """Measure, then open or resolve the backlog, worker, broker, enrichment, unassigned alerts.
 
@@ -227,6 +240,7 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
     one ``worker`` alert per queue no worker drains, one ``broker`` alert when the broker does
     not answer. Each resolves itself on the first check that finds it clear.
     """
+    _expect_heartbeats(now or timezone.now())
     report = backlog_measure(now=now)
     now = report.now
     data = report.as_data()

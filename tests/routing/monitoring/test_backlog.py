@@ -312,3 +312,34 @@ def test_published_rules_that_no_longer_compile_open_a_rules_alert_until_fixed()
     assert rules_check() == ()
     assert Alert.objects.get(kind="rules").status == "resolved"
     clear_live_config_cache()
+
+
+@pytest.mark.django_db
+def test_a_queue_no_worker_ever_drained_raises_a_worker_alert_within_two_minutes(settings):
+    """With no heartbeat row at all (a fresh deployment with no worker, or -Q leaving a queue
+    out) no worker alert ever opened."""
+    from datetime import timedelta
+
+    from config.settings import base
+
+    settings.HEARTBEAT_STALE_SECONDS = base.HEARTBEAT_STALE_SECONDS  # the default, 90 s
+
+    from django.utils import timezone
+
+    from routing.models import QueueHeartbeat
+    from routing.monitoring.backlog import backlog_check
+    from routing.monitoring.models import Alert
+
+    assert not QueueHeartbeat.objects.exists()
+    start = timezone.now()
+    backlog_check(now=start)
+    assert not Alert.objects.filter(kind="worker").exists()
+    # The routing queue is drained; the others are not.
+    QueueHeartbeat.objects.filter(queue="routing").update(
+        last_seen_at=start + timedelta(seconds=90)
+    )
+    backlog_check(now=start + timedelta(seconds=120))
+    stale = set(
+        Alert.objects.filter(kind="worker", status="open").values_list("subject", flat=True)
+    )
+    assert stale == {"enrichment", "delivery", "maintenance"}
