@@ -469,6 +469,8 @@ ALERT_ALLOW_PRIVATE_URLS = env.bool("ALERT_ALLOW_PRIVATE_URLS", default=False)
 ALERT_EMAILS: list[str] = env.list("ALERT_EMAILS", default=[])
 BACKLOG_CHECK_INTERVAL_SECONDS = env.float("BACKLOG_CHECK_INTERVAL_SECONDS", default=30.0)
 BACKLOG_ALERT_DEPTH = env.int("BACKLOG_ALERT_DEPTH", default=500)
+# A watched condition must stay clear this long before its alert resolves (no flapping).
+ALERT_RESOLVE_AFTER_SECONDS = env.float("ALERT_RESOLVE_AFTER_SECONDS", default=90.0)
 BACKLOG_ALERT_AGE_SECONDS = env.int("BACKLOG_ALERT_AGE_SECONDS", default=300)
 # A queue whose heartbeat no worker executed for this long gets a `worker` alert (a queue that
 # never had one counts from the first check). With heartbeats every 30 s and checks every 30 s,

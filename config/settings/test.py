@@ -26,3 +26,5 @@ SOURCE_CACHE_SECONDS = 0
 
 # Tests assert what was published right after a request; one test covers the background path.
 ENQUEUE_IN_BACKGROUND = False
+# Alerts resolve at the first clear check (tests that want the hold-down set it themselves).
+ALERT_RESOLVE_AFTER_SECONDS = 0.0

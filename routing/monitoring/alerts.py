@@ -89,8 +89,15 @@ def alert_raise(
         return existing
 
 
-def alert_resolve(*, kind: str, subject: str = "", now: datetime | None = None) -> Alert | None:
-    """Resolve the open (kind, subject) alert, if any, and notify once; None when none is open."""
+def alert_resolve(
+    *, kind: str, subject: str = "", now: datetime | None = None, clear_for: float = 0.0
+) -> Alert | None:
+    """Resolve the open (kind, subject) alert, if any, and notify once; None when none is open.
+
+    ``clear_for``: resolve only once the condition has not been seen for that many seconds
+    (``last_seen_at``), so a condition hovering at its threshold does not open and resolve,
+    with a notification each time, on every check.
+    """
     now = now or timezone.now()
     with transaction.atomic():
         alert = (
@@ -100,6 +107,8 @@ def alert_resolve(*, kind: str, subject: str = "", now: datetime | None = None) 
         )
         if alert is None:
             return None
+        if clear_for and (now - alert.last_seen_at).total_seconds() < clear_for:
+            return None  # not clear long enough yet
         alert.status = AlertStatus.RESOLVED
         alert.resolved_at = now
         alert.last_seen_at = now

@@ -255,7 +255,12 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
             now=now,
         )
     else:
-        alert_resolve(kind=AlertKind.BACKLOG, subject=PIPELINE, now=now)
+        alert_resolve(
+            kind=AlertKind.BACKLOG,
+            subject=PIPELINE,
+            now=now,
+            clear_for=settings.ALERT_RESOLVE_AFTER_SECONDS,
+        )
 
     for queue, age in report.stale_queues.items():
         alert_raise(
@@ -267,7 +272,12 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
             now=now,
         )
     for queue in open_alert_subjects(AlertKind.WORKER) - set(report.stale_queues):
-        alert_resolve(kind=AlertKind.WORKER, subject=queue, now=now)
+        alert_resolve(
+            kind=AlertKind.WORKER,
+            subject=queue,
+            now=now,
+            clear_for=settings.ALERT_RESOLVE_AFTER_SECONDS,
+        )
 
     if report.broker_error:
         alert_raise(
@@ -278,7 +288,12 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
             now=now,
         )
     else:
-        alert_resolve(kind=AlertKind.BROKER, subject=BROKER, now=now)
+        alert_resolve(
+            kind=AlertKind.BROKER,
+            subject=BROKER,
+            now=now,
+            clear_for=settings.ALERT_RESOLVE_AFTER_SECONDS,
+        )
 
     failures_limit = settings.ENRICHMENT_ALERT_FAILURES
     if (
@@ -308,7 +323,12 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
             now=now,
         )
     else:
-        alert_resolve(kind=AlertKind.ENRICHMENT, subject=ENRICHMENT, now=now)
+        alert_resolve(
+            kind=AlertKind.ENRICHMENT,
+            subject=ENRICHMENT,
+            now=now,
+            clear_for=settings.ALERT_RESOLVE_AFTER_SECONDS,
+        )
 
     count_limit = settings.UNASSIGNED_ALERT_COUNT
     age_limit = settings.UNASSIGNED_ALERT_AGE_SECONDS
@@ -328,7 +348,12 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
             now=now,
         )
     else:
-        alert_resolve(kind=AlertKind.UNASSIGNED, subject=UNASSIGNED, now=now)
+        alert_resolve(
+            kind=AlertKind.UNASSIGNED,
+            subject=UNASSIGNED,
+            now=now,
+            clear_for=settings.ALERT_RESOLVE_AFTER_SECONDS,
+        )
 
     rules_check(now=now)
     _remember(report)
@@ -361,7 +386,12 @@ def rules_check(*, now: datetime | None = None) -> tuple[str, ...]:
             now=now,
         )
     else:
-        alert_resolve(kind=AlertKind.RULES, subject="published", now=now)
+        alert_resolve(
+            kind=AlertKind.RULES,
+            subject="published",
+            now=now,
+            clear_for=settings.ALERT_RESOLVE_AFTER_SECONDS,
+        )
     return broken
 
 

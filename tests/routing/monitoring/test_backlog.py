@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -343,3 +344,38 @@ def test_a_queue_no_worker_ever_drained_raises_a_worker_alert_within_two_minutes
         Alert.objects.filter(kind="worker", status="open").values_list("subject", flat=True)
     )
     assert stale == {"enrichment", "delivery", "maintenance"}
+
+
+@pytest.mark.django_db
+def test_a_backlog_hovering_at_its_threshold_notifies_once_not_every_minute(
+    settings, alert_hook, django_capture_on_commit_callbacks
+):
+    """With no hold-down, a queue alternating 4/3 around a depth limit of 3 opened and resolved
+    the alert on every check, one notification each time (6 posts in 6 minutes)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from routing.monitoring.backlog import backlog_check
+
+    settings.ALERT_RESOLVE_AFTER_SECONDS = 90
+    start = timezone.now()
+    leads = [LeadFactory() for _ in range(4)]
+    for minute in range(6):
+        waiting = 4 if minute % 2 == 0 else 3
+        Lead.objects.filter(pk__in=[lead.pk for lead in leads[waiting:]]).update(status="assigned")
+        Lead.objects.filter(pk__in=[lead.pk for lead in leads[:waiting]]).update(status="received")
+        with django_capture_on_commit_callbacks(execute=True):
+            backlog_check(now=start + timedelta(minutes=minute))
+    assert Alert.objects.filter(kind="backlog").count() == 1
+    assert Alert.objects.get(kind="backlog").status == "open"
+    backlog_posts = [b for b in hook_bodies(alert_hook) if "Backlog" in json.dumps(b)]
+    assert len(backlog_posts) == 1
+    # Clear for longer than the hold-down: resolved, one more notification.
+    Lead.objects.update(status="assigned")
+    with django_capture_on_commit_callbacks(execute=True):
+        backlog_check(now=start + timedelta(minutes=6))
+        backlog_check(now=start + timedelta(minutes=8))
+    assert Alert.objects.get(kind="backlog").status == "resolved"
+    backlog_posts = [b for b in hook_bodies(alert_hook) if "Backlog" in json.dumps(b)]
+    assert len(backlog_posts) == 2
