@@ -639,6 +639,21 @@ def _apply_owner(
     return assignment
 
 
+def assignment_sla_due(
+    *, now: datetime, minutes: int | None, rep_id: int, team_id: int | None
+) -> datetime | None:
+    """The SLA due time of an assignment made outside a routing decision (a sticky duplicate,
+    a reassignment): in the rep's working hours when the team respects them."""
+    if not minutes:
+        return None
+    if team_id is not None and Team.objects.filter(pk=team_id, respect_working_hours=True).exists():
+        row = Rep.objects.filter(pk=rep_id).values("working_hours", "timezone").first()
+        if row is not None:
+            hours = _working_hours(row["working_hours"])
+            return sla_due_at(now, minutes, hours, row["timezone"] or "UTC")
+    return now + timedelta(minutes=minutes)
+
+
 def _sla_due(
     now: datetime, sla: int | None, rep: RepState, team: TeamSpec | None
 ) -> datetime | None:

@@ -23,7 +23,13 @@ from leads.services import (
     lead_enqueue_later,
     leads_enqueue_after_commit,
 )
-from routing.decisions import RouteResult, RoutingContention, route_lead, stored_trace
+from routing.decisions import (
+    RouteResult,
+    RoutingContention,
+    assignment_sla_due,
+    route_lead,
+    stored_trace,
+)
 from routing.dedup import lead_dedup
 from routing.delivery.services import deliveries_schedule
 from routing.engine import Decision
@@ -209,7 +215,9 @@ def _assign_sticky(lead: Lead, now: datetime) -> Assignment | None:
         ),
         trace=[],
         sla_minutes=sla,
-        sla_due_at=now + timedelta(minutes=sla) if sla else None,
+        sla_due_at=assignment_sla_due(
+            now=now, minutes=sla, rep_id=current.rep_id, team_id=current.team_id
+        ),
         assigned_at=now,
         active=True,
     )
@@ -436,7 +444,9 @@ def lead_reassign(
         reason=f"reassigned by hand ({actor}): {reason}",
         trace=[],
         sla_minutes=sla,
-        sla_due_at=now + timedelta(minutes=sla) if sla else None,
+        sla_due_at=assignment_sla_due(
+            now=now, minutes=sla, rep_id=rep.pk, team_id=current.team_id if current else None
+        ),
         assigned_at=now,
         active=True,
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -29,7 +29,14 @@ from django.utils import timezone
 from audit.models import EventType
 from audit.services import event_record_for_assignment
 from leads.models import Lead, LeadStatus
-from routing.decisions import LiveConfig, RulesetNotFound, _lock_rep, _snapshot, live_config
+from routing.decisions import (
+    LiveConfig,
+    RulesetNotFound,
+    _lock_rep,
+    _snapshot,
+    assignment_sla_due,
+    live_config,
+)
 from routing.engine import RuleErrors, rep_is_eligible
 from routing.models import Assignment, AssignmentKind, OnSlaBreach, Rep, Team
 from routing.monitoring.alerts import (
@@ -269,7 +276,7 @@ def _reassign(
         f"within {current.team_name}",
         trace=[],
         sla_minutes=sla,
-        sla_due_at=now + timedelta(minutes=sla) if sla else None,
+        sla_due_at=assignment_sla_due(now=now, minutes=sla, rep_id=rep_id, team_id=current.team_id),
         assigned_at=now,
         active=True,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from datetime import UTC
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -15,7 +16,7 @@ from leads.models import Lead, LeadStatus
 from routing.decisions import clear_live_config_cache
 from routing.models import Assignment, AssignmentKind, Rep
 from routing.rules_io import rules_import
-from routing.services import lead_process
+from routing.services import lead_process, lead_reassign
 from tests.leads.factories import LeadFactory
 from tests.routing.test_pipeline import RULES
 
@@ -268,3 +269,27 @@ def test_a_lead_with_no_other_eligible_owner_stays_with_its_rep(rules):
     assert (report.moved, report.kept) == (0, 1)
     assert Assignment.objects.get(lead=lead, active=True).rep_id == ana.pk
     assert Lead.objects.get(pk=lead.pk).status == LeadStatus.ASSIGNED
+
+
+def test_a_manual_reassignment_counts_its_sla_in_working_hours_too(client):
+    """Only routed assignments counted in working hours; a reassignment at 16:50 to a rep
+    working 09:00-17:00 fell due at 17:20 instead of 09:20 the next working day."""
+    from datetime import datetime
+    from unittest import mock
+
+    from routing.models import Team, TeamMembership
+
+    hours = {"days": [1, 2, 3, 4, 5], "start": "09:00", "end": "17:00"}
+    ana = Rep.objects.create(email="ana@example.com", name="Ana", working_hours=hours)
+    ben = Rep.objects.create(email="ben@example.com", name="Ben", working_hours=hours)
+    team = Team.objects.create(name="Day shift", respect_working_hours=True, sla_minutes=30)
+    for position, rep in enumerate((ana, ben)):
+        TeamMembership.objects.create(team=team, rep=rep, position=position)
+    lead = LeadFactory(status=LeadStatus.ASSIGNED)
+    Assignment.objects.create(
+        lead=lead, rep=ana, team=team, team_name=team.name, rep_name="Ana", sla_minutes=30
+    )
+    wednesday = datetime(2025, 3, 5, 16, 50, tzinfo=UTC)
+    with mock.patch("routing.services.timezone.now", return_value=wednesday):
+        moved = lead_reassign(lead_id=lead.pk, rep_email=ben.email, reason="r", actor="user:m")
+    assert moved.sla_due_at == datetime(2025, 3, 6, 9, 20, tzinfo=UTC)
