@@ -71,6 +71,23 @@ class MetricsSnapshot:
     queue_lengths: dict[str, int] = field(default_factory=dict)
 
 
+_OUTCOME_EVENTS = (
+    EventType.ASSIGNED,
+    EventType.EXCLUDED,
+    EventType.UNASSIGNED,
+    EventType.FAILED,
+)
+# The processing outcome each event records, by the status api.md names. A sticky duplicate's
+# `assigned` event says kind "duplicate".
+_OUTCOME_CONDITIONS = {
+    LeadStatus.ASSIGNED: Q(type=EventType.ASSIGNED) & ~Q(data__kind="duplicate"),
+    LeadStatus.DUPLICATE: Q(type=EventType.ASSIGNED, data__kind="duplicate"),
+    LeadStatus.EXCLUDED: Q(type=EventType.EXCLUDED),
+    LeadStatus.UNASSIGNED: Q(type=EventType.UNASSIGNED),
+    LeadStatus.FAILED: Q(type=EventType.FAILED),
+}
+
+
 def metrics_snapshot() -> MetricsSnapshot:
     """Read every metric from the database (a fixed handful of aggregate queries)."""
     now = timezone.now()
@@ -89,12 +106,19 @@ def metrics_snapshot() -> MetricsSnapshot:
         .values_list("status", "n")
     ):
         snap.in_status[status] = n
-        if status not in _WAITING:
-            snap.processed_by_status[status] = n
+    # A counter must never go down: outcomes are counted from the append-only audit log (a lead
+    # re-routed from unassigned counts its first outcome and its second), not from the leads'
+    # current status, which moves back to `received` when a lead is retried.
+    outcomes = Event.objects.filter(type__in=_OUTCOME_EVENTS).aggregate(
+        **{
+            status: Count("id", filter=condition)
+            for status, condition in _OUTCOME_CONDITIONS.items()
+        }
+    )
     for status in LeadStatus.values:
         snap.in_status.setdefault(status, 0)
         if status not in _WAITING:
-            snap.processed_by_status.setdefault(status, 0)
+            snap.processed_by_status[status] = outcomes.get(status) or 0
     waited = ExpressionWrapper(
         F("assigned_at") - F("lead__received_at"), output_field=DurationField()
     )

@@ -44,13 +44,35 @@ def scrape(client: Client, **headers: str) -> dict[tuple[str, tuple[tuple[str, s
     return samples(response.content.decode())
 
 
+def test_processed_is_a_counter_that_never_goes_down(client: Client, settings: Any) -> None:
+    """It was the leads' current status: re-routing an unassigned lead made it go down (1 -> 0),
+    which Prometheus reads as a counter reset."""
+    from routing.services import lead_process, lead_reroute
+
+    settings.ENQUEUE_IN_BACKGROUND = False
+    lead = LeadFactory()
+    lead_process(lead_id=lead.id)  # no ruleset: unassigned
+
+    def processed(status: str) -> float:
+        COLLECTOR.clear()
+        got = scrape(client)
+        return got[("leadrouter_leads_processed_total", (("status", status),))]
+
+    assert processed("unassigned") == 1
+    lead_reroute(lead_id=lead.id, actor="user:m")
+    lead_process(lead_id=lead.id)
+    assert processed("unassigned") == 2
+
+
 def test_values_agree_with_the_database(client: Client) -> None:
     now = timezone.now()
     web = SourceFactory(slug="webinar")
     form = SourceFactory(slug="form")
     for _ in range(3):
-        LeadFactory(source=web, status=LeadStatus.ASSIGNED)
-    LeadFactory(source=form, status=LeadStatus.UNASSIGNED)
+        assigned = LeadFactory(source=web, status=LeadStatus.ASSIGNED)
+        event_record(type=EventType.ASSIGNED, lead=assigned, data={"kind": "initial"})
+    unassigned = LeadFactory(source=form, status=LeadStatus.UNASSIGNED)
+    event_record(type=EventType.UNASSIGNED, lead=unassigned)
     LeadFactory(source=form, status=LeadStatus.RECEIVED, received_at=now - timedelta(seconds=90))
     LeadFactory(source=form, status=LeadStatus.RECEIVED, received_at=now - timedelta(seconds=30))
     # Time to assign: 0.2 s, 4 s and 45 s.
