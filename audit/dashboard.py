@@ -189,7 +189,7 @@ def _pct(value: int, scale: int) -> float:
     return round(min(100.0, 100.0 * value / scale), 1) if scale else 0.0
 
 
-def rep_loads(*, day_start: datetime) -> list[RepLoad]:
+def rep_loads(*, day_start: datetime, team_ids: list[int] | None = None) -> list[RepLoad]:
     """Active reps, busiest first: open leads against max_open, today's against max_per_day.
 
     "Today" is the UTC day here (the engine counts each rep's local day).
@@ -208,8 +208,11 @@ def rep_loads(*, day_start: datetime) -> list[RepLoad]:
         .values_list("rep_id")
         .annotate(n=Count("pk"))
     )
+    active = Rep.objects.filter(active=True)
+    if team_ids is not None:  # a manager scoped to their teams sees their members only
+        active = active.filter(memberships__team_id__in=team_ids).distinct()
     reps = sorted(
-        Rep.objects.filter(active=True).only("name", "max_open", "max_per_day"),
+        active.only("name", "max_open", "max_per_day"),
         key=lambda rep: (-opened.get(rep.pk, 0), rep.name),
     )[:REP_LIMIT]
     busiest_open = max((opened.get(rep.pk, 0) for rep in reps), default=0)
@@ -240,8 +243,14 @@ def rep_loads(*, day_start: datetime) -> list[RepLoad]:
     return loads
 
 
-def dashboard(*, hours: int = 3, now: datetime | None = None) -> Dashboard:
-    """The dashboard's numbers and charts over the last ``hours``."""
+def dashboard(
+    *, hours: int = 3, now: datetime | None = None, team_ids: list[int] | None = None
+) -> Dashboard:
+    """The dashboard's numbers and charts over the last ``hours``.
+
+    ``team_ids`` (a manager scoped to their teams): rep loads of their members only, and no
+    operational alerts (those are about the whole system, for operators and RevOps).
+    """
     now = now or timezone.now()
     end = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
     minutes = hours * 60
@@ -288,6 +297,6 @@ def dashboard(*, hours: int = 3, now: datetime | None = None) -> Dashboard:
         ).count(),
         unassigned=stuck.get(LeadStatus.UNASSIGNED, 0),
         failed=stuck.get(LeadStatus.FAILED, 0),
-        alerts=dashboard_alerts(),
-        reps=rep_loads(day_start=day_start),
+        alerts=dashboard_alerts() if team_ids is None else [],
+        reps=rep_loads(day_start=day_start, team_ids=team_ids),
     )

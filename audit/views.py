@@ -25,6 +25,7 @@ from audit.selectors import (
     keyset_page,
     lead_detail,
     leads_visible_to,
+    managed_team_ids,
     reps_for_reassignment,
     sort_parse,
 )
@@ -225,7 +226,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         hours = min(max(int(request.GET.get("hours", "3")), 1), 24)
     except ValueError:
         hours = 3
-    data = metrics.dashboard(hours=hours)
+    data = metrics.dashboard(hours=hours, team_ids=managed_team_ids(request.user))
     context = {
         "d": data,
         "backlog_age": human_duration(data.backlog_oldest_age),

@@ -65,3 +65,21 @@ def test_the_page_actions_need_the_right_to_view_leads_too(client: Client):
     logged_in(client, user)
     assert client.post(f"/history/{lead.pk}/reassign/", {"reason": "r"}).status_code == 403
     assert client.post(f"/history/{lead.pk}/touch/").status_code == 403
+
+
+def test_a_scoped_manager_sees_only_their_teams_reps_and_no_system_alerts(client, settings):
+    from routing.models import TeamMembership
+    from routing.monitoring.alerts import alert_raise
+    from tests.routing.factories import RepFactory, TeamFactory
+
+    settings.HISTORY_SCOPE_TO_MANAGED_TEAMS = True
+    user = manager()
+    mine, theirs = TeamFactory(manager=user), TeamFactory()
+    my_rep, their_rep = RepFactory(name="Mine"), RepFactory(name="Theirs")
+    TeamMembership.objects.create(team=mine, rep=my_rep, position=0)
+    TeamMembership.objects.create(team=theirs, rep=their_rep, position=0)
+    alert_raise(kind="backlog", subject="pipeline", message="900 leads waiting")
+    logged_in(client, user)
+    d = client.get("/dashboard/").context["d"]
+    assert [load.name for load in d.reps] == ["Mine"]
+    assert d.alerts == []
