@@ -366,6 +366,9 @@ WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env.int(
     "WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", default=60_000
 )
 
+# The key that signs exported audit chain heads (audit_export_heads); keep it out of the database.
+AUDIT_HEADS_KEY = env.str("AUDIT_HEADS_KEY", default="")
+
 # Routing: duplicates are matched against leads of the last DEDUP_WINDOW_DAYS; an assignment
 # whose rule, tag rule and team name no SLA gets DEFAULT_SLA_MINUTES.
 DEDUP_WINDOW_DAYS = env.int("DEDUP_WINDOW_DAYS", default=90)

@@ -189,3 +189,52 @@ def test_publishing_rules_is_an_event_with_who_and_which_version(django_user_mod
     ]
     assert events[1].data["replaced_version"] == first.version
     assert events[0].data["rules"] == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_exported_heads_catch_a_deleted_tail_and_a_rewritten_rehashed_chain(tmp_path):
+    """Without heads, deleting a chain's last row or rewriting a row and rehashing every row
+    after it passed audit_verify. Heads exported before (signed) catch both."""
+    from audit.hashing import HASHED
+
+    first, second = LeadFactory(received_event=False), LeadFactory(received_event=False)
+    _chain(first, 3)
+    _chain(second, 2)
+    heads = tmp_path / "heads.json"
+    call_command("audit_export_heads", "--output", str(heads), stderr=StringIO())
+    call_command("audit_verify", "--heads", str(heads), stdout=StringIO())
+
+    # Delete the tail of one chain, rewrite and rehash the other.
+    last = Event.objects.get(chain=str(first.pk), seq=3)
+    _tamper("DELETE FROM audit_event WHERE id = %s", [last.pk])
+    prev = ""
+    for row in Event.objects.filter(chain=str(second.pk)).order_by("seq").values("id", *HASHED):
+        values = {**row, "prev_hash": prev}
+        if row["seq"] == 1:
+            values["actor"] = "forger"
+        digest = event_hash(values)
+        _tamper(
+            "UPDATE audit_event SET actor = %s, prev_hash = %s, hash = %s WHERE id = %s",
+            [values["actor"], prev, digest, row["id"]],
+        )
+        prev = digest
+    call_command("audit_verify", stdout=StringIO())  # the chains alone still look intact
+    err = StringIO()
+    with pytest.raises(CommandError, match="2 finding"):
+        call_command("audit_verify", "--heads", str(heads), stderr=err, stdout=StringIO())
+    assert f"truncated: chain {first.pk} seq 3" in err.getvalue()
+    assert f"rewritten: chain {second.pk} seq 2" in err.getvalue()
+
+
+def test_an_edited_heads_file_is_refused(tmp_path):
+    import json
+
+    _chain(LeadFactory(received_event=False), 2)
+    heads = tmp_path / "heads.json"
+    call_command("audit_export_heads", "--output", str(heads), stderr=StringIO())
+    document = json.loads(heads.read_text())
+    chain = next(iter(document["heads"]))
+    document["heads"][chain][0] = 1  # pretend the chain was shorter
+    heads.write_text(json.dumps(document))
+    with pytest.raises(CommandError, match="signature does not match"):
+        call_command("audit_verify", "--heads", str(heads), stdout=StringIO())

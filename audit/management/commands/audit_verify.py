@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from audit.heads import audit_heads_check
 from audit.verify import audit_verify
 
 
@@ -14,12 +17,26 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--chain", help="Only this chain (a lead id, or 'routing').")
+        parser.add_argument(
+            "--heads",
+            help="Also check the heads exported earlier to this file (audit_export_heads): "
+            "catches deleted last rows and rewritten-and-rehashed chains.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         report = audit_verify(chain=options.get("chain"))
-        for finding in report.findings:
-            self.stderr.write(str(finding))
+        findings = list(report.findings)
         summary = f"{report.events} events in {report.chains} chains"
-        if not report.ok:
-            raise CommandError(f"audit log tampered: {len(report.findings)} finding(s); {summary}")
+        if options.get("heads"):
+            try:
+                document = json.loads(Path(options["heads"]).read_text(encoding="utf-8"))
+                heads = audit_heads_check(document)
+            except (OSError, ValueError) as error:
+                raise CommandError(f"cannot use {options['heads']}: {error}") from None
+            findings += heads.findings
+            summary += f"; {heads.checked} exported heads checked"
+        for finding in findings:
+            self.stderr.write(str(finding))
+        if findings:
+            raise CommandError(f"audit log tampered: {len(findings)} finding(s); {summary}")
         self.stdout.write(f"audit log intact: {summary}")
