@@ -1,23 +1,23 @@
-"""``manage.py seed_demo``: demo data for a first look. Idempotent."""
+"""``manage.py seed_demo``: the demo company (Northwind Cloud) for a first look. Idempotent."""
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import transaction
 
-from routing.editor.permissions import revops_group_sync
-
-DEMO_GROUPS = ("RevOps", "Sales managers")
+from routing.demo import company
+from routing.demo.seed import LOGINS, demo_seed, demo_state_path
 
 
 class Command(BaseCommand):
-    help = "Create demo data and an admin login (idempotent)."
+    help = (
+        "Create the demo company: 4 teams, 15 reps, territories, 30 named accounts, value lists, "
+        "a published ruleset with saved test cases, two sources, and admin, RevOps and "
+        "sales-manager logins. Idempotent: a second run changes nothing and prints the same "
+        "logins and tokens."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -25,26 +25,38 @@ class Command(BaseCommand):
             action="store_true",
             help="Only seed when the database has no users yet (used by `make run`).",
         )
+        parser.add_argument(
+            "--base-url",
+            default="http://127.0.0.1:8000",
+            help="Where the web server answers, for the URLs printed at the end.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        user_model = get_user_model()
-        if options["if_empty"] and user_model.objects.exists():
+        if options["if_empty"] and get_user_model().objects.exists():
             self.stdout.write("Database already has data; not seeding.")
             return
-        with transaction.atomic():
-            for name in DEMO_GROUPS:
-                Group.objects.get_or_create(name=name)
-            revops_group_sync()  # the RevOps group may edit routing in the admin
-            admin, created = user_model.objects.get_or_create(
-                username="admin",
-                defaults={"email": "admin@example.com", "is_staff": True, "is_superuser": True},
-            )
-            login_file = settings.VAR_DIR / "demo-login.txt"
-            if created or not login_file.exists():
-                password = secrets.token_urlsafe(12)
-                admin.set_password(password)
-                admin.save(update_fields=["password"])
-                login_file.write_text(f"admin {password}\n")
-                login_file.chmod(0o600)
-        username, password = login_file.read_text().split()
-        self.stdout.write(self.style.SUCCESS(f"Demo admin login: {username} / {password}"))
+        result = demo_seed()
+        state = result.state
+        base = options["base_url"].rstrip("/")
+        say = self.stdout.write
+        version = f"v{result.ruleset_version}"
+        say(self.style.SUCCESS("Demo company Northwind Cloud is ready."))
+        say(
+            f"  Ruleset {version} is published"
+            f"{'' if result.ruleset_created else ' (unchanged)'}; "
+            f"{result.test_cases} saved test cases."
+        )
+        say("  Logins:")
+        for username, (role, *_) in LOGINS.items():
+            say(f"    {username} / {state.passwords[username]}   {role}")
+        say("  Sources (tokens are shown here because this is a demo; keep real ones secret):")
+        for slug in (company.FORM_SOURCE, company.WEBINAR_SOURCE):
+            say(f"    {base}/api/v1/intake/{slug}/   token {state.source_tokens[slug]}")
+        say(
+            "  Try: curl -X POST -H 'Authorization: Bearer "
+            f"{state.source_tokens[company.FORM_SOURCE]}' -H 'Content-Type: application/json' "
+            '-d \'{"your-email": "lea@spree-digital.de", "company-name": "Spree Digital", '
+            f'"country-code": "DE", "zip": "10115"}}\' {base}/api/v1/intake/'
+            f"{company.FORM_SOURCE}/"
+        )
+        say(f"  (kept in {demo_state_path()}, readable only by you)")
