@@ -10,12 +10,14 @@ PORT ?= 8000
 export UV_PYTHON_DOWNLOADS ?= never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: setup run test test-services lint format migrate seed bench clean help
+.PHONY: setup run test test-services lint format migrate seed spike traffic bench clean help
 
 help:
 	@echo "make run     set up and run web + worker + beat (embedded SQLite and broker by default)"
 	@echo "make test    set up and run the test suite"
 	@echo "make lint    ruff check, ruff format --check, mypy, import contracts"
+	@echo "make spike   (with make run up) post a webinar spike of SPIKE=400 demo leads"
+	@echo "make traffic (with make run up) post COUNT=200 demo leads at RATE=5 per second"
 
 # Bootstrap uv into a virtualenv of its own. Where `python3 -m venv` does not work (Debian and
 # Ubuntu without python3-venv), install it with `pip install --user` instead (the retry covers
@@ -62,16 +64,29 @@ define static_is_stale
 endef
 
 run: migrate
-	@$(PY) manage.py seed_demo --if-empty
+	@$(PY) manage.py seed_demo --if-empty --base-url http://$(HOST):$(PORT)
 	@if $(static_is_stale); then $(PY) manage.py collectstatic --noinput -v 0; \
 	else echo "Static files are up to date ($(STATIC_MANIFEST))."; fi
 	@echo ""
-	@echo "  LeadRouter is starting (web, worker, beat). Ctrl-C stops all three."
-	@echo "    Admin:      http://$(HOST):$(PORT)/admin/   (login: $$(cat var/demo-login.txt 2>/dev/null))"
+	@echo "  LeadRouter is starting (web, worker, beat). Ctrl-C stops them all."
+	@echo "    Admin:      http://$(HOST):$(PORT)/admin/"
+	@if [ -f var/demo-login.txt ]; then echo "    Logins:"; sed 's/^/      /' var/demo-login.txt; fi
 	@echo "    API docs:   http://$(HOST):$(PORT)/api/v1/docs/"
 	@echo "    Readiness:  http://$(HOST):$(PORT)/readyz"
 	@echo ""
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HOST=$(HOST) PORT=$(PORT) $(VENV)/bin/honcho start -f Procfile
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HOST=$(HOST) PORT=$(PORT) \
+	  LEADROUTER_URL=http://$(if $(filter 0.0.0.0,$(HOST)),127.0.0.1,$(HOST)):$(PORT) \
+	  $(VENV)/bin/honcho start -f Procfile
+
+# Demo traffic for a running `make run` (see simulate_traffic --help for more).
+SPIKE ?= 400
+COUNT ?= 200
+RATE ?= 5
+spike: setup
+	$(PY) manage.py simulate_traffic --url http://$(HOST):$(PORT) --spike $(SPIKE)
+
+traffic: setup
+	$(PY) manage.py simulate_traffic --url http://$(HOST):$(PORT) --count $(COUNT) --rate $(RATE)
 
 # pytest exits 5 when it collects no tests. With a filter in PYTEST_ARGS (-k, -m, a path) that is
 # no failure; a plain `make test` that collects nothing has lost the suite, and fails.

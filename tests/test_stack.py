@@ -98,6 +98,15 @@ def test_web_worker_and_beat_run_together_and_stop_on_ctrl_c(tmp_path, settings)
         )
         print(f"first 200 from /readyz after {waited:.1f}s")
 
+        # Once up, `make run` says what to try first.
+        wait_until(
+            lambda: "Three things to try" in stack.text(),
+            timeout=30,
+            message=f"no first-steps hints:\n{stack.text()[-4000:]}",
+        )
+        assert f"{base}/dashboard/" in stack.text()
+        assert "make spike" in stack.text()
+
         # Beat publishes a heartbeat into every queue; the worker executes them.
         wait_until(
             lambda: QueueHeartbeat.objects.count() == 4,
