@@ -29,6 +29,7 @@ class EventType(models.TextChoices):
     REROUTE_REQUESTED = "reroute_requested"
     FAILED = "failed"
     RULES_PUBLISHED = "rules_published"
+    CONFIG_IMPORTED = "config_imported"
 
 
 # The chain of events that are not about one lead (rules published, configuration changes).

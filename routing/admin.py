@@ -16,18 +16,19 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, F, QuerySet
 from django.forms import BaseInlineFormSet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from routing.editor import views
+from routing.editor import jobs, tables, views
 from routing.editor.forms import OutOfOfficeForm, RoutingTestCaseForm, RuleForm
 from routing.engine import MAX_TEAM_WEIGHT, RuleErrors
 from routing.engine.describe import describe_action, describe_condition
 from routing.models import (
     Account,
+    AdminJob,
     QueueHeartbeat,
     Rep,
     RoutingTestCase,
@@ -220,8 +221,44 @@ class TeamAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
         )
 
 
+class CsvTableAdmin(admin.ModelAdmin):
+    """Admin mixin: *Import CSV* and *Export CSV* pages (``routing.editor.tables``)."""
+
+    csv_table: tables.Table = "territories"
+    change_list_template = "admin/routing/csv_change_list.html"
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        model = self.model._meta.model_name
+        can_import = request.user.has_perms([f"routing.add_{model}", f"routing.change_{model}"])
+        return super().changelist_view(request, {**(extra_context or {}), "can_import": can_import})
+
+    def get_urls(self) -> list[URLPattern]:
+        model = self.model._meta.model_name
+
+        def import_csv(request: HttpRequest) -> HttpResponse:
+            return tables.import_view(self, request, self.csv_table)
+
+        def export_csv(request: HttpRequest) -> StreamingHttpResponse:
+            return tables.export_view(self, request, self.csv_table)
+
+        return [
+            path(
+                "import/",
+                self.admin_site.admin_view(import_csv),
+                name=f"routing_{model}_import",
+            ),
+            path(
+                "export/",
+                self.admin_site.admin_view(export_csv),
+                name=f"routing_{model}_export",
+            ),
+            *super().get_urls(),
+        ]
+
+
 @admin.register(Territory)
-class TerritoryAdmin(admin.ModelAdmin):
+class TerritoryAdmin(CsvTableAdmin):
+    csv_table = "territories"
     list_display = ("name", "countries", "regions", "team", "rep")
     list_select_related = ("team", "rep")
     list_filter = ("team",)
@@ -231,13 +268,62 @@ class TerritoryAdmin(admin.ModelAdmin):
 
 
 @admin.register(Account)
-class AccountAdmin(admin.ModelAdmin):
+class AccountAdmin(CsvTableAdmin):
+    csv_table = "accounts"
     list_display = ("domain", "name", "owner", "tier")
     list_select_related = ("owner",)
     list_filter = ("tier",)
     search_fields = ("domain", "name", "owner__email")
     autocomplete_fields = ("owner",)
     readonly_fields = ("created_at", "updated_at")
+
+
+@admin.register(AdminJob)
+class AdminJobAdmin(admin.ModelAdmin):
+    """Background replays and imports: read-only; each opens its progress (or result) page."""
+
+    list_display = ("job", "kind", "status", "requested_by", "created_at", "finished_at")
+    list_display_links = None
+    list_filter = ("kind", "status")
+    list_select_related = ("requested_by",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="job")
+    def job(self, obj: AdminJob) -> str:
+        return format_html(
+            '<a href="{}">#{}</a>',
+            reverse("admin:routing_adminjob_progress", args=[obj.pk]),
+            obj.pk,
+        )
+
+    def get_urls(self) -> list[URLPattern]:
+        def progress(request: HttpRequest, pk: int) -> HttpResponse:
+            return jobs.job_progress_view(self, request, pk)
+
+        def status(request: HttpRequest, pk: int) -> HttpResponse:
+            return jobs.job_status_view(self, request, pk)
+
+        return [
+            path(
+                "<int:pk>/progress/",
+                self.admin_site.admin_view(progress),
+                name="routing_adminjob_progress",
+            ),
+            path(
+                "<int:pk>/status.json",
+                self.admin_site.admin_view(status),
+                name="routing_adminjob_status",
+            ),
+            *super().get_urls(),
+        ]
 
 
 @admin.register(ValueList)

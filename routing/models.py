@@ -749,6 +749,91 @@ class QueueHeartbeat(models.Model):
         return f"{self.queue} @ {self.last_seen_at:%Y-%m-%d %H:%M:%S}"
 
 
+class AdminJobKind(models.TextChoices):
+    REPLAY = "replay", "Replay"
+    TERRITORIES_IMPORT = "territories_import", "Territories import"
+    ACCOUNTS_IMPORT = "accounts_import", "Accounts import"
+
+
+class AdminJobStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class AdminJob(models.Model):
+    """A long admin operation (a large replay, a CSV import) run by a worker, with its progress.
+
+    ``updated_at`` is the worker's heartbeat (written with every batch of progress): a queued or
+    running job without one for ``ADMIN_JOB_STALE_SECONDS`` is stalled, and says so. ``attempt``
+    counts claims; a worker finishes a job only while its claim is the current one.
+    """
+
+    kind = models.CharField(max_length=32, choices=AdminJobKind.choices)
+    status = models.CharField(
+        max_length=16, choices=AdminJobStatus.choices, default=AdminJobStatus.QUEUED
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    ruleset = models.ForeignKey(
+        RuleSet, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
+    params = models.JSONField(default=dict, blank=True)
+    # The uploaded file of an import, kept until the job ends.
+    input = models.TextField(blank=True)
+    phase = models.CharField(max_length=64, blank=True)
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    attempt = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=dj_timezone.now)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=AdminJobKind.values), name="admin_job_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=AdminJobStatus.values), name="admin_job_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind=AdminJobKind.REPLAY, ruleset__isnull=False)
+                | ~Q(kind=AdminJobKind.REPLAY),
+                name="admin_job_replay_has_ruleset",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} #{self.pk} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (AdminJobStatus.DONE, AdminJobStatus.FAILED)
+
+    @property
+    def stalled(self) -> bool:
+        """Queued or running, but no worker has reported for ``ADMIN_JOB_STALE_SECONDS``."""
+        if self.is_finished:
+            return False
+        age = (dj_timezone.now() - self.updated_at).total_seconds()
+        return age > settings.ADMIN_JOB_STALE_SECONDS
+
+    @property
+    def percent(self) -> int:
+        if self.status == AdminJobStatus.DONE:
+            return 100
+        if not self.progress_total:
+            return 0
+        return min(100, self.progress_done * 100 // self.progress_total)
+
+
 # --- Saved test cases ---------------------------------------------------------------------------
 
 

@@ -6,7 +6,9 @@ import logging
 
 from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
 
+from routing.admin_jobs import admin_job_run
 from routing.services import heartbeat_record, lead_process
 
 logger = logging.getLogger(__name__)
@@ -16,6 +18,17 @@ logger = logging.getLogger(__name__)
 def heartbeat(self: Task, queue: str) -> None:
     """Prove that a worker drains ``queue``: beat sends one into every queue."""
     heartbeat_record(queue=queue, worker=self.request.hostname or "")
+
+
+@shared_task(
+    name="maintenance.admin_job",
+    acks_late=True,
+    time_limit=settings.ADMIN_JOB_TIME_LIMIT_SECONDS,
+    soft_time_limit=max(1, settings.ADMIN_JOB_TIME_LIMIT_SECONDS - 30),
+)
+def admin_job(job_id: int) -> None:
+    """Run a large replay or CSV import started in the admin (safe to deliver twice)."""
+    admin_job_run(job_id=job_id)
 
 
 @shared_task(name="routing.process_lead")

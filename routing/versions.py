@@ -9,12 +9,13 @@ configuration as the worker (``routing.decisions``) but write nothing and move n
 from __future__ import annotations
 
 import difflib
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F, Max, Min, Prefetch
@@ -57,7 +58,8 @@ if TYPE_CHECKING:
 
 PRIORITY_STEP = 10
 REPLAY_DEFAULT = 500
-REPLAY_MAX = 5000  # synchronous: bounded so a page load stays within seconds
+REPLAY_CHUNK = 500  # leads read (and progress reported) at a time
+REPLAY_ROWS_KEPT = 5000  # changed leads listed; every change is counted
 
 _OUTCOME_STATUS = {
     "owner": LeadStatus.ASSIGNED,
@@ -405,13 +407,21 @@ class ReplayRow:
 
 @dataclass(frozen=True, slots=True)
 class ReplayResult:
-    """A version replayed over the last processed leads: what would change, and per rep."""
+    """A version replayed over the last processed leads: what would change, and per rep.
+
+    ``changed`` counts every lead that would change; ``rows`` lists the newest of them (at most
+    ``REPLAY_ROWS_KEPT``), newest first.
+    """
 
     ruleset: RuleSet
     considered: int
     rows: tuple[ReplayRow, ...]
     per_rep: tuple[tuple[str, int, int, str], ...]  # (rep, before, after, "+3"), most moved first
+    changed: int = 0
     at: datetime = field(default_factory=timezone.now)
+
+
+ReplayProgress = Callable[[int, int], None]  # (leads decided so far, leads in all)
 
 
 def _before(lead: Lead, active: Assignment | None) -> Outcome:
@@ -445,18 +455,10 @@ def _after(config: LiveConfig, lead: Lead, snap: Any, now: datetime) -> Outcome:
     )
 
 
-def ruleset_replay(*, ruleset: RuleSet, limit: int = REPLAY_DEFAULT) -> ReplayResult:
-    """Decide the last ``limit`` processed leads with ``ruleset`` and today's reps; read-only.
-
-    Turns move in memory from one lead to the next (as if they were routed now, oldest first)
-    and are never written. Raises RuleErrors when the version does not compile.
-    """
-    limit = max(1, min(limit, REPLAY_MAX))
-    config = live_config(ruleset.version)
-    now = timezone.now()
-    snap = _snapshot(config, now)
-    leads = list(
-        Lead.objects.filter(status__in=_PROCESSED, processed_at__isnull=False)
+def _replayed_leads(ids: Sequence[Any]) -> list[Lead]:
+    """The leads of ``ids`` with their source and current assignment, in the order of ``ids``."""
+    leads = (
+        Lead.objects.filter(pk__in=ids)
         .select_related("source")
         .prefetch_related(
             Prefetch(
@@ -465,31 +467,63 @@ def ruleset_replay(*, ruleset: RuleSet, limit: int = REPLAY_DEFAULT) -> ReplayRe
                 to_attr="active_assignments",
             )
         )
-        .order_by("-processed_at", "-received_at")[:limit]
     )
-    leads.reverse()  # oldest first, so turns rotate in arrival order
-    rows: list[ReplayRow] = []
+    by_id = {lead.pk: lead for lead in leads}
+    return [by_id[pk] for pk in ids if pk in by_id]
+
+
+def ruleset_replay(
+    *,
+    ruleset: RuleSet,
+    limit: int = REPLAY_DEFAULT,
+    progress: ReplayProgress | None = None,
+) -> ReplayResult:
+    """Decide the last ``limit`` processed leads with ``ruleset`` and today's reps; read-only.
+
+    Turns move in memory from one lead to the next (as if they were routed now, oldest first)
+    and are never written. At most ``REPLAY_MAX_LEADS`` (a setting) leads; they are read
+    ``REPLAY_CHUNK`` at a time, and ``progress`` is called after each chunk. Raises RuleErrors
+    when the version does not compile.
+    """
+    limit = max(1, min(limit, settings.REPLAY_MAX_LEADS))
+    config = live_config(ruleset.version)
+    now = timezone.now()
+    snap = _snapshot(config, now)
+    ids = list(
+        Lead.objects.filter(status__in=_PROCESSED, processed_at__isnull=False)
+        .order_by("-processed_at", "-received_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    ids.reverse()  # oldest first, so turns rotate in arrival order
+    rows: deque[ReplayRow] = deque(maxlen=REPLAY_ROWS_KEPT)  # the newest changes
+    changed_count = considered = 0
     before_counts: Counter[str] = Counter()
     after_counts: Counter[str] = Counter()
-    for lead in leads:
-        active = lead.active_assignments[0] if lead.active_assignments else None
-        before = _before(lead, active)
-        after = _after(config, lead, snap, now)
-        if before.rep:
-            before_counts[before.owner_label] += 1
-        if after.rep:
-            after_counts[after.owner_label] += 1
-        changed = tuple(
-            what
-            for what, a, b in (
-                ("owner", before.rep.casefold(), after.rep.casefold()),
-                ("team", before.team, after.team),
-                ("status", before.status, after.status),
+    for start in range(0, len(ids), REPLAY_CHUNK):
+        for lead in _replayed_leads(ids[start : start + REPLAY_CHUNK]):
+            considered += 1
+            assigned = lead.active_assignments  # type: ignore[attr-defined]  # prefetched
+            active = assigned[0] if assigned else None
+            before = _before(lead, active)
+            after = _after(config, lead, snap, now)
+            if before.rep:
+                before_counts[before.owner_label] += 1
+            if after.rep:
+                after_counts[after.owner_label] += 1
+            changed = tuple(
+                what
+                for what, a, b in (
+                    ("owner", before.rep.casefold(), after.rep.casefold()),
+                    ("team", before.team, after.team),
+                    ("status", before.status, after.status),
+                )
+                if a != b
             )
-            if a != b
-        )
-        if changed:
-            rows.append(ReplayRow(lead=lead, before=before, after=after, changed=changed))
+            if changed:
+                changed_count += 1
+                rows.append(ReplayRow(lead=lead, before=before, after=after, changed=changed))
+        if progress is not None:
+            progress(min(start + REPLAY_CHUNK, len(ids)), len(ids))
     reps = set(before_counts) | set(after_counts)
     per_rep = sorted(
         (
@@ -503,10 +537,45 @@ def ruleset_replay(*, ruleset: RuleSet, limit: int = REPLAY_DEFAULT) -> ReplayRe
         ),
         key=lambda row: (-abs(row[2] - row[1]), row[0]),
     )
-    rows.reverse()  # newest first on the page
     return ReplayResult(
-        ruleset=ruleset, considered=len(leads), rows=tuple(rows), per_rep=tuple(per_rep)
+        ruleset=ruleset,
+        considered=considered,
+        rows=tuple(reversed(rows)),  # newest first on the page
+        per_rep=tuple(per_rep),
+        changed=changed_count,
     )
+
+
+def _outcome_data(outcome: Outcome) -> dict[str, Any]:
+    return {
+        "status": outcome.status,
+        "owner": outcome.owner_label,
+        "team": outcome.team,
+        "rule": outcome.rule,
+    }
+
+
+def replay_result_data(result: ReplayResult) -> dict[str, Any]:
+    """A replay's result as plain JSON: what the replay page shows, kept by a background run."""
+    return {
+        "ruleset_version": result.ruleset.version,
+        "considered": result.considered,
+        "changed": result.changed,
+        "at": result.at.isoformat(),
+        "per_rep": [list(row) for row in result.per_rep],
+        "rows": [
+            {
+                "lead_id": str(row.lead.pk),
+                "email": row.lead.email,
+                "company": row.lead.company,
+                "country": row.lead.country,
+                "changed": list(row.changed),
+                "before": _outcome_data(row.before),
+                "after": _outcome_data(row.after),
+            }
+            for row in result.rows
+        ],
+    }
 
 
 # --- Rotation state, for people -----------------------------------------------------------------

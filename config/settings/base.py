@@ -379,6 +379,17 @@ DEDUP_WINDOW_DAYS = env.int("DEDUP_WINDOW_DAYS", default=90)
 REROUTE_OPEN_LEADS_ON_ABSENCE = env.bool("REROUTE_OPEN_LEADS_ON_ABSENCE", default=True)
 DEFAULT_SLA_MINUTES = env.int("DEFAULT_SLA_MINUTES", default=60)
 
+# Admin replays and CSV imports: up to the *_SYNC_* size they run while the page loads; larger
+# ones run as a background job on the maintenance queue, with a progress page. A job that no
+# worker has reported on for ADMIN_JOB_STALE_SECONDS is shown as stalled (an error, not a
+# spinner); ADMIN_JOB_TIME_LIMIT_SECONDS bounds one run.
+REPLAY_SYNC_MAX_LEADS = env.int("REPLAY_SYNC_MAX_LEADS", default=500)
+REPLAY_MAX_LEADS = env.int("REPLAY_MAX_LEADS", default=50_000)
+ADMIN_IMPORT_SYNC_MAX_ROWS = env.int("ADMIN_IMPORT_SYNC_MAX_ROWS", default=2_000)
+ADMIN_IMPORT_MAX_BYTES = env.int("ADMIN_IMPORT_MAX_BYTES", default=20 * 1024 * 1024)
+ADMIN_JOB_STALE_SECONDS = env.int("ADMIN_JOB_STALE_SECONDS", default=120)
+ADMIN_JOB_TIME_LIMIT_SECONDS = env.int("ADMIN_JOB_TIME_LIMIT_SECONDS", default=900)
+
 READYZ_BROKER_TIMEOUT_SECONDS = env.float("READYZ_BROKER_TIMEOUT_SECONDS", default=2.0)
 DB_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int("DB_UNAVAILABLE_RETRY_AFTER_SECONDS", default=30)
 

@@ -20,6 +20,7 @@ _ROUTING_MODELS = (
     "ruleset",
     "rule",
     "routingtestcase",
+    "adminjob",  # background replays and imports (the admin shows them read-only)
 )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -16,14 +17,15 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from routing.admin_jobs import admin_job_start_replay
 from routing.editor.forms import SimulateForm
 from routing.engine import RuleErrors
-from routing.models import Rule, RuleSet, RuleSetStatus
+from routing.models import AdminJob, AdminJobKind, Rule, RuleSet, RuleSetStatus
 from routing.versions import (
     REPLAY_DEFAULT,
-    REPLAY_MAX,
     TestCasesFailing,
     outcome_simulated,
+    replay_result_data,
     rule_move,
     ruleset_diff,
     ruleset_new_draft,
@@ -109,27 +111,53 @@ def simulate_view(model_admin: ModelAdmin[Any], request: HttpRequest) -> HttpRes
 
 
 def replay_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) -> HttpResponse:
-    """A version replayed over the last N processed leads: what would change; writes nothing."""
+    """A version replayed over the last N processed leads: what would change; writes nothing.
+
+    Up to ``REPLAY_SYNC_MAX_LEADS`` leads it runs while the page loads; more (RevOps only) start
+    a background job and open its progress page.
+    """
     _require(request, "view_ruleset")
     ruleset = get_object_or_404(RuleSet, pk=pk)
+    data = request.POST if request.method == "POST" else request.GET
     try:
-        limit = int(request.GET.get("n", REPLAY_DEFAULT))
+        limit = int(data.get("n", REPLAY_DEFAULT))
     except ValueError:
         limit = REPLAY_DEFAULT
-    limit = max(1, min(limit, REPLAY_MAX))
+    limit = max(1, min(limit, settings.REPLAY_MAX_LEADS))
+    sync_max = settings.REPLAY_SYNC_MAX_LEADS
     result = error = None
-    if "run" in request.GET:
-        try:
-            result = ruleset_replay(ruleset=ruleset, limit=limit)
-        except RuleErrors as exc:
-            error = f"Version {ruleset.version} does not compile: {exc}"
+    if request.method == "POST" or "run" in request.GET:
+        if limit > sync_max:
+            _require(request, "change_ruleset")
+            if request.method == "POST":
+                job = admin_job_start_replay(
+                    ruleset=ruleset,
+                    limit=limit,
+                    actor=request.user,  # type: ignore[arg-type]
+                )
+                return HttpResponseRedirect(
+                    reverse("admin:routing_adminjob_progress", args=[job.pk])
+                )
+            error = f"More than {sync_max} leads run in the background: press Replay to start."
+        else:
+            try:
+                result = replay_result_data(ruleset_replay(ruleset=ruleset, limit=limit))
+            except RuleErrors as exc:
+                error = f"Version {ruleset.version} does not compile: {exc}"
+    can_run_large = request.user.has_perm("routing.change_ruleset")
     context = {
         **_context(model_admin, request, f"Replay version {ruleset.version}"),
         "ruleset": ruleset,
         "limit": limit,
-        "max": REPLAY_MAX,
+        "max": settings.REPLAY_MAX_LEADS if can_run_large else sync_max,
+        "sync_max": sync_max,
         "result": result,
         "error": error,
+        "jobs": (
+            AdminJob.objects.filter(kind=AdminJobKind.REPLAY, ruleset=ruleset)[:5]
+            if can_run_large
+            else []
+        ),
     }
     return TemplateResponse(request, "admin/routing/ruleset/replay.html", context)
 

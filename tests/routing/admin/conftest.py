@@ -47,3 +47,27 @@ def live(emea: Team) -> RuleSet:
     return published_ruleset(
         {"name": "Germany", "when": GERMANY, "action": {"type": "team", "team": "EMEA SDR"}},
     )
+
+
+@pytest.fixture
+def eager_tasks() -> Any:
+    """Run tasks sent with ``delay`` in the sending thread (for the background-job tests)."""
+    from config.celery import app
+
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def outsider(db: Any) -> Client:
+    """A staff user outside RevOps who may view the routing pages, not change them."""
+    from django.contrib.auth.models import Permission
+
+    user = User.objects.create_user("sam", password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="routing", codename__startswith="view_")
+    )
+    client = Client()
+    client.force_login(user)
+    return client

@@ -1,0 +1,213 @@
+"""Background admin jobs: a large replay or CSV import run by a worker, with progress.
+
+``admin_job_start_*`` create the job and enqueue ``maintenance.admin_job`` after commit;
+``admin_job_run`` (the task's one service) claims it, runs it reporting progress in batches, and
+ends it done or failed. It is safe to deliver twice (the task acks late): a finished job, or one
+another worker is visibly running, is left alone; a job whose worker went silent for
+``ADMIN_JOB_STALE_SECONDS`` is claimed again, and only the latest claim may finish it. A replay
+writes nothing but its job row; an import writes its data and ends its job in one transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from routing.engine import RuleErrors
+from routing.models import AdminJob, AdminJobKind, AdminJobStatus, RuleSet
+from routing.tables_io import TableErrors, tables_apply, tables_plan
+from routing.versions import replay_result_data, ruleset_replay
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
+
+logger = logging.getLogger(__name__)
+
+IMPORT_KINDS = {
+    "territories": AdminJobKind.TERRITORIES_IMPORT,
+    "accounts": AdminJobKind.ACCOUNTS_IMPORT,
+}
+
+
+def _user(actor: AbstractBaseUser | None) -> Any:
+    return actor if actor is not None and actor.pk is not None else None
+
+
+def _enqueue(job: AdminJob) -> None:
+    from routing.tasks import admin_job
+
+    transaction.on_commit(lambda: admin_job.delay(job.pk))
+
+
+@transaction.atomic
+def admin_job_start_replay(
+    *, ruleset: RuleSet, limit: int, actor: AbstractBaseUser | None = None
+) -> AdminJob:
+    """Queue a replay of ``ruleset`` over the last ``limit`` processed leads."""
+    limit = max(1, min(limit, settings.REPLAY_MAX_LEADS))
+    job = AdminJob.objects.create(
+        kind=AdminJobKind.REPLAY,
+        ruleset=ruleset,
+        requested_by=_user(actor),
+        params={"limit": limit},
+        progress_total=limit,
+    )
+    _enqueue(job)
+    return job
+
+
+@transaction.atomic
+def admin_job_start_import(
+    *,
+    table: str,
+    content: str,
+    file_name: str,
+    delete_missing: bool = False,
+    actor: AbstractBaseUser | None = None,
+) -> AdminJob:
+    """Queue the import of a territories or accounts CSV (kept on the job until it ends)."""
+    job = AdminJob.objects.create(
+        kind=IMPORT_KINDS[table],
+        requested_by=_user(actor),
+        params={"table": table, "file": file_name[:200], "delete_missing": delete_missing},
+        input=content,
+    )
+    _enqueue(job)
+    return job
+
+
+def _claim(job_id: int) -> AdminJob | None:
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.ADMIN_JOB_STALE_SECONDS)
+    claimed = (
+        AdminJob.objects.filter(pk=job_id)
+        .filter(
+            Q(status=AdminJobStatus.QUEUED) | Q(status=AdminJobStatus.RUNNING, updated_at__lt=stale)
+        )
+        .update(
+            status=AdminJobStatus.RUNNING,
+            attempt=F("attempt") + 1,
+            started_at=now,
+            updated_at=now,
+            progress_done=0,
+            error="",
+        )
+    )
+    return AdminJob.objects.filter(pk=job_id).first() if claimed else None
+
+
+def _mine(job: AdminJob) -> Any:
+    return AdminJob.objects.filter(pk=job.pk, attempt=job.attempt, status=AdminJobStatus.RUNNING)
+
+
+def _progress(job: AdminJob, phase: str) -> Any:
+    def report(done: int, total: int) -> None:
+        _mine(job).update(
+            phase=phase, progress_done=done, progress_total=total, updated_at=timezone.now()
+        )
+
+    return report
+
+
+def _finish(job: AdminJob, **values: Any) -> bool:
+    now = timezone.now()
+    return bool(_mine(job).update(finished_at=now, updated_at=now, input="", **values))
+
+
+def _run_replay(job: AdminJob) -> None:
+    ruleset = job.ruleset
+    if ruleset is None:  # a check constraint rules it out
+        raise ValueError(f"replay job {job.pk} has no ruleset")
+    try:
+        result = ruleset_replay(
+            ruleset=ruleset,
+            limit=int(job.params.get("limit", 0)),
+            progress=_progress(job, "deciding leads"),
+        )
+    except RuleErrors as exc:
+        _finish(
+            job,
+            status=AdminJobStatus.FAILED,
+            error=f"Version {ruleset.version} does not compile: {exc}",
+        )
+        return
+    _finish(
+        job,
+        status=AdminJobStatus.DONE,
+        phase="",
+        progress_done=result.considered,
+        progress_total=result.considered,
+        result=replay_result_data(result),
+    )
+
+
+class _Superseded(Exception):
+    """Another claim of the job took over: this run's writes are rolled back."""
+
+
+def _run_import(job: AdminJob) -> None:
+    table = job.params["table"]
+    try:
+        plan = tables_plan(
+            table=table,
+            content=job.input,
+            delete_missing=bool(job.params.get("delete_missing")),
+            progress=_progress(job, "checking rows"),
+        )
+    except TableErrors as exc:
+        _finish(
+            job,
+            status=AdminJobStatus.FAILED,
+            error=f"{exc.count} problem(s) in the file; nothing was written.",
+            result={"errors": list(exc.errors), "error_count": exc.count},
+        )
+        return
+    _progress(job, "writing")(plan.rows, plan.rows)
+    try:
+        with transaction.atomic():
+            # Lock the job: a second claim cannot finish it while this one writes.
+            AdminJob.objects.select_for_update().filter(pk=job.pk).first()
+            report = tables_apply(plan=plan, actor=job.requested_by, file_name=job.params["file"])
+            if not _finish(
+                job,
+                status=AdminJobStatus.DONE,
+                phase="",
+                progress_done=plan.rows,
+                progress_total=plan.rows,
+                result=report.as_data(),
+            ):
+                raise _Superseded
+    except _Superseded:
+        logger.warning("admin job %s was claimed again while it ran; this run gave way", job.pk)
+
+
+def admin_job_run(*, job_id: int) -> None:
+    """Claim and run one admin job; a job finished or running elsewhere is left alone."""
+    job = _claim(job_id)
+    if job is None:
+        logger.info("admin job %s is finished or running elsewhere: nothing to do", job_id)
+        return
+    try:
+        if job.kind == AdminJobKind.REPLAY:
+            _run_replay(job)
+        else:
+            _run_import(job)
+    except SoftTimeLimitExceeded:
+        _finish(
+            job,
+            status=AdminJobStatus.FAILED,
+            error="It took longer than the time limit "
+            f"({settings.ADMIN_JOB_TIME_LIMIT_SECONDS} s); nothing was written. "
+            "Try fewer leads or rows.",
+        )
+    except Exception as exc:
+        logger.exception("admin job %s failed", job_id)
+        _finish(job, status=AdminJobStatus.FAILED, error=f"It failed: {exc}")
+        raise
