@@ -488,6 +488,11 @@ BACKLOG_CHECK_IN_BEAT = env.bool("BACKLOG_CHECK_IN_BEAT", default=True)
 SLA_CHECK_INTERVAL_SECONDS = env.float("SLA_CHECK_INTERVAL_SECONDS", default=60.0)
 SLA_MAX_REASSIGNMENTS = env.int("SLA_MAX_REASSIGNMENTS", default=2)
 SLA_CHECK_BATCH_SIZE = env.int("SLA_CHECK_BATCH_SIZE", default=500)
+# One check_sla run handles at most this many due assignments (the next run carries on).
+SLA_CHECK_MAX_PER_RUN = env.int("SLA_CHECK_MAX_PER_RUN", default=5000)
+# An assignment whose SLA handling raised is retried after a pause (one interval, doubling, at
+# most an hour) and never blocks the others; after this many failures an `sla` alert opens.
+SLA_CHECK_ALERT_AFTER_FAILURES = env.int("SLA_CHECK_ALERT_AFTER_FAILURES", default=3)
 UNASSIGNED_RETRY_SECONDS = env.float("UNASSIGNED_RETRY_SECONDS", default=300.0)
 UNASSIGNED_RETRY_BATCH_SIZE = env.int("UNASSIGNED_RETRY_BATCH_SIZE", default=100)
 UNASSIGNED_ALERT_COUNT = env.int("UNASSIGNED_ALERT_COUNT", default=50)
