@@ -27,7 +27,7 @@ from config.celery import app as celery_app
 from leads.models import Lead, LeadStatus
 from routing.models import QueueHeartbeat
 from routing.monitoring.alerts import alert_raise, alert_resolve, open_alert_subjects
-from routing.monitoring.models import AlertKind
+from routing.monitoring.models import Alert, AlertKind, AlertStatus
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +160,29 @@ def _enrichment_refused(since: datetime) -> str:
         return ""
     reason = str((latest[1] or {}).get("reason", ""))
     return reason if any(code in reason for code in _AUTH_REFUSALS) else ""
+
+
+def _enrichment_recovered(now: datetime) -> bool:
+    """Positive evidence that the open enrichment alert's cause is gone (True when none is open).
+
+    Quiet is not evidence: with an expired key and no lead enriched lately, or with the breaker
+    open so that no call is made, no failure is recorded either. So the alert resolves only
+    after the provider answered: an ``enriched`` event from it (a success, or "no match", which
+    a half-open probe that succeeds also records) since the alert last saw the problem, or
+    when the HTTP provider is no longer configured.
+    """
+    from routing.enrichment.services import enrichment_http_enabled
+
+    last_bad = (
+        Alert.objects.filter(kind=AlertKind.ENRICHMENT, subject=ENRICHMENT, status=AlertStatus.OPEN)
+        .values_list("last_seen_at", flat=True)
+        .first()
+    )
+    if last_bad is None or not enrichment_http_enabled():
+        return True
+    return Event.objects.filter(
+        type=EventType.ENRICHED, at__gte=last_bad, at__lte=now, data__provider="http"
+    ).exists()
 
 
 def _age(now: datetime, since: datetime | None) -> float:
@@ -322,7 +345,7 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
             },
             now=now,
         )
-    else:
+    elif _enrichment_recovered(now):
         alert_resolve(
             kind=AlertKind.ENRICHMENT,
             subject=ENRICHMENT,
