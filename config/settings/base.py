@@ -503,6 +503,14 @@ METRICS_ALLOWED_NETWORKS: list[str] = env.list(
     "METRICS_ALLOWED_NETWORKS", default=["127.0.0.1/32", "::1/128"]
 )
 METRICS_CACHE_SECONDS = env.float("METRICS_CACHE_SECONDS", default=5.0)
+# The counters are stored totals up to a high-water mark plus the rows past it (no whole-table
+# counts per scrape). The mark moves past rows at least METRICS_SETTLE_SECONDS old (every
+# transaction that could still commit an older id has ended by then); check_backlog moves it,
+# and a scrape does when it is older than METRICS_REFRESH_SECONDS. Leads per status (a gauge)
+# are recounted every METRICS_STATUS_REFRESH_SECONDS, the waiting statuses at every scrape.
+METRICS_SETTLE_SECONDS = env.float("METRICS_SETTLE_SECONDS", default=300.0)
+METRICS_REFRESH_SECONDS = env.float("METRICS_REFRESH_SECONDS", default=60.0)
+METRICS_STATUS_REFRESH_SECONDS = env.float("METRICS_STATUS_REFRESH_SECONDS", default=300.0)
 CELERY_BEAT_SCHEDULE["monitoring-check-backlog"] = {
     "task": "maintenance.check_backlog",
     "schedule": BACKLOG_CHECK_INTERVAL_SECONDS,

@@ -10,6 +10,7 @@ __all__ = [
     "Alert",
     "AlertKind",
     "AlertStatus",
+    "MetricsState",
     "SlaBreach",
     "SlaBreachAction",
     "SlaCheckFailure",
@@ -142,3 +143,18 @@ class SlaCheckFailure(models.Model):
 
     def __str__(self) -> str:
         return f"SLA check of assignment {self.assignment_id} failed {self.failures} time(s)"
+
+
+class MetricsState(models.Model):
+    """The counters /metrics serves, summed up to a high-water mark (``routing.monitoring.
+    counters``): a scrape adds only the rows past it instead of counting whole tables."""
+
+    key = models.CharField(max_length=32, primary_key=True)
+    data = models.JSONField(default=dict, blank=True)
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "metrics state"
+
+    def __str__(self) -> str:
+        return f"metrics state {self.key} (refreshed {self.refreshed_at})"
