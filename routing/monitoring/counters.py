@@ -29,7 +29,17 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Max, Q, Sum
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Max,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+)
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -191,9 +201,12 @@ def _count(
     counters.delivery_failures = agg["delivery_failures"] or 0
     counters.reassignments = agg["reassignments"] or 0
 
-    waited = ExpressionWrapper(
-        F("assigned_at") - F("lead__received_at"), output_field=DurationField()
+    # The lead's receipt time as a correlated subquery, one primary-key lookup per assignment:
+    # joined, PostgreSQL hashes the whole leads table to match a few thousand new assignments.
+    received_at = Subquery(
+        Lead.objects.order_by().filter(pk=OuterRef("lead_id")).values("received_at")[:1]
     )
+    waited = ExpressionWrapper(F("assigned_at") - received_at, output_field=DurationField())
     first_owners = Assignment.objects.order_by().filter(
         id__gt=assignments_after, kind__in=(AssignmentKind.INITIAL, AssignmentKind.DUPLICATE)
     )
@@ -203,7 +216,9 @@ def _count(
         f"le_{i}": Count("id", filter=Q(waited__lte=timedelta(seconds=bound)))
         for i, bound in enumerate(TIME_TO_ASSIGN_BUCKETS)
     }
-    hist = first_owners.annotate(waited=waited).aggregate(
+    # Sliced, so that the aggregates read the computed ``waited`` of an inner query instead of
+    # repeating the lookup once per bucket.
+    hist = first_owners.annotate(waited=waited)[: 2**62].aggregate(
         count=Count("id"), total=Sum("waited"), **buckets
     )
     counters.assign_count = hist["count"] or 0
