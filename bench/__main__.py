@@ -12,6 +12,7 @@ BENCHMARKS = [
     "bench.pipeline",
     "bench.intake",
     "bench.intake_parts",
+    "bench.metrics",
 ]
 
 

@@ -502,6 +502,11 @@ BACKLOG_CHECK_IN_BEAT = env.bool("BACKLOG_CHECK_IN_BEAT", default=True)
 SLA_CHECK_INTERVAL_SECONDS = env.float("SLA_CHECK_INTERVAL_SECONDS", default=60.0)
 SLA_MAX_REASSIGNMENTS = env.int("SLA_MAX_REASSIGNMENTS", default=2)
 SLA_CHECK_BATCH_SIZE = env.int("SLA_CHECK_BATCH_SIZE", default=500)
+# One check_sla run handles at most this many due assignments (the next run carries on).
+SLA_CHECK_MAX_PER_RUN = env.int("SLA_CHECK_MAX_PER_RUN", default=5000)
+# An assignment whose SLA handling raised is retried after a pause (one interval, doubling, at
+# most an hour) and never blocks the others; after this many failures an `sla` alert opens.
+SLA_CHECK_ALERT_AFTER_FAILURES = env.int("SLA_CHECK_ALERT_AFTER_FAILURES", default=3)
 UNASSIGNED_RETRY_SECONDS = env.float("UNASSIGNED_RETRY_SECONDS", default=300.0)
 UNASSIGNED_RETRY_BATCH_SIZE = env.int("UNASSIGNED_RETRY_BATCH_SIZE", default=100)
 UNASSIGNED_ALERT_COUNT = env.int("UNASSIGNED_ALERT_COUNT", default=50)
@@ -512,6 +517,14 @@ METRICS_ALLOWED_NETWORKS: list[str] = env.list(
     "METRICS_ALLOWED_NETWORKS", default=["127.0.0.1/32", "::1/128"]
 )
 METRICS_CACHE_SECONDS = env.float("METRICS_CACHE_SECONDS", default=5.0)
+# The counters are stored totals up to a high-water mark plus the rows past it (no whole-table
+# counts per scrape). The mark moves past rows at least METRICS_SETTLE_SECONDS old (every
+# transaction that could still commit an older id has ended by then); check_backlog moves it,
+# and a scrape does when it is older than METRICS_REFRESH_SECONDS. Leads per status (a gauge)
+# are recounted every METRICS_STATUS_REFRESH_SECONDS, the waiting statuses at every scrape.
+METRICS_SETTLE_SECONDS = env.float("METRICS_SETTLE_SECONDS", default=300.0)
+METRICS_REFRESH_SECONDS = env.float("METRICS_REFRESH_SECONDS", default=60.0)
+METRICS_STATUS_REFRESH_SECONDS = env.float("METRICS_STATUS_REFRESH_SECONDS", default=300.0)
 CELERY_BEAT_SCHEDULE["monitoring-check-backlog"] = {
     "task": "maintenance.check_backlog",
     "schedule": BACKLOG_CHECK_INTERVAL_SECONDS,

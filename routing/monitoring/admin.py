@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from routing.monitoring.models import Alert, SlaBreach
+from routing.monitoring.models import Alert, SlaBreach, SlaCheckFailure
 
 
 class _ReadOnly(admin.ModelAdmin):
@@ -55,3 +55,16 @@ class SlaBreachAdmin(_ReadOnly):
     list_select_related = ("assignment", "reassigned_to")
     search_fields = ("lead__email", "lead__id")
     readonly_fields = ("assignment", "lead", "breached_at", "action", "reassigned_to", "note")
+
+
+@admin.register(SlaCheckFailure)
+class SlaCheckFailureAdmin(_ReadOnly):
+    list_display = ("assignment", "failures", "first_failed_at", "last_failed_at", "retry_at")
+    readonly_fields = (
+        "assignment",
+        "failures",
+        "first_failed_at",
+        "last_failed_at",
+        "retry_at",
+        "last_error",
+    )

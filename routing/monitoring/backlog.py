@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Count, Min, Q
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from audit.models import Event, EventType
@@ -27,7 +27,7 @@ from config.celery import app as celery_app
 from leads.models import Lead, LeadStatus
 from routing.models import QueueHeartbeat
 from routing.monitoring.alerts import alert_raise, alert_resolve, open_alert_subjects
-from routing.monitoring.models import AlertKind
+from routing.monitoring.models import Alert, AlertKind, AlertStatus
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +162,33 @@ def _enrichment_refused(since: datetime) -> str:
     return reason if any(code in reason for code in _AUTH_REFUSALS) else ""
 
 
+def _enrichment_recovered(now: datetime) -> bool:
+    """Positive evidence that the open enrichment alert's cause is gone (True when none is open).
+
+    Quiet is not evidence: with an expired key and no lead enriched lately, or with the breaker
+    open so that no call is made, no failure is recorded either. So the alert resolves only
+    after the provider answered: an ``enriched`` event from it (a success, or "no match", which
+    a half-open probe that succeeds also records) since the alert last saw the problem, or
+    when the HTTP provider is no longer configured.
+    """
+    from routing.enrichment.services import enrichment_http_enabled
+
+    last_bad = (
+        Alert.objects.filter(kind=AlertKind.ENRICHMENT, subject=ENRICHMENT, status=AlertStatus.OPEN)
+        .values_list("last_seen_at", flat=True)
+        .first()
+    )
+    if last_bad is None or not enrichment_http_enabled():
+        return True
+    return Event.objects.filter(
+        type=EventType.ENRICHED, at__gte=last_bad, at__lte=now, data__provider="http"
+    ).exists()
+
+
+def _oldest(leads: QuerySet[Lead]) -> datetime | None:
+    return leads.order_by("received_at").values_list("received_at", flat=True).first()
+
+
 def _age(now: datetime, since: datetime | None) -> float:
     return max(0.0, (now - since).total_seconds()) if since is not None else 0.0
 
@@ -170,18 +197,17 @@ def backlog_measure(*, now: datetime | None = None) -> BacklogReport:
     """Measure the backlog (a few aggregate queries and one broker round trip); writes nothing."""
     now = now or timezone.now()
     report = BacklogReport(now=now)
-    stats = Lead.objects.aggregate(
-        received=Count("id", filter=Q(status=LeadStatus.RECEIVED)),
-        oldest_received=Min("received_at", filter=Q(status=LeadStatus.RECEIVED)),
-        stuck=Count("id", filter=Q(status=LeadStatus.PROCESSING, claimed_until__lt=now)),
-        unassigned=Count("id", filter=Q(status=LeadStatus.UNASSIGNED)),
-        oldest_unassigned=Min("received_at", filter=Q(status=LeadStatus.UNASSIGNED)),
-    )
-    report.received = stats["received"]
-    report.oldest_received_seconds = _age(now, stats["oldest_received"])
-    report.stuck_processing = stats["stuck"]
-    report.unassigned = stats["unassigned"]
-    report.oldest_unassigned_seconds = _age(now, stats["oldest_unassigned"])
+    # One statement per figure, each answered from an index over the few rows concerned (one
+    # aggregate with FILTERs over the leads table read every lead: seconds at millions).
+    received = Lead.objects.filter(status=LeadStatus.RECEIVED)  # lead_waiting_idx
+    unassigned = Lead.objects.filter(status=LeadStatus.UNASSIGNED)  # lead_status_idx
+    report.received = received.count()
+    report.oldest_received_seconds = _age(now, _oldest(received))
+    report.stuck_processing = Lead.objects.filter(  # lead_leased_idx
+        status=LeadStatus.PROCESSING, claimed_until__lt=now
+    ).count()
+    report.unassigned = unassigned.count()
+    report.oldest_unassigned_seconds = _age(now, _oldest(unassigned))
     report.queue_lengths, report.broker_error = broker_queue_lengths()
     stale_before = now - timedelta(seconds=settings.HEARTBEAT_STALE_SECONDS)
     report.stale_queues = {
@@ -322,7 +348,7 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
             },
             now=now,
         )
-    else:
+    elif _enrichment_recovered(now):
         alert_resolve(
             kind=AlertKind.ENRICHMENT,
             subject=ENRICHMENT,
@@ -357,7 +383,18 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
 
     rules_check(now=now)
     _remember(report)
+    _refresh_counters(now)
     return report
+
+
+def _refresh_counters(now: datetime) -> None:
+    """Move the /metrics counters' high-water marks forward; best effort, never raises."""
+    from routing.monitoring.counters import counters_refresh
+
+    try:
+        counters_refresh(now=now, wait=False)
+    except Exception:
+        logger.warning("could not refresh the metrics counters", exc_info=True)
 
 
 def rules_check(*, now: datetime | None = None) -> tuple[str, ...]:

@@ -1,9 +1,11 @@
-"""``GET /metrics``: Prometheus text computed from the database at scrape time.
+"""``GET /metrics``: Prometheus text read from the database at scrape time.
 
 Counters kept in process memory would be wrong with several gunicorn and worker processes
 (each counts its own); the database already holds every lead, assignment and event, so one
-collector reads the totals from it whichever process is scraped. Results are kept for
-``METRICS_CACHE_SECONDS`` per process, so frequent scrapes cost a few queries at most.
+collector reads the totals from it whichever process is scraped. Counting whole tables on every
+scrape would cost seconds at millions of leads, so the counters are stored totals up to a
+high-water mark plus the rows past it (``counters``), and the gauges read the few waiting rows
+through partial indexes. Results are kept for ``METRICS_CACHE_SECONDS`` per process.
 
 Access: ``Authorization: Bearer <METRICS_TOKEN>``, or a client address inside
 ``METRICS_ALLOWED_NETWORKS``; otherwise 401 (or 403) as JSON.
@@ -18,10 +20,9 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Sum
+from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -34,26 +35,23 @@ from prometheus_client.core import (
     Metric,
 )
 
-from audit.models import Event, EventType
 from config.errors import error_body
-from leads.models import Lead, LeadStatus
-from routing.models import Assignment, AssignmentKind, QueueHeartbeat
+from leads.models import Lead, LeadStatus, Source
+from routing.models import QueueHeartbeat
 from routing.monitoring.backlog import last_backlog_report
+from routing.monitoring.counters import TIME_TO_ASSIGN_BUCKETS, counters_current
 from routing.monitoring.models import Alert, AlertKind, AlertStatus
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["TIME_TO_ASSIGN_BUCKETS", "MetricsSnapshot", "metrics_snapshot", "metrics_view"]
 
-# Seconds from receipt to first owner: the kickoff-to-assignment path is seconds when healthy,
-# minutes under a backlog or while enrichment waits.
-TIME_TO_ASSIGN_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 _WAITING = (LeadStatus.RECEIVED, LeadStatus.PROCESSING)
 
 
 @dataclass
 class MetricsSnapshot:
-    """Every value /metrics shows, read from the database at one moment."""
+    """Every value /metrics shows, at one moment."""
 
     received_by_source: dict[str, int] = field(default_factory=dict)
     processed_by_status: dict[str, int] = field(default_factory=dict)
@@ -71,86 +69,39 @@ class MetricsSnapshot:
     queue_lengths: dict[str, int] = field(default_factory=dict)
 
 
-_OUTCOME_EVENTS = (
-    EventType.ASSIGNED,
-    EventType.EXCLUDED,
-    EventType.UNASSIGNED,
-    EventType.FAILED,
-)
-# The processing outcome each event records, by the status api.md names. A sticky duplicate's
-# `assigned` event says kind "duplicate".
-_OUTCOME_CONDITIONS = {
-    LeadStatus.ASSIGNED: Q(type=EventType.ASSIGNED) & ~Q(data__kind="duplicate"),
-    LeadStatus.DUPLICATE: Q(type=EventType.ASSIGNED, data__kind="duplicate"),
-    LeadStatus.EXCLUDED: Q(type=EventType.EXCLUDED),
-    LeadStatus.UNASSIGNED: Q(type=EventType.UNASSIGNED),
-    LeadStatus.FAILED: Q(type=EventType.FAILED),
-}
-
-
 def metrics_snapshot() -> MetricsSnapshot:
-    """Read every metric from the database (a fixed handful of aggregate queries)."""
+    """Every metric, without counting whole tables (``counters``: stored totals plus the rows
+    past their marks; the backlog from the partial index on waiting leads)."""
     now = timezone.now()
     snap = MetricsSnapshot()
-    for slug, n in (
-        Lead.objects.order_by()
-        .values_list("source__slug")
-        .annotate(n=Count("id"))
-        .values_list("source__slug", "n")
-    ):
-        snap.received_by_source[slug] = n
-    for status, n in (
-        Lead.objects.order_by()
-        .values_list("status")
-        .annotate(n=Count("id"))
-        .values_list("status", "n")
-    ):
-        snap.in_status[status] = n
+    current = counters_current(now=now)
+    counters = current.counters
+    slugs = {str(pk): slug for pk, slug in Source.objects.values_list("pk", "slug")}
+    for source_id, n in counters.received_by_source.items():
+        slug = slugs.get(source_id, source_id)
+        snap.received_by_source[slug] = snap.received_by_source.get(slug, 0) + n
+    snap.in_status = dict(current.statuses)
     # A counter must never go down: outcomes are counted from the append-only audit log (a lead
     # re-routed from unassigned counts its first outcome and its second), not from the leads'
     # current status, which moves back to `received` when a lead is retried.
-    outcomes = Event.objects.filter(type__in=_OUTCOME_EVENTS).aggregate(
-        **{
-            status: Count("id", filter=condition)
-            for status, condition in _OUTCOME_CONDITIONS.items()
-        }
-    )
     for status in LeadStatus.values:
-        snap.in_status.setdefault(status, 0)
         if status not in _WAITING:
-            snap.processed_by_status[status] = outcomes.get(status) or 0
-    waited = ExpressionWrapper(
-        F("assigned_at") - F("lead__received_at"), output_field=DurationField()
+            snap.processed_by_status[status] = counters.processed_by_status.get(status, 0)
+    snap.assign_count = counters.assign_count
+    snap.assign_sum_seconds = counters.assign_sum_seconds
+    snap.assign_buckets = list(zip(TIME_TO_ASSIGN_BUCKETS, counters.assign_buckets, strict=True))
+    snap.backlog_leads = current.statuses.get(LeadStatus.RECEIVED, 0)
+    oldest = (
+        Lead.objects.filter(status=LeadStatus.RECEIVED)
+        .order_by("received_at")
+        .values_list("received_at", flat=True)
+        .first()
     )
-    first_owners = Assignment.objects.filter(
-        kind__in=(AssignmentKind.INITIAL, AssignmentKind.DUPLICATE)
-    ).annotate(waited=waited)
-    buckets = {
-        f"le_{i}": Count("id", filter=Q(waited__lte=timedelta(seconds=bound)))
-        for i, bound in enumerate(TIME_TO_ASSIGN_BUCKETS)
-    }
-    agg = first_owners.aggregate(count=Count("id"), total=Sum("waited"), **buckets)
-    snap.assign_count = agg["count"] or 0
-    total = agg["total"]
-    snap.assign_sum_seconds = total.total_seconds() if total is not None else 0.0
-    snap.assign_buckets = [
-        (bound, agg[f"le_{i}"] or 0) for i, bound in enumerate(TIME_TO_ASSIGN_BUCKETS)
-    ]
-    waiting = Lead.objects.aggregate(
-        n=Count("id", filter=Q(status=LeadStatus.RECEIVED)),
-        oldest=Min("received_at", filter=Q(status=LeadStatus.RECEIVED)),
-    )
-    snap.backlog_leads = waiting["n"] or 0
-    if waiting["oldest"] is not None:
-        snap.backlog_oldest_seconds = max(0.0, (now - waiting["oldest"]).total_seconds())
-    events = Event.objects.aggregate(
-        sla=Count("id", filter=Q(type=EventType.SLA_BREACHED)),
-        delivery=Count("id", filter=Q(type=EventType.DELIVERY_FAILED)),
-        reassigned=Count("id", filter=Q(type=EventType.REASSIGNED)),
-    )
-    snap.sla_breaches = events["sla"]
-    snap.delivery_failures = events["delivery"]
-    snap.reassignments = events["reassigned"]
+    if oldest is not None:
+        snap.backlog_oldest_seconds = max(0.0, (now - oldest).total_seconds())
+    snap.sla_breaches = counters.sla_breaches
+    snap.delivery_failures = counters.delivery_failures
+    snap.reassignments = counters.reassignments
     snap.alerts_open = dict.fromkeys(AlertKind.values, 0)
     for kind, n in (
         Alert.objects.filter(status=AlertStatus.OPEN)

@@ -6,7 +6,15 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-__all__ = ["Alert", "AlertKind", "AlertStatus", "SlaBreach", "SlaBreachAction"]
+__all__ = [
+    "Alert",
+    "AlertKind",
+    "AlertStatus",
+    "MetricsState",
+    "SlaBreach",
+    "SlaBreachAction",
+    "SlaCheckFailure",
+]
 
 
 class AlertKind(models.TextChoices):
@@ -110,3 +118,43 @@ class SlaBreach(models.Model):
 
     def __str__(self) -> str:
         return f"SLA breach of assignment {self.assignment_id} ({self.action})"
+
+
+class SlaCheckFailure(models.Model):
+    """An assignment whose SLA handling raised: tried again after a growing pause, not first.
+
+    ``check_sla`` skips an assignment while ``retry_at`` is in the future, so a row that always
+    fails (a broken notification, a bad team) cannot hold up the breaches behind it; after
+    ``SLA_CHECK_ALERT_AFTER_FAILURES`` failures it raises an ``sla`` alert. Deleted once the
+    assignment is handled (or no longer due).
+    """
+
+    assignment = models.OneToOneField(
+        "routing.Assignment", on_delete=models.CASCADE, related_name="sla_check_failure"
+    )
+    failures = models.PositiveIntegerField(default=0)
+    first_failed_at = models.DateTimeField()
+    last_failed_at = models.DateTimeField()
+    retry_at = models.DateTimeField(db_index=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        verbose_name = "SLA check failure"
+
+    def __str__(self) -> str:
+        return f"SLA check of assignment {self.assignment_id} failed {self.failures} time(s)"
+
+
+class MetricsState(models.Model):
+    """The counters /metrics serves, summed up to a high-water mark (``routing.monitoring.
+    counters``): a scrape adds only the rows past it instead of counting whole tables."""
+
+    key = models.CharField(max_length=32, primary_key=True)
+    data = models.JSONField(default=dict, blank=True)
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "metrics state"
+
+    def __str__(self) -> str:
+        return f"metrics state {self.key} (refreshed {self.refreshed_at})"

@@ -20,10 +20,11 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from audit.models import EventType
@@ -46,7 +47,7 @@ from routing.monitoring.alerts import (
     notify_webhook,
     open_alert_subjects,
 )
-from routing.monitoring.models import AlertKind, SlaBreach, SlaBreachAction
+from routing.monitoring.models import AlertKind, SlaBreach, SlaBreachAction, SlaCheckFailure
 from routing.services import schedule_delivery
 
 logger = logging.getLogger(__name__)
@@ -61,60 +62,162 @@ class SlaCheckResult:
     breached: int = 0
     reassigned: int = 0
     kept: int = 0
+    failed: int = 0
     alerts_resolved: int = 0
+
+
+FAILING = "failing"  # the subject prefix of an assignment whose SLA check keeps failing
 
 
 def _subject(assignment_id: int) -> str:
     return f"assignment:{assignment_id}"
 
 
-def sla_check(*, now: datetime | None = None, batch_size: int | None = None) -> SlaCheckResult:
-    """Handle every breached, untouched, active assignment once; resolve cleared ``sla`` alerts."""
+def _due(now: datetime) -> QuerySet[Assignment]:
+    """Breached, untouched, active assignments not yet handled nor waiting after a failure."""
+    return Assignment.objects.filter(
+        active=True,
+        touched_at__isnull=True,
+        sla_due_at__isnull=False,
+        sla_due_at__lte=now,
+        sla_breach__isnull=True,
+    ).exclude(pk__in=SlaCheckFailure.objects.filter(retry_at__gt=now).values("assignment_id"))
+
+
+def sla_check(
+    *, now: datetime | None = None, batch_size: int | None = None, limit: int | None = None
+) -> SlaCheckResult:
+    """Handle every breached, untouched, active assignment once; resolve cleared ``sla`` alerts.
+
+    Walks the due assignments in ``(sla_due_at, id)`` order, a batch at a time, with a cursor
+    that moves past each row whether it succeeded or not: a row that raises is logged at ERROR,
+    counted (``SlaCheckFailure``: tried again after a growing pause, an ``sla`` alert after
+    ``SLA_CHECK_ALERT_AFTER_FAILURES`` failures) and never holds up the rows behind it. At most
+    ``limit`` (``SLA_CHECK_MAX_PER_RUN``) rows a run; the next run carries on.
+    """
     now = now or timezone.now()
     batch_size = batch_size or settings.SLA_CHECK_BATCH_SIZE
+    limit = limit or settings.SLA_CHECK_MAX_PER_RUN
     result = SlaCheckResult()
-    due = list(
-        Assignment.objects.filter(
-            active=True,
-            touched_at__isnull=True,
-            sla_due_at__isnull=False,
-            sla_due_at__lte=now,
-            sla_breach__isnull=True,
+    cursor: tuple[datetime | None, int] | None = None
+    seen = 0
+    while seen < limit:
+        rows = _due(now)
+        if cursor is not None:
+            rows = rows.filter(
+                Q(sla_due_at__gt=cursor[0]) | Q(sla_due_at=cursor[0], pk__gt=cursor[1])
+            )
+        batch = list(
+            rows.order_by("sla_due_at", "id").values_list("sla_due_at", "id")[
+                : min(batch_size, limit - seen)
+            ]
         )
-        .order_by("sla_due_at", "id")
-        .values_list("id", flat=True)[:batch_size]
-    )
-    for assignment_id in due:
-        try:
-            breach = assignment_sla_breach(assignment_id=assignment_id, now=now)
-        except Exception:  # one bad row must not stop the others; it is tried again next run
-            logger.exception("SLA check of assignment %s failed", assignment_id)
-            continue
-        if breach is None:
-            continue
-        result.breached += 1
-        if breach.action == SlaBreachAction.REASSIGNED:
-            result.reassigned += 1
-        elif breach.action == SlaBreachAction.KEPT:
-            result.kept += 1
+        if not batch:
+            break
+        failing = set(
+            SlaCheckFailure.objects.filter(assignment_id__in=[row[1] for row in batch]).values_list(
+                "assignment_id", flat=True
+            )
+        )
+        for due_at, assignment_id in batch:
+            cursor = (due_at, assignment_id)
+            seen += 1
+            try:
+                breach = assignment_sla_breach(assignment_id=assignment_id, now=now)
+            except Exception as exc:  # one bad row must not stop the others
+                logger.exception("SLA check of assignment %s failed", assignment_id)
+                result.failed += 1
+                _record_failure(assignment_id, exc, now)
+                continue
+            if assignment_id in failing:
+                _clear_failure(assignment_id, now)
+            if breach is None:
+                continue
+            result.breached += 1
+            if breach.action == SlaBreachAction.REASSIGNED:
+                result.reassigned += 1
+            elif breach.action == SlaBreachAction.KEPT:
+                result.kept += 1
     # An `sla` alert about an assignment clears once it is touched or no longer current.
     for subject in open_alert_subjects(AlertKind.SLA):
         prefix, _, raw_id = subject.partition(":")
-        if prefix != "assignment" or not raw_id.isdigit():
+        if prefix not in ("assignment", FAILING) or not raw_id.isdigit():
             continue
         still_open = Assignment.objects.filter(
             pk=int(raw_id), active=True, touched_at__isnull=True
         ).exists()
+        if prefix == FAILING:
+            still_open = (
+                still_open and SlaCheckFailure.objects.filter(assignment_id=int(raw_id)).exists()
+            )
         if not still_open and alert_resolve(kind=AlertKind.SLA, subject=subject, now=now):
             result.alerts_resolved += 1
-    if result.breached:
+    if result.breached or result.failed:
         logger.warning(
-            "SLA: %d breach(es), %d reassigned, %d kept with an alert",
+            "SLA: %d breach(es), %d reassigned, %d kept with an alert, %d failed",
             result.breached,
             result.reassigned,
             result.kept,
+            result.failed,
         )
     return result
+
+
+def _failure_pause(failures: int) -> timedelta:
+    """One check interval after the first failure, doubling, at most an hour."""
+    base = max(1.0, settings.SLA_CHECK_INTERVAL_SECONDS)
+    return timedelta(seconds=min(3600.0, base * 2 ** max(0, failures - 1)))
+
+
+def _record_failure(assignment_id: int, exc: Exception, now: datetime) -> None:
+    """Count the failure, pause the row, and raise an alert once it keeps failing; never raises."""
+    error = f"{type(exc).__name__}: {exc}"[:2000]
+    try:
+        with transaction.atomic():
+            failure = (
+                SlaCheckFailure.objects.select_for_update()
+                .filter(assignment_id=assignment_id)
+                .first()
+            )
+            if failure is None:
+                if not Assignment.objects.filter(pk=assignment_id).exists():
+                    return
+                failure = SlaCheckFailure(
+                    assignment_id=assignment_id, first_failed_at=now, failures=0
+                )
+            failure.failures += 1
+            failure.last_failed_at = now
+            failure.last_error = error
+            failure.retry_at = now + _failure_pause(failure.failures)
+            failure.save()
+            if failure.failures >= settings.SLA_CHECK_ALERT_AFTER_FAILURES:
+                logger.error(
+                    "SLA check of assignment %s failed %d times: %s",
+                    assignment_id,
+                    failure.failures,
+                    error,
+                )
+                alert_raise(
+                    kind=AlertKind.SLA,
+                    subject=f"{FAILING}:{assignment_id}",
+                    message=f"The SLA check of assignment {assignment_id} failed "
+                    f"{failure.failures} times (last: {error}); its breach is not handled. "
+                    f"Retried at {failure.retry_at.isoformat()}.",
+                    data={
+                        "assignment": assignment_id,
+                        "failures": failure.failures,
+                        "error": error,
+                    },
+                    now=now,
+                )
+    except Exception:  # the database is the problem: the next run tries again
+        logger.exception("could not record the SLA check failure of assignment %s", assignment_id)
+
+
+def _clear_failure(assignment_id: int, now: datetime) -> None:
+    """The row was handled (or is no longer due): forget its failures, resolve their alert."""
+    if SlaCheckFailure.objects.filter(assignment_id=assignment_id).delete()[0]:
+        alert_resolve(kind=AlertKind.SLA, subject=f"{FAILING}:{assignment_id}", now=now)
 
 
 def _deciding_rule_policy(lead: Lead) -> tuple[int | None, str]:

@@ -245,6 +245,11 @@ def test_an_open_enrichment_breaker_opens_an_enrichment_alert(settings: Any) -> 
         (alert,) = _open(AlertKind.ENRICHMENT)
         assert "circuit breaker is open" in alert.message
         breaker.record_success()
+        event_record(  # what the successful probe records
+            type=EventType.ENRICHED,
+            lead=LeadFactory(status=LeadStatus.ASSIGNED),
+            data={"provider": "http", "status": "done", "filled": []},
+        )
         backlog_check()
         assert _open(AlertKind.ENRICHMENT) == []
     finally:
@@ -379,3 +384,77 @@ def test_a_backlog_hovering_at_its_threshold_notifies_once_not_every_minute(
     assert Alert.objects.get(kind="backlog").status == "resolved"
     backlog_posts = [b for b in hook_bodies(alert_hook) if "Backlog" in json.dumps(b)]
     assert len(backlog_posts) == 2
+
+
+def test_the_enrichment_alert_stays_open_while_nothing_shows_the_credential_works(
+    settings: Any,
+) -> None:
+    """It resolved once the refusal left the window (or ALERT_RESOLVE_AFTER_SECONDS passed
+    quietly), though no call had succeeded: with no lead enriched lately the key was still
+    expired. Only an answer from the provider resolves it."""
+    settings.ENRICHMENT_HTTP_URL = "https://enrich.example.com/v1"
+    settings.ENRICHMENT_ALERT_FAILURES = 100
+    settings.ALERT_RESOLVE_AFTER_SECONDS = 90
+    now = timezone.now()
+    lead = LeadFactory(status=LeadStatus.ASSIGNED)
+    event_record(
+        type=EventType.ENRICHMENT_FAILED,
+        lead=lead,
+        at=now - timedelta(seconds=20),
+        data={"provider": "http", "reason": "provider refused the request (HTTP 401)"},
+    )
+    backlog_check(now=now)
+    (alert,) = _open(AlertKind.ENRICHMENT)
+    # An hour of quiet: nobody tried, nothing failed, nothing succeeded.
+    for minutes in (5, 11, 30, 60):
+        backlog_check(now=now + timedelta(minutes=minutes))
+        assert _open(AlertKind.ENRICHMENT) == [alert], minutes
+    # A failure of another kind is not evidence either.
+    event_record(
+        type=EventType.ENRICHMENT_FAILED,
+        lead=lead,
+        at=now + timedelta(minutes=61),
+        data={"provider": "http", "reason": "timeout after 10 s (attempt 1 of 5)"},
+    )
+    backlog_check(now=now + timedelta(minutes=62))
+    assert _open(AlertKind.ENRICHMENT) == [alert]
+    # The provider answers: resolved.
+    event_record(
+        type=EventType.ENRICHED,
+        lead=lead,
+        at=now + timedelta(minutes=63),
+        data={"provider": "http", "status": "done", "filled": []},
+    )
+    backlog_check(now=now + timedelta(minutes=64))
+    assert _open(AlertKind.ENRICHMENT) == []
+
+
+def test_an_open_breaker_alert_resolves_only_after_a_probe_succeeds(settings: Any) -> None:
+    """The breaker's open mark expiring, or no lead arriving to probe, is not recovery."""
+    from django.core.cache import cache
+
+    from routing.enrichment.breaker import http_breaker
+
+    settings.ENRICHMENT_HTTP_URL = "https://enrich.example.com/v1"
+    settings.ENRICHMENT_BREAKER_FAILURES = 1
+    now = timezone.now()
+    breaker = http_breaker()
+    try:
+        breaker.record_failure()
+        backlog_check(now=now)
+        (alert,) = _open(AlertKind.ENRICHMENT)
+        # The breaker state is lost (store flushed, or its keys expired), no call was made.
+        breaker.record_success()
+        backlog_check(now=now + timedelta(minutes=30))
+        assert _open(AlertKind.ENRICHMENT) == [alert]
+        event_record(
+            type=EventType.ENRICHED,
+            lead=LeadFactory(status=LeadStatus.ASSIGNED),
+            at=now + timedelta(minutes=31),
+            data={"provider": "http", "status": "no_match", "filled": []},
+        )
+        backlog_check(now=now + timedelta(minutes=32))
+        assert _open(AlertKind.ENRICHMENT) == []
+    finally:
+        breaker.record_success()
+        cache.clear()

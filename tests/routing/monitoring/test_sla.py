@@ -230,3 +230,63 @@ def test_two_schedulers_at_once_record_one_event_per_breach(settings: Any) -> No
         assert _events(assignment.lead_id, EventType.REASSIGNED) == 1
         assert Assignment.objects.filter(lead_id=assignment.lead_id).count() == 2
     assert SlaBreach.objects.count() == 6
+
+
+@pytest.mark.django_db
+def test_a_poisoned_row_does_not_stall_the_breaches_behind_it(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An assignment whose handling always raised was picked first on every run (oldest due
+    first); with the batch full of it, the breaches behind it were never handled."""
+    from routing.monitoring import sla as sla_module
+    from routing.monitoring.models import SlaCheckFailure
+
+    settings.SLA_CHECK_ALERT_AFTER_FAILURES = 2
+    _setup(reps=3, policy="notify")
+    poison = _routed()
+    later = [_routed() for _ in range(5)]
+    Assignment.objects.filter(pk=poison.pk).update(
+        sla_due_at=poison.sla_due_at - timedelta(hours=1)  # type: ignore[operator]
+    )
+    real = sla_module._breach_locked
+
+    def breach_locked(assignment_id: int, now: datetime) -> Any:
+        if assignment_id == poison.pk:
+            raise RuntimeError("notification template is broken")
+        return real(assignment_id, now)
+
+    monkeypatch.setattr(sla_module, "_breach_locked", breach_locked)
+    now = max(_after_due(a) for a in later)
+    with caplog.at_level("ERROR", logger="routing.monitoring.sla"):
+        result = sla_check(now=now, batch_size=1)
+    assert (result.breached, result.failed) == (5, 1)
+    for assignment in later:
+        assert _events(assignment.lead_id, EventType.SLA_BREACHED) == 1
+    assert _events(poison.lead_id, EventType.SLA_BREACHED) == 0
+    assert f"SLA check of assignment {poison.pk} failed" in caplog.text
+    failure = SlaCheckFailure.objects.get(assignment=poison)
+    assert failure.failures == 1
+    assert "notification template is broken" in failure.last_error
+    # Paused, not retried on every run; retried after the pause, then an alert.
+    assert sla_check(now=now + timedelta(seconds=10)).failed == 0
+    assert sla_check(now=failure.retry_at).failed == 1
+    (alert,) = Alert.objects.filter(kind=AlertKind.SLA, status=AlertStatus.OPEN)
+    assert alert.subject == f"failing:{poison.pk}"
+    assert "failed 2 times" in alert.message
+    # Fixed: handled on its next try; the failure is forgotten and the alert resolved.
+    monkeypatch.setattr(sla_module, "_breach_locked", real)
+    retry = SlaCheckFailure.objects.get(assignment=poison).retry_at
+    assert sla_check(now=retry).breached == 1
+    assert _events(poison.lead_id, EventType.SLA_BREACHED) == 1
+    assert not SlaCheckFailure.objects.exists()
+    alert.refresh_from_db()
+    assert alert.status == AlertStatus.RESOLVED
+
+
+@pytest.mark.django_db
+def test_one_run_handles_every_due_breach_in_batches() -> None:
+    _setup(reps=3, policy="notify")
+    assignments = [_routed() for _ in range(5)]
+    now = max(_after_due(a) for a in assignments)
+    assert sla_check(now=now, batch_size=2).breached == 5
+    assert sla_check(now=now, batch_size=2, limit=10).breached == 0
