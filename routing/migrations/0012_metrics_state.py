@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('routing', '0010_sla_check_failures'),
+        ('routing', '0011_sla_check_failures'),
     ]
 
     operations = [

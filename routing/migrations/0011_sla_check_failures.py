@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("routing", "0009_alert_kind_rules"),
+        ("routing", "0010_admin_job"),
     ]
 
     operations = [
