@@ -13,6 +13,7 @@ BENCHMARKS = [
     "bench.intake",
     "bench.intake_parts",
     "bench.metrics",
+    "bench.spike",
 ]
 
 
