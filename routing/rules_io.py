@@ -840,6 +840,30 @@ _STORED_RULE_FIELDS = (
 )
 
 
+@dataclass(frozen=True)
+class CheckResult:
+    """What importing a valid file would do to the ruleset (``rules_check``)."""
+
+    published_version: int | None  # the live version now, if any
+    ruleset_changed: bool  # False: the file's ruleset is the published one
+
+
+def rules_check(data: Any) -> CheckResult:
+    """Validate a whole rules document against the database, as an import would; write nothing.
+
+    Raises RulesFileErrors with every problem. For a pull request's check of a file kept in git.
+    """
+    plan = _rules_plan(data)
+    published = ruleset_published()
+    same = published is not None and _stored_content(published) == _content(
+        plan.ruleset_name, plan.rules
+    )
+    return CheckResult(
+        published_version=published.version if published is not None else None,
+        ruleset_changed=not same,
+    )
+
+
 @transaction.atomic(durable=True)
 def rules_import(data: Any, *, publish: bool, actor: Actor = None) -> ImportResult:
     """Validate a whole rules document, then upsert it and store its ruleset as a version.

@@ -713,6 +713,40 @@ def test_import_command_reads_yaml_and_shows_new_tokens(
     assert "unchanged; reused version 1 (draft)" in capsys.readouterr().out
 
 
+def test_import_check_validates_against_the_database_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "reps:\n"
+        "  - {email: ana@example.com, name: Ana}\n"
+        "ruleset:\n"
+        "  name: Simple\n"
+        "  rules:\n"
+        "    - {name: Everyone to Ana, priority: 1, action: {type: rep, rep: ana@example.com}}\n"
+    )
+    call_command("routing_import", str(path), "--check")
+    assert "is valid; its ruleset differs from the no published version" in capsys.readouterr().out
+    assert (Rep.objects.count(), RuleSet.objects.count()) == (0, 0)
+
+    call_command("routing_import", str(path), "--publish")
+    capsys.readouterr()
+    call_command("routing_import", str(path), "--check")
+    assert "its ruleset is the published version 1. Nothing written." in capsys.readouterr().out
+
+    path.write_text(path.read_text().replace("priority: 1", "priority: 2"))
+    call_command("routing_import", str(path), "--check")
+    assert "differs from the published version 1" in capsys.readouterr().out
+    assert RuleSet.objects.count() == 1
+
+    path.write_text(path.read_text().replace("rep: ana@example.com}", "rep: bo@example.com}"))
+    with pytest.raises(CommandError, match=r"1 error in .*nothing written"):
+        call_command("routing_import", str(path), "--check")
+    assert 'unknown rep "bo@example.com"' in capsys.readouterr().err
+    with pytest.raises(CommandError, match="cannot be combined"):
+        call_command("routing_import", str(path), "--check", "--publish")
+
+
 def test_commands_report_a_missing_file_or_version(tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="1 error in"):
         call_command("routing_import", str(tmp_path / "missing.json"))

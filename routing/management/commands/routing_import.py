@@ -1,4 +1,5 @@
-"""``manage.py routing_import FILE [--publish]``: load a rules-as-code file (rules-format.md)."""
+"""``manage.py routing_import FILE [--publish | --check]``: load a rules-as-code file
+(rules-format.md), or only check it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from routing.engine import RuleErrors
-from routing.rules_io import rules_import, rules_read
+from routing.rules_io import rules_check, rules_import, rules_read
 
 
 class Command(BaseCommand):
@@ -24,10 +25,22 @@ class Command(BaseCommand):
             action="store_true",
             help="Publish the imported ruleset (archives the version published before).",
         )
+        parser.add_argument(
+            "--check",
+            action="store_true",
+            help="Only validate the file against the database and say whether its ruleset "
+            "differs from the published one; write nothing (exit status 1 on errors).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["check"] and options["publish"]:
+            raise CommandError("--check writes nothing: it cannot be combined with --publish.")
         try:
-            result = rules_import(rules_read(options["file"]), publish=options["publish"])
+            data = rules_read(options["file"])
+            if options["check"]:
+                self._check(options["file"], data)
+                return
+            result = rules_import(data, publish=options["publish"])
         except RuleErrors as exc:
             for error in exc.errors:
                 self.stderr.write(str(error) or error.message)
@@ -48,3 +61,17 @@ class Command(BaseCommand):
                     f"Token for new source {slug}: {token} — copy it now, it is not shown again."
                 )
             )
+
+    def _check(self, path: str, data: Any) -> None:
+        checked = rules_check(data)
+        live = (
+            f"published version {checked.published_version}"
+            if checked.published_version is not None
+            else "no published version"
+        )
+        what = (
+            f"its ruleset differs from the {live}: importing it makes a new draft"
+            if checked.ruleset_changed
+            else f"its ruleset is the {live}"
+        )
+        self.stdout.write(self.style.SUCCESS(f"{path} is valid; {what}. Nothing written."))
