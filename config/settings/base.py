@@ -368,6 +368,9 @@ WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env.int(
 
 # The key that signs exported audit chain heads (audit_export_heads); keep it out of the database.
 AUDIT_HEADS_KEY = env.str("AUDIT_HEADS_KEY", default="")
+# `manage.py flush` would erase the audit log: refused unless this is on. Deliberately not read
+# from the environment; only the test settings turn it on (transactional tests flush).
+AUDIT_ALLOW_FLUSH = False
 
 # Routing: duplicates are matched against leads of the last DEDUP_WINDOW_DAYS; an assignment
 # whose rule, tag rule and team name no SLA gets DEFAULT_SLA_MINUTES.
