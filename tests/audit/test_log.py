@@ -247,3 +247,10 @@ def test_flush_is_refused_outside_the_test_settings(settings):
     with pytest.raises(CommandError, match="append-only audit log: refused"):
         call_command("flush", "--noinput", stdout=StringIO())
     assert Event.objects.filter(chain=str(lead.pk)).count() == 2
+
+
+def test_db_grant_app_role_has_nothing_to_do_without_postgresql(monkeypatch):
+    monkeypatch.setattr(connection, "vendor", "sqlite")
+    out = StringIO()
+    call_command("db_grant_app_role", role="leadrouter_app", stdout=out)
+    assert "nothing to grant" in out.getvalue()
