@@ -31,3 +31,9 @@ def test_migrate_connects_as_the_owner_and_grants_the_app_role_after_migrating()
         "db_grant_app_role --role leadrouter_app --password-env DB_APP_PASSWORD"
     )
     assert "DB_APP_PASSWORD" in migrate["environment"]
+
+
+def test_workers_keep_the_audit_heads_on_a_volume():
+    compose = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    assert "audit-heads:/app/var/audit-heads" in compose["services"]["worker"]["volumes"]
+    assert "audit-heads" in compose["volumes"]
