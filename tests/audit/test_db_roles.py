@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from io import StringIO
+from typing import cast
 
 import psycopg
 import pytest
@@ -129,6 +130,7 @@ def _django_as(role: str, password: str) -> Iterator[None]:
 
 
 def test_the_app_role_does_the_apps_work(app_role, monkeypatch):
+    from routing.models import Rep
     from routing.services import assignment_touch, lead_reassign
     from tests.audit.test_pages import routed
     from tests.routing.factories import RepFactory
@@ -140,7 +142,7 @@ def test_the_app_role_does_the_apps_work(app_role, monkeypatch):
             cursor.execute("SELECT current_user")
             assert cursor.fetchone() == (role,)
         lead = routed("ana@acme.com")  # ingest and route: leads, assignments, events, locks
-        rep = RepFactory()
+        rep = cast(Rep, RepFactory())
         lead_reassign(lead_id=lead.pk, rep_email=rep.email, reason="by hand", actor="user:mia")
         assignment_touch(lead_id=lead.pk, actor="user:mia")
         types = list(Event.objects.filter(lead=lead).order_by("seq").values_list("type", flat=True))

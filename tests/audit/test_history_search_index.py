@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from typing import cast
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
 from audit.selectors import history_leads
-from leads.models import Lead, LeadStatus
+from leads.models import Lead, LeadStatus, Source
 from tests.leads.factories import SourceFactory
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -19,7 +20,7 @@ INDEXES = {f"lead_{c}_trgm_idx" for c in ("email", "company", "first_name", "las
 
 @pytest.fixture
 def many_leads() -> None:
-    source = SourceFactory()
+    source = cast(Source, SourceFactory())
     leads = [
         Lead(
             source=source,

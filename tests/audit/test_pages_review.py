@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import cast
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -117,11 +118,11 @@ def _moved_after_the_check(monkeypatch, target, attribute, lead, *, rep, team):
 
 
 def _two_teams(user):
-    from routing.models import TeamMembership
+    from routing.models import Rep, Team, TeamMembership
     from tests.routing.factories import RepFactory, TeamFactory
 
-    mine, theirs = TeamFactory(manager=user), TeamFactory()
-    my_rep, my_other_rep, their_rep = RepFactory(), RepFactory(), RepFactory()
+    mine, theirs = cast(Team, TeamFactory(manager=user)), cast(Team, TeamFactory())
+    my_rep, my_other_rep, their_rep = (cast(Rep, RepFactory()) for _ in range(3))
     TeamMembership.objects.create(team=mine, rep=my_rep, position=0)
     TeamMembership.objects.create(team=mine, rep=my_other_rep, position=1)
     TeamMembership.objects.create(team=theirs, rep=their_rep, position=0)
