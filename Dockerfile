@@ -40,7 +40,9 @@ ENV PATH="/app/.venv/bin:${PATH}" \
 # on import, so it must belong to the runtime user. Static files are collected at build time into
 # var/static, where WhiteNoise serves them from. The SECRET_KEY here exists only for this one
 # command, so that settings import without generating a key file; it is not kept in the image.
-RUN mkdir -p /app/var && chown leadrouter:leadrouter /app/var
+# var/audit-heads exists in the image so that the compose volume mounted there starts out
+# owned by the runtime user.
+RUN mkdir -p /app/var/audit-heads && chown -R leadrouter:leadrouter /app/var
 USER leadrouter
 RUN SECRET_KEY=collectstatic-only-not-a-secret \
     python manage.py collectstatic --noinput -v 0 \

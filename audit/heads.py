@@ -11,13 +11,25 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
+import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
 
 from audit.models import Event
 from audit.verify import Finding
+
+logger = logging.getLogger(__name__)
+
+# The alert a failed scheduled export opens (kind "audit"), resolved by the next success.
+EXPORT_ALERT_SUBJECT = "heads-export"
+HEADS_FILE_PATTERN = "heads-*.json"
 
 
 class HeadsFileError(ValueError):
@@ -43,9 +55,62 @@ def audit_heads_export() -> dict[str, Any]:
     """
     heads: dict[str, list[Any]] = {}
     rows = Event.objects.order_by("chain", "seq").values_list("chain", "seq", "hash")
-    for chain, seq, digest in rows.iterator(chunk_size=5000):
-        heads[chain] = [seq, digest]
+    # In a transaction, PostgreSQL's server-side cursor streams: outside one Django declares it
+    # WITH HOLD, which computes the whole result in one statement (and a worker's
+    # statement_timeout would cut that short on a big log).
+    with transaction.atomic():
+        for chain, seq, digest in rows.iterator(chunk_size=5000):
+            heads[chain] = [seq, digest]
     return {"version": 1, "heads": heads, "signature": _sign(heads)}
+
+
+def audit_heads_write(*, directory: Path, keep: int, now: datetime | None = None) -> Path:
+    """Write the signed heads to a new ``heads-<UTC time>.json`` in ``directory`` and delete
+    all but the newest ``keep`` heads files there (0 keeps them all).
+
+    The file appears whole or not at all (written beside, synced, then renamed), so a crash
+    cannot leave a truncated file that ``audit_verify --heads`` would refuse.
+    """
+    now = now or timezone.now()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"heads-{now.astimezone(UTC):%Y%m%dT%H%M%SZ}.json"
+    partial = directory / f".{path.name}.partial"
+    text = json.dumps(audit_heads_export(), indent=1, sort_keys=True) + "\n"
+    with partial.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(partial, path)
+    if keep > 0:
+        # The names sort by time: the oldest come first.
+        for old in sorted(directory.glob(HEADS_FILE_PATTERN))[:-keep]:
+            old.unlink(missing_ok=True)
+    return path
+
+
+def audit_heads_export_scheduled(*, now: datetime | None = None) -> Path | None:
+    """The nightly export (beat): heads into ``AUDIT_HEADS_DIR``, the newest
+    ``AUDIT_HEADS_KEEP`` kept. A failure is logged at ERROR and opens the ``audit`` alert
+    (never raised: the alert is the record); the next success resolves it."""
+    from routing.monitoring.alerts import alert_raise, alert_resolve
+    from routing.monitoring.models import AlertKind
+
+    directory = Path(settings.AUDIT_HEADS_DIR)
+    try:
+        path = audit_heads_write(directory=directory, keep=settings.AUDIT_HEADS_KEEP, now=now)
+    except Exception as error:
+        logger.exception("exporting the audit chain heads to %s failed", directory)
+        alert_raise(
+            kind=AlertKind.AUDIT,
+            subject=EXPORT_ALERT_SUBJECT,
+            message=f"The nightly export of the audit chain heads to {directory} failed: "
+            f"{type(error).__name__}: {error}",
+            now=now,
+        )
+        return None
+    logger.info("audit chain heads exported to %s", path)
+    alert_resolve(kind=AlertKind.AUDIT, subject=EXPORT_ALERT_SUBJECT, now=now)
+    return path
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,6 +148,9 @@ class HistoryFilter(django_filters.FilterSet):
         return queryset.filter(_owned(rule_name=value))
 
     def search(self, queryset: QuerySet[Lead], name: str, value: str) -> QuerySet[Lead]:
+        # On PostgreSQL each icontains is UPPER("col"::text) LIKE UPPER('%…%'): exactly the
+        # expressions of the trigram indexes (leads 0006). Another lookup (iregex, unaccent,
+        # a concatenation) would not use them; change both together.
         value = value.strip()[:200]
         if not value:
             return queryset

@@ -194,11 +194,20 @@ def lead_reassign_action(request: HttpRequest, lead_id: str) -> HttpResponse:
             rep_email=form.cleaned_data["rep"].email,
             reason=form.cleaned_data["reason"],
             actor=_actor(request),
+            scope_team_ids=managed_team_ids(request.user),
         )
     except LeadActionError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"Reassigned to {assignment.rep_name}.")
+        return _refused(request, exc, lead_uuid)
+    messages.success(request, f"Reassigned to {assignment.rep_name}.")
+    return redirect("history-lead", lead_id=lead_uuid)
+
+
+def _refused(request: HttpRequest, error: LeadActionError, lead_uuid: uuid.UUID) -> HttpResponse:
+    """A refused action: its message on the lead's page; a 404 if the lead left the user's
+    scope after the first check (the service checks again under the lead's lock)."""
+    if error.status == 404:
+        raise Http404("No such lead.")
+    messages.error(request, error.message)
     return redirect("history-lead", lead_id=lead_uuid)
 
 
@@ -209,11 +218,14 @@ def lead_touch_action(request: HttpRequest, lead_id: str) -> HttpResponse:
     """Record the first touch of a lead through routing's service."""
     lead_uuid = _lead_or_404(request, lead_id)
     try:
-        assignment_touch(lead_id=lead_uuid, actor=_actor(request))
+        assignment_touch(
+            lead_id=lead_uuid,
+            actor=_actor(request),
+            scope_team_ids=managed_team_ids(request.user),
+        )
     except LeadActionError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, "First touch recorded.")
+        return _refused(request, exc, lead_uuid)
+    messages.success(request, "First touch recorded.")
     return redirect("history-lead", lead_id=lead_uuid)
 
 

@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from audit.selectors import managed_team_ids
 from config.errors import ApiError, error_body
 from leads import selectors
 from leads.api import LEAD_SCHEMA, CanViewLeads
@@ -255,6 +256,7 @@ class LeadTouchView(_LeadActionView):
                 lead_id=lead.pk,
                 actor=_actor(request),
                 owner_user_id=None if any_lead else request.user.pk,
+                scope_team_ids=managed_team_ids(request.user),
             ),
         )
 
@@ -301,20 +303,15 @@ class LeadReassignView(_LeadActionView):
                 fields=problems,
             )
         lead = self._lead_or_404(lead_id)
-        from audit.selectors import managed_team_ids, reps_for_reassignment
-
-        if managed_team_ids(request.user) is not None and not (
-            reps_for_reassignment(request.user).filter(email__iexact=str(rep).strip()).exists()
-        ):
-            raise ApiError(
-                code="forbidden",
-                message="You may reassign leads only to members of the teams you manage.",
-                status_code=403,
-            )
+        # The service checks the scope again under the lead's lock (the lead may move meanwhile).
         return _lead_action(
             lead,
             lambda: lead_reassign(
-                lead_id=lead.pk, rep_email=str(rep), reason=str(reason), actor=_actor(request)
+                lead_id=lead.pk,
+                rep_email=str(rep),
+                reason=str(reason),
+                actor=_actor(request),
+                scope_team_ids=managed_team_ids(request.user),
             ),
         )
 

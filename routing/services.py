@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -40,7 +41,7 @@ from routing.enrichment import (
     enrichment_http_wanted,
     enrichment_trace_note,
 )
-from routing.models import Assignment, AssignmentKind, QueueHeartbeat, Rep
+from routing.models import Assignment, AssignmentKind, QueueHeartbeat, Rep, TeamMembership
 
 logger = logging.getLogger(__name__)
 
@@ -360,18 +361,37 @@ def _current_assignment(lead: Lead) -> Assignment | None:
     return Assignment.objects.filter(lead=lead, active=True).select_related("rep").first()
 
 
+def _scope_check(assignment: Assignment | None, team_ids: Collection[int] | None) -> None:
+    """Refuse a lead not currently owned within ``team_ids`` (None: every lead may be acted on).
+
+    Called under the lead's lock, on the assignment read under it: the caller's own visibility
+    check ran before the lock, and a reassignment committed in between may have moved the lead
+    to another team. Out of scope reads as not found, like the pages and the API answer it.
+    """
+    if team_ids is None:
+        return
+    if assignment is None or assignment.team_id not in team_ids:
+        raise LeadActionError("not_found", "No such lead.", 404)
+
+
 @transaction.atomic
 def assignment_touch(
-    *, lead_id: uuid.UUID | str, actor: str, owner_user_id: int | None = None
+    *,
+    lead_id: uuid.UUID | str,
+    actor: str,
+    owner_user_id: int | None = None,
+    scope_team_ids: Collection[int] | None = None,
 ) -> Assignment:
     """Record the owner's first touch of a lead; touching again changes nothing (idempotent).
 
     With ``owner_user_id`` (a user without the right to touch any lead), only when that user
-    is the current owner's — checked under the lead's lock, so a reassignment in between
-    cannot let the previous owner touch the new owner's assignment.
+    is the current owner's; with ``scope_team_ids`` (a manager scoped to their teams), only
+    when the lead is owned within those teams. Both are checked under the lead's lock, so a
+    reassignment in between cannot let anyone touch an assignment that is no longer theirs.
     """
     lead = _locked_lead(lead_id)
     assignment = _current_assignment(lead)
+    _scope_check(assignment, scope_team_ids)
     if assignment is None:
         raise LeadActionError("not_assigned", "This lead has no owner to touch it.")
     if owner_user_id is not None and assignment.rep.user_id != owner_user_id:
@@ -404,25 +424,41 @@ _REASSIGNABLE = (
 
 @transaction.atomic
 def lead_reassign(
-    *, lead_id: uuid.UUID | str, rep_email: str, reason: str, actor: str
+    *,
+    lead_id: uuid.UUID | str,
+    rep_email: str,
+    reason: str,
+    actor: str,
+    scope_team_ids: Collection[int] | None = None,
 ) -> Assignment:
     """Give a lead to ``rep_email`` by hand (caps are not checked: a manager's decision).
 
     The current assignment, if any, is superseded by a new one; a lead without an owner gets
     its first. Reassigning to the current owner changes nothing. Not while the worker has it.
+    With ``scope_team_ids`` (a manager scoped to their teams), only a lead owned within those
+    teams, and only to their members — checked under the lead's lock.
     """
     reason = reason.strip()
     lead = _locked_lead(lead_id)
+    current = _current_assignment(lead)
+    _scope_check(current, scope_team_ids)
     if lead.status not in _REASSIGNABLE:
         raise LeadActionError(
             "lead_in_progress", f"This lead is still {lead.status}; try again once it is routed."
         )
     rep = Rep.objects.filter(email__iexact=rep_email.strip()).first()
+    # A scoped manager learns nothing about reps outside their teams, not even that they exist.
+    if scope_team_ids is not None and (
+        rep is None
+        or not TeamMembership.objects.filter(rep=rep, team_id__in=scope_team_ids).exists()
+    ):
+        raise LeadActionError(
+            "forbidden", "You may reassign leads only to members of the teams you manage.", 403
+        )
     if rep is None:
         raise LeadActionError("unknown_rep", f'No rep with the e-mail "{rep_email}".', 422)
     if not rep.active:
         raise LeadActionError("rep_inactive", f"{rep.name} is not active.", 422)
-    current = _current_assignment(lead)
     if current is not None and current.rep_id == rep.pk:
         return current
     now = timezone.now()

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import environ
+from celery.schedules import crontab
+from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -371,6 +373,27 @@ WORKER_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = env.int(
 
 # The key that signs exported audit chain heads (audit_export_heads); keep it out of the database.
 AUDIT_HEADS_KEY = env.str("AUDIT_HEADS_KEY", default="")
+# Nightly (AUDIT_HEADS_EXPORT_AT, UTC), beat has a worker write the signed chain heads into
+# AUDIT_HEADS_DIR, keeping the newest AUDIT_HEADS_KEEP files (0: all). Ship them off the host.
+AUDIT_HEADS_DIR = Path(env.str("AUDIT_HEADS_DIR", default=str(VAR_DIR / "audit-heads")))
+AUDIT_HEADS_KEEP = env.int("AUDIT_HEADS_KEEP", default=30)
+AUDIT_HEADS_EXPORT_AT = env.str("AUDIT_HEADS_EXPORT_AT", default="02:30")
+try:
+    _heads_hour, _heads_minute = (int(part) for part in AUDIT_HEADS_EXPORT_AT.split(":"))
+    if not (0 <= _heads_hour < 24 and 0 <= _heads_minute < 60):
+        raise ValueError(AUDIT_HEADS_EXPORT_AT)
+except ValueError:
+    raise ImproperlyConfigured(
+        f"AUDIT_HEADS_EXPORT_AT must be a UTC time HH:MM, not {AUDIT_HEADS_EXPORT_AT!r}"
+    ) from None
+CELERY_BEAT_SCHEDULE["audit-export-heads"] = {
+    "task": "maintenance.audit_export_heads",
+    "schedule": crontab(hour=str(_heads_hour), minute=str(_heads_minute)),
+    "options": {"queue": "maintenance", "expires": 6 * 3600},
+}
+# `manage.py flush` would erase the audit log: refused unless this is on. Deliberately not read
+# from the environment; only the test settings turn it on (transactional tests flush).
+AUDIT_ALLOW_FLUSH = False
 
 # Routing: duplicates are matched against leads of the last DEDUP_WINDOW_DAYS; an assignment
 # whose rule, tag rule and team name no SLA gets DEFAULT_SLA_MINUTES.

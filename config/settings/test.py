@@ -28,3 +28,5 @@ SOURCE_CACHE_SECONDS = 0
 ENQUEUE_IN_BACKGROUND = False
 # Alerts resolve at the first clear check (tests that want the hold-down set it themselves).
 ALERT_RESOLVE_AFTER_SECONDS = 0.0
+# Transactional tests flush the database between tests, audit log included (audit's flush).
+AUDIT_ALLOW_FLUSH = True

@@ -26,6 +26,7 @@ class AlertKind(models.TextChoices):
     ENRICHMENT = "enrichment", "Enrichment"
     DELIVERY = "delivery", "Delivery"
     RULES = "rules", "Published rules that no longer compile"
+    AUDIT = "audit", "Audit (the nightly export of the chain heads)"
 
 
 class AlertStatus(models.TextChoices):

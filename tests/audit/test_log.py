@@ -238,3 +238,19 @@ def test_an_edited_heads_file_is_refused(tmp_path):
     heads.write_text(json.dumps(document))
     with pytest.raises(CommandError, match="signature does not match"):
         call_command("audit_verify", "--heads", str(heads), stdout=StringIO())
+
+
+def test_flush_is_refused_outside_the_test_settings(settings):
+    lead = LeadFactory(received_event=False)
+    _chain(lead, 2)
+    settings.AUDIT_ALLOW_FLUSH = False
+    with pytest.raises(CommandError, match="append-only audit log: refused"):
+        call_command("flush", "--noinput", stdout=StringIO())
+    assert Event.objects.filter(chain=str(lead.pk)).count() == 2
+
+
+def test_db_grant_app_role_has_nothing_to_do_without_postgresql(monkeypatch):
+    monkeypatch.setattr(connection, "vendor", "sqlite")
+    out = StringIO()
+    call_command("db_grant_app_role", role="leadrouter_app", stdout=out)
+    assert "nothing to grant" in out.getvalue()

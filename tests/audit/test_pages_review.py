@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import cast
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -83,3 +84,144 @@ def test_a_scoped_manager_sees_only_their_teams_reps_and_no_system_alerts(client
     d = client.get("/dashboard/").context["d"]
     assert [load.name for load in d.reps] == ["Mine"]
     assert d.alerts == []
+
+
+# --- The scope is checked again under the lead's lock -------------------------------------------
+
+
+def _moved_after_the_check(monkeypatch, target, attribute, lead, *, rep, team):
+    """Wrap the view's visibility check so that, right after it passes, another manager's
+    reassignment moves ``lead`` to ``rep`` of ``team`` (as if it committed just before the
+    action took the lead's lock)."""
+    from routing.models import Assignment, AssignmentKind
+
+    original = getattr(target, attribute)
+
+    def check_then_move(*args, **kwargs):
+        result = original(*args, **kwargs)
+        current = Assignment.objects.get(lead=lead, active=True)
+        current.active = False
+        current.save(update_fields=["active"])
+        Assignment.objects.create(
+            lead=lead,
+            rep=rep,
+            rep_name=rep.name,
+            team=team,
+            team_name=team.name,
+            kind=AssignmentKind.REASSIGNMENT,
+            supersedes=current,
+            active=True,
+        )
+        return result
+
+    monkeypatch.setattr(target, attribute, check_then_move)
+
+
+def _two_teams(user):
+    from routing.models import Rep, Team, TeamMembership
+    from tests.routing.factories import RepFactory, TeamFactory
+
+    mine, theirs = cast(Team, TeamFactory(manager=user)), cast(Team, TeamFactory())
+    my_rep, my_other_rep, their_rep = (cast(Rep, RepFactory()) for _ in range(3))
+    TeamMembership.objects.create(team=mine, rep=my_rep, position=0)
+    TeamMembership.objects.create(team=mine, rep=my_other_rep, position=1)
+    TeamMembership.objects.create(team=theirs, rep=their_rep, position=0)
+    return mine, theirs, my_rep, my_other_rep, their_rep
+
+
+@pytest.mark.parametrize("via", ["page", "api"])
+def test_a_lead_moved_to_another_team_after_the_check_is_not_reassigned(
+    client, settings, monkeypatch, via
+):
+    """The scope was checked before the lead's lock: a lead another manager moved to their
+    team in between was still reassigned (and taken back) by the first manager."""
+    from audit import views
+    from routing import api
+    from routing.models import Assignment
+    from tests.audit.test_pages import owned
+
+    settings.HISTORY_SCOPE_TO_MANAGED_TEAMS = True
+    user = manager()
+    mine, theirs, my_rep, my_other_rep, their_rep = _two_teams(user)
+    lead = owned(rep=my_rep, team=mine)
+    if via == "page":
+        _moved_after_the_check(monkeypatch, views, "_lead_or_404", lead, rep=their_rep, team=theirs)
+        url, body = f"/history/{lead.pk}/reassign/", {"rep": my_other_rep.email, "reason": "mine"}
+        response = logged_in(client, user).post(url, body)
+
+    else:
+        _moved_after_the_check(
+            monkeypatch, api._LeadActionView, "_lead_or_404", lead, rep=their_rep, team=theirs
+        )
+        response = logged_in(client, user).post(
+            f"/api/v1/leads/{lead.pk}/reassign/",
+            {"rep": my_other_rep.email, "reason": "mine"},
+            content_type="application/json",
+        )
+        assert response.json()["error"]["code"] == "not_found"
+    assert response.status_code == 404
+    assert Assignment.objects.get(lead=lead, active=True).rep_id == their_rep.pk
+
+
+@pytest.mark.parametrize("via", ["page", "api"])
+def test_a_lead_moved_to_another_team_after_the_check_is_not_touched(
+    client, settings, monkeypatch, via
+):
+    from django.contrib.auth.models import Permission
+
+    from audit import views
+    from routing import api
+    from routing.models import Assignment
+    from tests.audit.test_pages import owned
+
+    settings.HISTORY_SCOPE_TO_MANAGED_TEAMS = True
+    user = manager()
+    user.user_permissions.add(Permission.objects.get(codename="touch_lead"))
+    mine, theirs, my_rep, _, their_rep = _two_teams(user)
+    lead = owned(rep=my_rep, team=mine)
+    if via == "page":
+        _moved_after_the_check(monkeypatch, views, "_lead_or_404", lead, rep=their_rep, team=theirs)
+        response = logged_in(client, user).post(f"/history/{lead.pk}/touch/")
+    else:
+        _moved_after_the_check(
+            monkeypatch, api._LeadActionView, "_lead_or_404", lead, rep=their_rep, team=theirs
+        )
+        response = logged_in(client, user).post(f"/api/v1/leads/{lead.pk}/touch/")
+    assert response.status_code == 404
+    assert Assignment.objects.get(lead=lead, active=True).touched_at is None
+
+
+def test_the_services_check_the_scope_under_the_lock():
+    from routing.services import LeadActionError, assignment_touch, lead_reassign
+    from tests.audit.test_pages import owned
+
+    user = manager()
+    mine, theirs, my_rep, my_other_rep, their_rep = _two_teams(user)
+    lead = owned(rep=their_rep, team=theirs)
+    with pytest.raises(LeadActionError) as refused:
+        lead_reassign(
+            lead_id=lead.pk, rep_email=my_rep.email, reason="r", actor="t", scope_team_ids=[mine.pk]
+        )
+    assert (refused.value.code, refused.value.status) == ("not_found", 404)
+    with pytest.raises(LeadActionError) as refused:
+        assignment_touch(lead_id=lead.pk, actor="t", scope_team_ids=[mine.pk])
+    assert refused.value.status == 404
+    mine_lead = owned(rep=my_rep, team=mine)
+    for outsider in (their_rep.email, "nobody@example.com"):
+        with pytest.raises(LeadActionError) as refused:
+            lead_reassign(
+                lead_id=mine_lead.pk,
+                rep_email=outsider,
+                reason="r",
+                actor="t",
+                scope_team_ids=[mine.pk],
+            )
+        assert (refused.value.code, refused.value.status) == ("forbidden", 403)
+    moved = lead_reassign(
+        lead_id=mine_lead.pk,
+        rep_email=my_other_rep.email,
+        reason="r",
+        actor="t",
+        scope_team_ids=[mine.pk],
+    )
+    assert moved.rep_id == my_other_rep.pk

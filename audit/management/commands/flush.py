@@ -1,14 +1,18 @@
-"""``manage.py flush``, able to empty the append-only audit table.
+"""``manage.py flush``, able to empty the append-only audit table, for the test suite only.
 
-Flushing erases the whole database on purpose (tests do it between transactional tests). The
-audit triggers refuse that, so this lifts them inside the flush's own transaction on SQLite and
-PostgreSQL (transactional DDL) and puts them back before it commits.
+Tests flush the whole database between transactional tests. The audit triggers refuse that, so
+this lifts them inside the flush's own transaction on SQLite and PostgreSQL (transactional DDL)
+and puts them back before it commits. Anywhere else erasing the audit log is exactly what the
+triggers exist to prevent: without ``AUDIT_ALLOW_FLUSH`` (set by the test settings only) the
+command refuses before touching anything.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.management.base import CommandError
 from django.core.management.commands import flush
 from django.db import connections, transaction
 
@@ -17,6 +21,11 @@ from audit.triggers import triggers_create, triggers_drop
 
 class Command(flush.Command):
     def handle(self, **options: Any) -> None:
+        if not getattr(settings, "AUDIT_ALLOW_FLUSH", False):
+            raise CommandError(
+                "flush would erase the append-only audit log: refused. Only the test settings "
+                "allow it (AUDIT_ALLOW_FLUSH); to start over, drop and recreate the database."
+            )
         connection = connections[options["database"]]
         if connection.vendor not in ("postgresql", "sqlite"):
             super().handle(**options)

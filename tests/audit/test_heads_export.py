@@ -1,0 +1,92 @@
+"""The nightly export of the audit chain heads: a beat job, files kept, an alert when it fails."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.conf import settings as django_settings
+
+from audit.heads import EXPORT_ALERT_SUBJECT, audit_heads_check
+from audit.models import EventType
+from audit.services import event_record
+from audit.tasks import audit_export_heads
+from config.celery import app as celery_app
+from routing.monitoring.models import Alert, AlertKind, AlertStatus
+
+pytestmark = pytest.mark.django_db
+
+
+def _open_alerts() -> list[Alert]:
+    return list(Alert.objects.filter(kind=AlertKind.AUDIT, status=AlertStatus.OPEN))
+
+
+def test_beat_runs_the_export_nightly_on_the_maintenance_queue():
+    from celery.schedules import crontab
+
+    entry = django_settings.CELERY_BEAT_SCHEDULE["audit-export-heads"]
+    assert entry["task"] == "maintenance.audit_export_heads"
+    assert entry["options"]["queue"] == "maintenance"
+    schedule = entry["schedule"]
+    assert isinstance(schedule, crontab)
+    assert str(schedule).startswith("<crontab: 30 2 * * *")
+    celery_app.loader.import_default_modules()
+    assert "maintenance.audit_export_heads" in celery_app.tasks
+
+
+def test_the_task_writes_a_signed_heads_file(settings, tmp_path):
+    settings.AUDIT_HEADS_DIR = tmp_path / "heads"
+    settings.AUDIT_HEADS_KEEP = 3
+    first = event_record(type=EventType.RULES_PUBLISHED, actor="user:ana", data={"version": 1})
+    audit_export_heads.apply()  # as a worker runs it
+    (written,) = (tmp_path / "heads").glob("heads-*.json")
+    document = json.loads(written.read_text(encoding="utf-8"))
+    assert document["heads"] == {"routing": [1, first.hash]}
+    assert audit_heads_check(document).findings == []
+
+
+def test_only_the_newest_files_are_kept(settings, tmp_path):
+    from audit.heads import audit_heads_export_scheduled
+
+    settings.AUDIT_HEADS_DIR = tmp_path
+    settings.AUDIT_HEADS_KEEP = 3
+    (tmp_path / "notes.txt").write_text("not a heads file: left alone")
+    night = datetime(2026, 11, 1, 2, 30, tzinfo=UTC)
+    names = []
+    for day in range(5):
+        event_record(type=EventType.RULES_PUBLISHED, actor="user:ana", data={"version": day})
+        path = audit_heads_export_scheduled(now=night + timedelta(days=day))
+        assert path is not None
+        names.append(path.name)
+    assert names[0] == "heads-20261101T023000Z.json"
+    remaining = sorted(p.name for p in tmp_path.iterdir())
+    assert remaining == [*names[2:], "notes.txt"]  # no partial file left behind either
+    assert _open_alerts() == []
+
+
+def test_a_failed_export_opens_an_alert_and_the_next_success_resolves_it(
+    settings, tmp_path, caplog, django_capture_on_commit_callbacks
+):
+    from audit.heads import audit_heads_export_scheduled
+
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("x")
+    settings.AUDIT_HEADS_DIR = blocker / "heads"
+    with (
+        caplog.at_level(logging.ERROR, logger="audit.heads"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        assert audit_heads_export_scheduled() is None
+    (alert,) = _open_alerts()
+    assert alert.subject == EXPORT_ALERT_SUBJECT
+    assert "export of the audit chain heads" in alert.message
+    assert "NotADirectoryError" in alert.message or "FileExistsError" in alert.message
+    assert any("exporting the audit chain heads" in r.getMessage() for r in caplog.records)
+    assert audit_heads_export_scheduled() is None  # still failing: the same alert, refreshed
+    assert len(_open_alerts()) == 1
+    settings.AUDIT_HEADS_DIR = tmp_path / "heads"
+    assert audit_heads_export_scheduled() is not None
+    assert _open_alerts() == []
+    assert Alert.objects.get(pk=alert.pk).status == AlertStatus.RESOLVED
