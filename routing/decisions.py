@@ -615,28 +615,23 @@ def _apply_owner(
     rep = snap.reps[decision.rep_id]
     team = config.teams.get(decision.team_id) if decision.team_id is not None else None
     sla = decision.sla_minutes or _default_sla()
-    if supersede is not None:
-        Assignment.objects.filter(pk=supersede.pk).update(active=False)
-    assignment = Assignment.objects.create(
+    return assignment_create(
         lead=lead,
         rep_id=rep.id,
+        rep_name=rep.name,
         team_id=team.id if team is not None else None,
+        team_name=team.name if team is not None else "",
         rule_id=decision.rule_id,
-        rule_name=(decision.rule_name or "")[:200],
-        rep_name=rep.name[:200],
-        team_name=team.name[:200] if team is not None else "",
+        rule_name=decision.rule_name or "",
         ruleset_version=decision.ruleset_version,
         kind=AssignmentKind.INITIAL if supersede is None else AssignmentKind.REASSIGNMENT,
-        supersedes=supersede,
+        supersede=supersede,
         reason=decision.reason,
         trace=stored_trace(decision, notes),
         sla_minutes=sla,
-        sla_due_at=_sla_due(now, sla, rep, team),
-        assigned_at=now,
-        active=True,
+        sla_due=_sla_due(now, sla, rep, team),
+        now=now,
     )
-    Rep.objects.filter(pk=rep.id).update(last_assigned_at=now)
-    return assignment
 
 
 def assignment_sla_due(
@@ -652,6 +647,62 @@ def assignment_sla_due(
             hours = _working_hours(row["working_hours"])
             return sla_due_at(now, minutes, hours, row["timezone"] or "UTC")
     return now + timedelta(minutes=minutes)
+
+
+_COMPUTE: Any = object()  # assignment_create: work the SLA due time out from the rep and team
+
+
+def assignment_create(
+    *,
+    lead: Lead,
+    rep_id: int,
+    rep_name: str,
+    team_id: int | None,
+    team_name: str,
+    kind: str,
+    reason: str,
+    now: datetime,
+    sla_minutes: int | None,
+    sla_due: datetime | None = _COMPUTE,
+    supersede: Assignment | None = None,
+    rule_id: int | None = None,
+    rule_name: str = "",
+    ruleset_version: int | None = None,
+    trace: list[dict[str, Any]] | None = None,
+) -> Assignment:
+    """Give ``lead`` to a rep: the one way an assignment is made (routing, sticky duplicates,
+    manual and SLA reassignment). Call it in the transaction that holds the lead's lock.
+
+    ``supersede`` (the lead's current assignment) stops being the active one; the rep's
+    ``last_assigned_at`` moves to ``now``; names are kept as snapshot strings, so history reads
+    right after renames. The SLA due time is computed in the rep's working hours when the team
+    respects them, unless the caller passes one (``sla_due``) it already worked out.
+    """
+    if supersede is not None:
+        Assignment.objects.filter(pk=supersede.pk).update(active=False)
+        supersede.active = False
+    if sla_due is _COMPUTE:
+        sla_due = assignment_sla_due(now=now, minutes=sla_minutes, rep_id=rep_id, team_id=team_id)
+    assignment = Assignment.objects.create(
+        lead=lead,
+        rep_id=rep_id,
+        team_id=team_id,
+        rule_id=rule_id,
+        rule_name=rule_name[:200],
+        rep_name=rep_name[:200],
+        team_name=team_name[:200],
+        ruleset_version=ruleset_version,
+        kind=kind,
+        supersedes=supersede,
+        reason=reason,
+        trace=trace or [],
+        sla_minutes=sla_minutes,
+        sla_due_at=sla_due,
+        assigned_at=now,
+        active=True,
+    )
+    Rep.objects.filter(pk=rep_id).update(last_assigned_at=now)
+    return assignment
 
 
 def _sla_due(

@@ -27,7 +27,7 @@ from leads.services import (
 from routing.decisions import (
     RouteResult,
     RoutingContention,
-    assignment_sla_due,
+    assignment_create,
     route_lead,
     stored_trace,
 )
@@ -201,29 +201,19 @@ def _assign_sticky(lead: Lead, now: datetime) -> Assignment | None:
         return None
     key = lead.dedup_key.split(":", 1)[0] or "e-mail"
     sla = current.sla_minutes or settings.DEFAULT_SLA_MINUTES or None
-    assignment = Assignment.objects.create(
+    return assignment_create(
         lead=lead,
-        rep=current.rep,
+        rep_id=current.rep_id,
+        rep_name=current.rep.name,
         team_id=current.team_id,
-        rule=None,
-        rule_name="",
-        rep_name=current.rep.name[:200],
         team_name=current.team_name,
-        ruleset_version=None,
         kind=AssignmentKind.DUPLICATE,
         reason=(
             f"duplicate of lead {original.pk} (same {key}): sticky to its owner {current.rep.name}"
         ),
-        trace=[],
         sla_minutes=sla,
-        sla_due_at=assignment_sla_due(
-            now=now, minutes=sla, rep_id=current.rep_id, team_id=current.team_id
-        ),
-        assigned_at=now,
-        active=True,
+        now=now,
     )
-    Rep.objects.filter(pk=current.rep_id).update(last_assigned_at=now)
-    return assignment
 
 
 def _record_decision(lead: Lead, result: RouteResult, now: datetime, notes: list[str]) -> None:
@@ -463,34 +453,22 @@ def lead_reassign(
         return current
     now = timezone.now()
     sla = (current.sla_minutes if current else None) or settings.DEFAULT_SLA_MINUTES or None
-    if current is not None:
-        current.active = False
-        current.save(update_fields=["active"])
-    assignment = Assignment.objects.create(
+    assignment = assignment_create(
         lead=lead,
-        rep=rep,
+        rep_id=rep.pk,
+        rep_name=rep.name,
         team_id=current.team_id if current else None,
         team_name=current.team_name if current else "",
-        rule=None,
-        rule_name="",
-        rep_name=rep.name[:200],
-        ruleset_version=None,
         kind=AssignmentKind.REASSIGNMENT if current else AssignmentKind.INITIAL,
-        supersedes=current,
+        supersede=current,
         reason=f"reassigned by hand ({actor}): {reason}",
-        trace=[],
         sla_minutes=sla,
-        sla_due_at=assignment_sla_due(
-            now=now, minutes=sla, rep_id=rep.pk, team_id=current.team_id if current else None
-        ),
-        assigned_at=now,
-        active=True,
+        now=now,
     )
     if lead.status != LeadStatus.DUPLICATE:
         lead.status = LeadStatus.ASSIGNED
     lead.processed_at = lead.processed_at or now
     lead.save(update_fields=["status", "processed_at"])
-    Rep.objects.filter(pk=rep.pk).update(last_assigned_at=now)
     event_record_for_assignment(
         type=EventType.REASSIGNED,
         assignment=assignment,

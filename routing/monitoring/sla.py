@@ -35,11 +35,11 @@ from routing.decisions import (
     RulesetNotFound,
     _lock_rep,
     _snapshot,
-    assignment_sla_due,
+    assignment_create,
     live_config,
 )
 from routing.engine import RuleErrors, rep_is_eligible
-from routing.models import Assignment, AssignmentKind, OnSlaBreach, Rep, Team
+from routing.models import Assignment, AssignmentKind, OnSlaBreach, Team
 from routing.monitoring.alerts import (
     alert_raise,
     alert_resolve,
@@ -362,31 +362,25 @@ def _reassign(
     lead: Lead, current: Assignment, rep_id: int, rep_name: str, rule_id: int | None, now: datetime
 ) -> Assignment:
     sla = current.sla_minutes or settings.DEFAULT_SLA_MINUTES or None
-    current.active = False
-    current.save(update_fields=["active"])
-    assignment = Assignment.objects.create(
+    assignment = assignment_create(
         lead=lead,
         rep_id=rep_id,
+        rep_name=rep_name,
         team_id=current.team_id,
         team_name=current.team_name,
         rule_id=rule_id,
         rule_name=current.rule_name,
-        rep_name=rep_name[:200],
         ruleset_version=current.ruleset_version,
         kind=AssignmentKind.REASSIGNMENT,
-        supersedes=current,
+        supersede=current,
         reason=f"SLA of {current.sla_minutes} min missed by {current.rep_name}: reassigned "
         f"within {current.team_name}",
-        trace=[],
         sla_minutes=sla,
-        sla_due_at=assignment_sla_due(now=now, minutes=sla, rep_id=rep_id, team_id=current.team_id),
-        assigned_at=now,
-        active=True,
+        now=now,
     )
     if lead.status not in (LeadStatus.ASSIGNED, LeadStatus.DUPLICATE):
         lead.status = LeadStatus.ASSIGNED
         lead.save(update_fields=["status"])
-    Rep.objects.filter(pk=rep_id).update(last_assigned_at=now)
     event_record_for_assignment(
         type=EventType.REASSIGNED,
         assignment=assignment,
