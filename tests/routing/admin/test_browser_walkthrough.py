@@ -320,6 +320,8 @@ def test_revops_walkthrough_from_the_admin_alone(
         page.goto(f"{base}/admin/routing/ruleset/")
         statuses = page.locator("#result_list tbody tr")
         expect(statuses.first).to_contain_text("Published")
+        expect(statuses.first).to_contain_text("back to the territories")
+        expect(statuses.nth(1)).to_contain_text("DACH companies with 30+ employees")
         page.screenshot(path=str(shots / "versions.png"), full_page=True)
         browser.close()
 
@@ -369,8 +371,10 @@ def test_a_manager_sees_the_spike_on_the_dashboard_history_and_a_lead(
         expect(rows).to_have_count(50)
         page.screenshot(path=str(shots / "history.png"))
 
-        page.goto(f"{base}/history/?status=assigned")
-        page.locator("#history-table tbody tr a.lead-link").first.click()
+        page.select_option("#id_team", label="SDR EMEA")
+        page.click("#history-filters button[type=submit]")
+        expect(rows.first).to_contain_text("SDR EMEA")
+        rows.first.locator("a.lead-link").click()
         expect(page.locator("#owner-name")).to_be_visible()
         expect(page.locator("#decision .decision li").first).to_contain_text("Matched rule")
         assert re.search(r"/history/[0-9a-f-]+/$", page.url)
