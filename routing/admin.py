@@ -457,10 +457,12 @@ class RuleSetAdmin(admin.ModelAdmin):
             *super().get_urls(),
         ]
 
-    @admin.display(description="note")
+    @admin.display(description="note (latest line)")
     def note_start(self, obj: RuleSet) -> str:
-        first = (obj.note or "").strip().splitlines()
-        return first[0][:80] if first else ""
+        # A note given at publish is added as the last line (after "Copy of version N"): the
+        # line that says what changed and why.
+        lines = [line.strip() for line in (obj.note or "").splitlines() if line.strip()]
+        return lines[-1][:120] if lines else ""
 
     def has_change_permission(self, request: HttpRequest, obj: RuleSet | None = None) -> bool:
         return _editable(obj) and super().has_change_permission(request, obj)

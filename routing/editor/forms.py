@@ -85,9 +85,13 @@ class ConditionEditor(forms.Textarea):
 
     template_name = "admin/routing/widgets/condition_editor.html"
 
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs)
+        self.row_errors: dict[str, list[str]] = {}  # "2.1" -> messages, shown on that row
+
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
-        context["editor_options"] = editor_options()
+        context["editor_options"] = {**editor_options(), "rowErrors": self.row_errors}
         return context
 
     def render(
@@ -113,8 +117,8 @@ def _leaf_at(when: Any, steps: list[tuple[str, str | None]]) -> Any:
     return node
 
 
-def condition_error_words(path: str, message: str, when: Any) -> str:
-    """``when.all[1].any[0].op: ...`` -> ``Condition 2.1 (title), operator: ...``."""
+def _condition_place(path: str, when: Any) -> tuple[str, str, str]:
+    """``when.all[1].any[0].op`` -> (``2.1``, `` (title)``, ``operator``): row, field, part."""
     rest = path.removeprefix("when")
     steps: list[tuple[str, str | None]] = []
     numbers: list[str] = []
@@ -127,13 +131,30 @@ def condition_error_words(path: str, message: str, when: Any) -> str:
             numbers.append(str(int(match.group(2)) + 1))
         rest = rest[match.end() :]
     leaf = _leaf_at(when, steps)
-    where = f"Condition {'.'.join(numbers)}" if numbers else "The condition"
-    if isinstance(leaf, dict) and isinstance(leaf.get("field"), str):
-        where += f" ({leaf['field']})"
-    part = {".field": ", field", ".op": ", operator", "": ""}.get(rest)
+    field = (
+        f" ({leaf['field']})"
+        if isinstance(leaf, dict) and isinstance(leaf.get("field"), str)
+        else ""
+    )
+    part = {".field": "field", ".op": "operator", "": ""}.get(rest)
     if part is None:
-        part = ", value" if rest.startswith(".value") else f" {rest.lstrip('.')}"
-    return f"{where}{part}: {message}"
+        part = "value" if rest.startswith(".value") else rest.lstrip(".")
+    return ".".join(numbers), field, part
+
+
+def condition_error_words(path: str, message: str, when: Any) -> str:
+    """``when.all[1].any[0].op: ...`` -> ``Condition 2.1 (title), operator: ...``."""
+    number, field, part = _condition_place(path, when)
+    where = f"Condition {number}" if number else "The condition"
+    return f"{where}{field}{', ' + part if part else ''}: {message}"
+
+
+def condition_row_error(path: str, message: str, when: Any) -> tuple[str, str] | None:
+    """The editor row (``2.1``) an error of ``path`` belongs to, and what to say on it."""
+    number, _, part = _condition_place(path, when)
+    if not number:
+        return None
+    return number, f"{part}: {message}" if part else message
 
 
 _ACTION_FIELDS = {
@@ -270,6 +291,10 @@ class RuleForm(forms.ModelForm):
     def _place(self, key: str, message: str, when: Any) -> tuple[str, str]:
         path, _, text = message.partition(": ")
         if key == "when" and path.startswith("when"):
+            row = condition_row_error(path, text, when)
+            widget = self.fields["when"].widget if "when" in self.fields else None
+            if row is not None and isinstance(widget, ConditionEditor):
+                widget.row_errors.setdefault(row[0], []).append(row[1])
             return "when", condition_error_words(path, text, when)
         if key == "action" and path.startswith("action"):
             sub = path.removeprefix("action").lstrip(".").split(".")[0].split("[")[0]

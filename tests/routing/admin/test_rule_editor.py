@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -103,6 +104,35 @@ def test_nested_paths_are_numbered_like_the_rows(client_revops, draft):
     }
     errors = _errors(_post(client_revops, draft, when))
     assert errors["when"][0].startswith("Condition 2.1 (title), value: bad regular expression")
+
+
+def _row_errors(response: Any) -> dict[str, list[str]]:
+    """The errors the condition editor shows on its rows (its options, as the page has them)."""
+    found = re.search(
+        r'<script id="id_when_options" type="application/json">(.*?)</script>',
+        response.content.decode(),
+    )
+    assert found is not None
+    return dict(json.loads(found.group(1))["rowErrors"])
+
+
+def test_condition_errors_are_shown_on_their_row_too(client_revops, draft):
+    when = {
+        "all": [
+            {"field": "country", "op": "eq", "value": "DE"},
+            {
+                "any": [
+                    {"field": "employees", "op": "gte", "value": 5},
+                    {"field": "title", "op": "matches", "value": "([a-z"},
+                ]
+            },
+        ]
+    }
+    response = _post(client_revops, draft, when)
+    rows = _row_errors(response)
+    assert list(rows) == ["2.2"]
+    assert rows["2.2"][0].startswith("value: bad regular expression")
+    assert _row_errors(client_revops.get(reverse(ADD))) == {}
 
 
 def test_action_errors_land_on_the_action_fields(client_revops, draft):

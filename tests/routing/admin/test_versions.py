@@ -198,6 +198,16 @@ def test_publish_with_failing_test_cases_needs_a_confirmation(client_revops, rev
     assert "pause routing" in draft.note
 
 
+def test_the_version_list_shows_the_note_given_at_publish(client_revops, live):
+    draft = ruleset_new_draft(ruleset=live)  # its note: "Copy of version 1"
+    client_revops.post(
+        reverse("admin:routing_ruleset_publish", args=[draft.pk]),
+        {"note": "DACH companies go to Enterprise AE"},
+    )
+    page = client_revops.get(reverse("admin:routing_ruleset_changelist")).content.decode()
+    assert "DACH companies go to Enterprise AE" in page
+
+
 def test_roll_back_republishes_an_old_version_as_a_new_one(client_revops, live):
     draft = ruleset_new_draft(ruleset=live)
     Rule.objects.filter(ruleset=draft).update(name="Renamed")
