@@ -33,15 +33,21 @@ HEADER = (
 EXPORT_CHUNK = 2000
 
 
+# What a spreadsheet may skip before reading a cell as a formula: every Unicode space (str.strip's
+# whitespace, which covers NBSP, the en/em/thin spaces and the ideographic space), plus the
+# zero-width characters and the byte-order mark, which are not whitespace to Python.
+_INVISIBLE_LEAD = (
+    "".join(chr(c) for c in range(0x3001) if chr(c).isspace()) + "\u200b\u200c\u200d\u2060\ufeff"
+)
+
+
 def cell_safe(value: Any) -> str:
     """``value`` as CSV cell text that no spreadsheet evaluates."""
     if value is None:
         return ""
     text = value.isoformat() if isinstance(value, datetime) else str(value)
     # Some spreadsheets trim leading whitespace (spaces, NBSP, newlines) before evaluating.
-    if text.startswith(FORMULA_STARTS) or text.lstrip(" \t\r\n\xa0\u2007\u202f").startswith(
-        FORMULA_STARTS
-    ):
+    if text.startswith(FORMULA_STARTS) or text.lstrip(_INVISIBLE_LEAD).startswith(FORMULA_STARTS):
         return "'" + text
     return text
 

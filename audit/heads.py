@@ -23,12 +23,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.models import Event
-from audit.verify import Finding
+from audit.verify import Finding, audit_verify
 
 logger = logging.getLogger(__name__)
 
 # The alert a failed scheduled export opens (kind "audit"), resolved by the next success.
 EXPORT_ALERT_SUBJECT = "heads-export"
+# The alert the nightly verification opens when the log does not hold (kind "audit").
+VERIFY_ALERT_SUBJECT = "verify"
 HEADS_FILE_PATTERN = "heads-*.json"
 
 
@@ -139,3 +141,56 @@ def audit_heads_check(document: Any) -> HeadsReport:
                 Finding("rewritten", chain, seq, row[0], "differs from the exported head")
             )
     return HeadsReport(checked=len(heads), findings=findings)
+
+
+def audit_verify_scheduled(*, now: datetime | None = None) -> list[Finding] | None:
+    """The nightly verification (beat, before the export): every chain recomputed, and the
+    newest heads file in ``AUDIT_HEADS_DIR`` (the previous night's) checked against the log.
+
+    Findings open the ``audit`` alert (subject ``verify``) naming how many rows and the first
+    few; a clean run resolves it. Returns the findings, or None when the check itself could not
+    run (logged at ERROR, and alerted too: a verification that silently stops is no check).
+    """
+    from routing.monitoring.alerts import alert_raise, alert_resolve
+    from routing.monitoring.models import AlertKind
+
+    directory = Path(settings.AUDIT_HEADS_DIR)
+    try:
+        report = audit_verify()
+        findings = list(report.findings)
+        files = sorted(directory.glob(HEADS_FILE_PATTERN)) if directory.is_dir() else []
+        checked = ""
+        if files:
+            heads = audit_heads_check(json.loads(files[-1].read_text(encoding="utf-8")))
+            findings += heads.findings
+            checked = f" and {heads.checked} heads of {files[-1].name}"
+    except Exception as error:
+        logger.exception("the nightly audit verification could not run")
+        alert_raise(
+            kind=AlertKind.AUDIT,
+            subject=VERIFY_ALERT_SUBJECT,
+            message=f"The nightly audit verification could not run: {type(error).__name__}: "
+            f"{error}",
+            now=now,
+        )
+        return None
+    if findings:
+        shown = "; ".join(
+            f"{f.kind} {f.chain} #{f.seq}" + (f" (event {f.event_id})" if f.event_id else "")
+            for f in findings[:5]
+        )
+        more = f" and {len(findings) - 5} more" if len(findings) > 5 else ""
+        logger.error("audit verification: %d finding(s): %s%s", len(findings), shown, more)
+        alert_raise(
+            kind=AlertKind.AUDIT,
+            subject=VERIFY_ALERT_SUBJECT,
+            message=f"The audit log does not verify: {len(findings)} finding(s): {shown}{more}. "
+            "Run manage.py audit_verify --heads <file> for the full list.",
+            now=now,
+        )
+        return findings
+    logger.info(
+        "audit verification: %d events in %d chains%s intact", report.events, report.chains, checked
+    )
+    alert_resolve(kind=AlertKind.AUDIT, subject=VERIFY_ALERT_SUBJECT, now=now)
+    return findings

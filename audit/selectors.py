@@ -223,6 +223,7 @@ def cursor_decode(cursor: str | None, column: str) -> tuple[Any, uuid.UUID] | No
         value, lead_id = json.loads(raw)
         if not isinstance(value, str) or "\x00" in value or len(value) > 400:
             return None
+        value.encode("utf-8")  # a lone surrogate cannot reach the database: UnicodeEncodeError
         parsed: Any = datetime.fromisoformat(value) if column == "received_at" else value
         if isinstance(parsed, datetime):
             if parsed.tzinfo is None:
@@ -411,6 +412,11 @@ def _event_detail(event: Event) -> str:
         value = data.get(key)
         if value:
             parts.append(f"{key.replace('_', ' ')}: {value}")
+    if event.type == EventType.DUPLICATE_DETECTED and data.get("original"):
+        matched = data.get("matched_on")
+        parts.append(
+            f"duplicate of lead {data['original']}" + (f" (same {matched})" if matched else "")
+        )
     if data.get("sla_met") is not None:
         parts.append("within SLA" if data["sla_met"] else "after the SLA")
     return "; ".join(str(part) for part in parts)

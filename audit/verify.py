@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import transaction
+
 from audit.hashing import HASHED, event_hash
 from audit.models import Event
 
@@ -42,7 +44,10 @@ def _rows(chain: str | None, batch: int) -> Iterator[dict[str, Any]]:
     rows = Event.objects.order_by("chain", "seq")
     if chain is not None:
         rows = rows.filter(chain=chain)
-    yield from rows.values("id", "hash", *HASHED).iterator(chunk_size=batch)
+    # Inside a transaction the server-side cursor is an ordinary one that PostgreSQL streams;
+    # outside, Django declares it WITH HOLD, and PostgreSQL materialises the whole log first.
+    with transaction.atomic():
+        yield from rows.values("id", "hash", *HASHED).iterator(chunk_size=batch)
 
 
 def audit_verify(*, chain: str | None = None, batch: int = 2000) -> Report:

@@ -386,8 +386,10 @@ except ValueError:
     raise ImproperlyConfigured(
         f"AUDIT_HEADS_EXPORT_AT must be a UTC time HH:MM, not {AUDIT_HEADS_EXPORT_AT!r}"
     ) from None
+# Nightly: verify every chain and last night's heads file (an `audit` alert on findings), then
+# export tonight's heads.
 CELERY_BEAT_SCHEDULE["audit-export-heads"] = {
-    "task": "maintenance.audit_export_heads",
+    "task": "maintenance.audit_nightly",
     "schedule": crontab(hour=str(_heads_hour), minute=str(_heads_minute)),
     "options": {"queue": "maintenance", "expires": 6 * 3600},
 }

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.conf import settings as django_settings
+from django.utils import timezone
 
 from audit.heads import EXPORT_ALERT_SUBJECT, audit_heads_check
 from audit.models import EventType
@@ -27,13 +28,14 @@ def test_beat_runs_the_export_nightly_on_the_maintenance_queue():
     from celery.schedules import crontab
 
     entry = django_settings.CELERY_BEAT_SCHEDULE["audit-export-heads"]
-    assert entry["task"] == "maintenance.audit_export_heads"
+    assert entry["task"] == "maintenance.audit_nightly"
     assert entry["options"]["queue"] == "maintenance"
     schedule = entry["schedule"]
     assert isinstance(schedule, crontab)
     assert str(schedule).startswith("<crontab: 30 2 * * *")
     celery_app.loader.import_default_modules()
-    assert "maintenance.audit_export_heads" in celery_app.tasks
+    assert "maintenance.audit_nightly" in celery_app.tasks
+    assert "maintenance.audit_export_heads" in celery_app.tasks  # messages queued before
 
 
 def test_the_task_writes_a_signed_heads_file(settings, tmp_path):
@@ -90,3 +92,68 @@ def test_a_failed_export_opens_an_alert_and_the_next_success_resolves_it(
     assert audit_heads_export_scheduled() is not None
     assert _open_alerts() == []
     assert Alert.objects.get(pk=alert.pk).status == AlertStatus.RESOLVED
+
+
+def test_the_nightly_job_verifies_the_log_and_last_nights_heads_then_exports(
+    settings, tmp_path, django_capture_on_commit_callbacks
+):
+    from django.db import connection
+
+    from audit.heads import VERIFY_ALERT_SUBJECT
+    from audit.models import Event
+    from audit.tasks import audit_nightly
+
+    settings.AUDIT_HEADS_DIR = tmp_path
+    for version in (1, 2, 3):
+        event_record(type=EventType.RULES_PUBLISHED, actor="user:ana", data={"version": version})
+    with django_capture_on_commit_callbacks(execute=True):
+        audit_nightly.apply()
+    assert _open_alerts() == []
+    assert len(list(tmp_path.glob("heads-*.json"))) == 1
+
+    # Someone with the database's keys deletes the newest event: the chain alone still holds
+    # (nothing after it), but last night's heads file names it.
+    last = Event.objects.filter(chain="routing").order_by("-seq").first()
+    assert last is not None
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("ALTER TABLE audit_event DISABLE TRIGGER USER")
+            cursor.execute("DELETE FROM audit_event WHERE id = %s", [last.pk])
+            cursor.execute("ALTER TABLE audit_event ENABLE TRIGGER USER")
+        else:
+            names = [
+                row[0]
+                for row in cursor.execute(
+                    "SELECT name FROM sqlite_master WHERE type='trigger' AND tbl_name='audit_event'"
+                ).fetchall()
+            ]
+            sql = {
+                row[0]: row[1]
+                for row in cursor.execute(
+                    "SELECT name, sql FROM sqlite_master WHERE type='trigger' "
+                    "AND tbl_name='audit_event'"
+                ).fetchall()
+            }
+            for name in names:
+                cursor.execute(f'DROP TRIGGER "{name}"')
+            cursor.execute("DELETE FROM audit_event WHERE id = %s", [last.pk])
+            for name in names:
+                cursor.execute(sql[name])
+    with django_capture_on_commit_callbacks(execute=True):
+        audit_nightly.apply()
+    (alert,) = _open_alerts()
+    assert alert.subject == VERIFY_ALERT_SUBJECT
+    assert "truncated routing #3" in alert.message
+    # The damaged log is not signed: the next night still compares with the good heads.
+    assert len(list(tmp_path.glob("heads-*.json"))) == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        audit_nightly.apply()
+    assert [a.subject for a in _open_alerts()] == [VERIFY_ALERT_SUBJECT]
+
+    # Once understood, an operator writes a new baseline; the next clean night resolves it.
+    from audit.heads import audit_heads_export_scheduled
+
+    assert audit_heads_export_scheduled(now=timezone.now() + timedelta(seconds=1)) is not None
+    with django_capture_on_commit_callbacks(execute=True):
+        audit_nightly.apply()
+    assert _open_alerts() == []

@@ -32,6 +32,8 @@ def _cursor(value: object) -> str:
         f"after={base64.urlsafe_b64encode(b'[' * 200_000).decode()}",
         f"after={_cursor('0001-01-01T00:00:00+14:00')}",
         f"sort=email&after={_cursor('a' + chr(0) + 'b')}",
+        f"sort=email&after={_cursor(chr(0xD800))}",
+        f"sort=company&before={_cursor('x' + chr(0xDFFF))}",
         f"before={_cursor('9999-12-31T23:59:59-14:00')}",
     ],
 )
@@ -44,7 +46,22 @@ def test_crafted_history_parameters_are_never_a_500(client: Client, query: str, 
         b"".join(response.streaming_content)
 
 
-@pytest.mark.parametrize("text", [" =1+1", " @SUM(A1)", "\xa0=1+1", "\n=1+1", "\t+1", " \t-2"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        " =1+1",
+        " @SUM(A1)",
+        "\xa0=1+1",
+        "\n=1+1",
+        "\t+1",
+        " \t-2",
+        "\u3000=1+1",
+        "\u2003=1",
+        "\u200b=HYPERLINK(1)",
+        "\ufeff=1",
+        "\u2060@x",
+    ],
+)
 def test_formulas_behind_leading_whitespace_are_neutralised(text: str):
     assert cell_safe(text) == "'" + text
 
@@ -52,7 +69,7 @@ def test_formulas_behind_leading_whitespace_are_neutralised(text: str):
 @given(st.text(max_size=30))
 def test_no_exported_cell_reads_as_a_formula_even_after_trimming(text: str):
     cell = cell_safe(text)
-    trimmed = cell.lstrip(" \t\r\n\xa0\u2007\u202f")
+    trimmed = cell.lstrip().lstrip("\u200b\u200c\u200d\u2060\ufeff").lstrip()
     assert cell.startswith("'") or not trimmed.startswith(FORMULA_STARTS)
 
 
@@ -225,3 +242,19 @@ def test_the_services_check_the_scope_under_the_lock():
         scope_team_ids=[mine.pk],
     )
     assert moved.rep_id == my_other_rep.pk
+
+
+def test_the_timeline_says_which_lead_a_duplicate_copies_and_on_what():
+    from audit.models import EventType
+    from audit.selectors import timeline_entry
+    from audit.services import event_record
+    from tests.leads.factories import LeadFactory
+
+    lead = LeadFactory()
+    original = "6f1b8a38-5d0b-4b6e-9a70-2f0f0b1b2c3d"
+    event = event_record(
+        type=EventType.DUPLICATE_DETECTED,
+        lead=lead,
+        data={"original": original, "matched_on": "email"},
+    )
+    assert timeline_entry(event).detail == f"duplicate of lead {original} (same email)"

@@ -25,8 +25,13 @@ def test_migrate_connects_as_the_owner_and_grants_the_app_role_after_migrating()
     services = _services()
     migrate = services["migrate"]
     owner = services["postgres"]["environment"]["POSTGRES_USER"]
-    assert urlsplit(migrate["environment"]["DATABASE_URL"]).username == owner != "leadrouter_app"
     script = " ".join(migrate["command"])
+    # The owner's URL is built in the container from the secret, before anything runs.
+    assert (
+        f'export DATABASE_URL="postgres://{owner}:$$(cat /run/secrets/db_owner_password)@' in script
+    )
+    assert owner != "leadrouter_app"
+    assert script.index("export DATABASE_URL") < script.index("migrate --noinput")
     assert script.index("migrate --noinput") < script.index(
         "db_grant_app_role --role leadrouter_app --password-env DB_APP_PASSWORD"
     )
@@ -37,3 +42,23 @@ def test_workers_keep_the_audit_heads_on_a_volume():
     compose = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
     assert "audit-heads:/app/var/audit-heads" in compose["services"]["worker"]["volumes"]
     assert "audit-heads" in compose["volumes"]
+
+
+def test_the_owner_password_reaches_only_postgres_and_migrate():
+    """Every app container reads .env, and the owner can lift the audit log's triggers: its
+    password is a Docker secret mounted only where it is needed, never a variable."""
+    text = COMPOSE.read_text(encoding="utf-8")
+    assert "DB_OWNER_PASSWORD" not in text
+    compose = yaml.safe_load(text)
+    assert compose["secrets"]["db_owner_password"]["file"] == "./secrets/db_owner_password"
+    services = compose["services"]
+    with_secret = {name for name, svc in services.items() if "db_owner_password" in str(svc)}
+    assert with_secret == {"postgres", "migrate"}
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"] == (
+        "/run/secrets/db_owner_password"
+    )
+    for name in ("web", "worker", "beat"):
+        url = services[name]["environment"]["DATABASE_URL"]
+        assert urlsplit(url).username == "leadrouter_app", name
+    example = (COMPOSE.parent / ".env.example").read_text(encoding="utf-8")
+    assert "DB_OWNER_PASSWORD" not in example
