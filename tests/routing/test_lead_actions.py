@@ -293,3 +293,38 @@ def test_a_manual_reassignment_counts_its_sla_in_working_hours_too(client):
     with mock.patch("routing.services.timezone.now", return_value=wednesday):
         moved = lead_reassign(lead_id=lead.pk, rep_email=ben.email, reason="r", actor="user:m")
     assert moved.sla_due_at == datetime(2025, 3, 6, 9, 20, tzinfo=UTC)
+
+
+def test_a_lead_reassigned_by_hand_joins_the_new_reps_team():
+    """A lead moved to a rep of another team, or given its first owner by hand, belongs to that
+    rep's team, so that the team's (scoped) manager sees it."""
+    from tests.routing.factories import make_rep, team_with
+
+    ana, ben = make_rep(email="ana@x.example"), make_rep(email="ben@x.example")
+    emea = team_with([ana], name="EMEA")
+    na = team_with([ben], name="NA")
+    clear_live_config_cache()
+    rules_import(
+        {
+            "ruleset": {
+                "name": "R",
+                "rules": [
+                    {"name": "EMEA", "priority": 1, "action": {"type": "team", "team": "EMEA"}}
+                ],
+            }
+        },
+        publish=True,
+    )
+    lead = LeadFactory(raw_payload={"email": "x@acme.com"})
+    assert lead_process(lead_id=lead.id) == LeadStatus.ASSIGNED
+    assert Assignment.objects.get(lead=lead, active=True).team == emea
+
+    moved = lead_reassign(lead_id=lead.id, rep_email=ben.email, reason="NA", actor="user:m")
+    assert (moved.team_id, moved.team_name) == (na.pk, "NA")
+    back = lead_reassign(lead_id=lead.id, rep_email=ana.email, reason="EMEA", actor="user:m")
+    assert (back.team_id, back.team_name) == (emea.pk, "EMEA")
+
+    orphan = LeadFactory(raw_payload={"email": "y@acme.com"}, status=LeadStatus.UNASSIGNED)
+    first = lead_reassign(lead_id=orphan.id, rep_email=ben.email, reason="hand", actor="user:m")
+    assert (first.team_id, first.team_name) == (na.pk, "NA")
+    clear_live_config_cache()
