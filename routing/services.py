@@ -412,6 +412,26 @@ _REASSIGNABLE = (
 )
 
 
+def _reassign_team(
+    rep: Rep, current: Assignment | None, scope_team_ids: Collection[int] | None
+) -> tuple[int | None, str]:
+    """The team a lead reassigned by hand to ``rep`` belongs to: the current one when the rep
+    is in it; else the rep's first team (within a scoped manager's teams), so that the lead
+    stays visible to that team's manager; else none."""
+    memberships = TeamMembership.objects.filter(rep=rep).select_related("team")
+    if scope_team_ids is not None:
+        memberships = memberships.filter(team_id__in=scope_team_ids)
+    teams = {m.team_id: m.team.name for m in memberships.order_by("team_id")}
+    if current is not None and current.team_id in teams:
+        return current.team_id, current.team_name
+    if teams:
+        first = next(iter(teams))
+        return first, teams[first]
+    if current is not None and scope_team_ids is None:
+        return current.team_id, current.team_name
+    return None, ""
+
+
 @transaction.atomic
 def lead_reassign(
     *,
@@ -453,12 +473,13 @@ def lead_reassign(
         return current
     now = timezone.now()
     sla = (current.sla_minutes if current else None) or settings.DEFAULT_SLA_MINUTES or None
+    team_id, team_name = _reassign_team(rep, current, scope_team_ids)
     assignment = assignment_create(
         lead=lead,
         rep_id=rep.pk,
         rep_name=rep.name,
-        team_id=current.team_id if current else None,
-        team_name=current.team_name if current else "",
+        team_id=team_id,
+        team_name=team_name,
         kind=AssignmentKind.REASSIGNMENT if current else AssignmentKind.INITIAL,
         supersede=current,
         reason=f"reassigned by hand ({actor}): {reason}",
