@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 WAIT_SECONDS = 180
 
@@ -33,6 +34,9 @@ def _logins(var_dir: Path) -> dict[str, str]:
 
 
 def hints_text(base: str, logins: dict[str, str]) -> str:
+    port = urlsplit(base).port
+    spike = "make spike" + (f" PORT={port}" if port not in (None, 8000) else "")
+
     def login(user: str) -> str:
         return f"  (login {user} / {logins[user]})" if user in logins else ""
 
@@ -44,7 +48,8 @@ def hints_text(base: str, logins: dict[str, str]) -> str:
             "LeadRouter is up. Three things to try:",
             f"  1. Open the dashboard: {base}/dashboard/{login(manager)}",
             "  2. Send a webinar spike of 400 leads, and watch the dashboard and /history/:",
-            "       make spike     (or: .venv/bin/python manage.py simulate_traffic --spike 400)",
+            f"       {spike}     (or: .venv/bin/python manage.py simulate_traffic --spike 400"
+            f" --url {base})",
             f"  3. Try a lead on the rules in the admin: {base}/admin/routing/ruleset/simulate/"
             f"{login(revops)}",
             "",

@@ -212,7 +212,7 @@ def demo_seed(*, now: datetime | None = None) -> SeedResult:
 
 def _write_login_file(state: DemoState) -> None:
     lines = [
-        f"{username} / {state.passwords[username]}  ({role})"
+        f"{username} / {state.passwords[username]}  - {role}"
         for username, (role, *_) in LOGINS.items()
     ]
     login_file = Path(settings.VAR_DIR) / LOGIN_FILE

@@ -157,10 +157,11 @@ def test_the_first_steps_hints_name_the_pages_and_logins(tmp_path) -> None:
     from routing.demo.hints import _logins, hints_text
 
     (tmp_path / "demo-login.txt").write_text(
-        "admin / a1  (administrator)\nrevops / r2  (RevOps)\nmanager / m3  (sales manager)\n"
+        "admin / a1  - administrator\nrevops / r2  - RevOps\nmanager / m3  - sales manager\n"
     )
     text = hints_text("http://127.0.0.1:8000", _logins(tmp_path))
     assert "http://127.0.0.1:8000/dashboard/  (login manager / m3)" in text
-    assert "make spike" in text
+    assert "make spike     (or:" in text
     assert "/admin/routing/ruleset/simulate/  (login revops / r2)" in text
+    assert "make spike PORT=8001 " in hints_text("http://127.0.0.1:8001", {})
     assert "login" not in hints_text("http://h:1", _logins(tmp_path / "missing"))
