@@ -14,6 +14,7 @@ BENCHMARKS = [
     "bench.intake_parts",
     "bench.metrics",
     "bench.spike",
+    "bench.history_search",
 ]
 
 
