@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +30,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from django.db import connection
 from django.db.models import Count, Max
@@ -411,3 +413,121 @@ def report_figures(name: str, figures: dict[str, object]) -> None:
     if out:
         with open(out, "a") as fh:
             fh.write(line + "\n")
+
+
+# --- A throwaway PostgreSQL cluster --------------------------------------------------------------
+
+
+def postgres_bindir() -> Path | None:
+    """Where ``initdb`` and ``pg_ctl`` live: ``PG_BINDIR``, else PATH, else ``pg_config``."""
+    if os.environ.get("PG_BINDIR"):
+        return Path(os.environ["PG_BINDIR"])
+    found = shutil.which("initdb")
+    if found and shutil.which("pg_ctl"):
+        return Path(found).resolve().parent
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        done = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False)
+        bindir = Path(done.stdout.strip())
+        if (bindir / "initdb").exists():
+            return bindir
+    return None
+
+
+class ThrowawayPostgres:
+    """A PostgreSQL cluster of the test's own (``initdb`` + ``pg_ctl``) on a free loopback port,
+    with trust auth, no fsync, and its socket in its own folder: the test may stop it.
+
+    PostgreSQL refuses to run as root: as root (CI), every ``initdb``/``pg_ctl`` runs as the
+    ``postgres`` user (``runuser``), in a temporary folder that user owns (pytest's tmp_path is
+    private to root). The machine's own cluster is never touched.
+    """
+
+    def __init__(self, bindir: Path) -> None:
+        self.bindir = bindir
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="leadrouter-pg-"))
+        self.data = self.root / "data"
+        self.log = self.root / "postgres.log"
+        self.user: str | None = None
+        if os.geteuid() == 0:
+            self.user = "postgres"
+            import pwd
+
+            entry = pwd.getpwnam(self.user)
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+        self.running = False
+
+    def _run(self, *args: str, timeout: float = 120) -> str:
+        command = [str(self.bindir / args[0]), *args[1:]]
+        if self.user is not None:
+            command = [shutil.which("runuser") or "runuser", "-u", self.user, "--", *command]
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, cwd=self.root, check=False
+        )
+        if done.returncode != 0:
+            raise AssertionError(
+                f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}\n"
+                + (self.log.read_text()[-3000:] if self.log.exists() else "")
+            )
+        return done.stdout
+
+    def init(self) -> None:
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--no-instructions",
+        )
+
+    def start(self) -> None:
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+            " -c synchronous_commit=off -c full_page_writes=off -c max_connections=60"
+        )
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
+        self.running = True
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+        self.running = False
+
+    def url(self, database: str) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
+
+    def connect(self, database: str = "postgres") -> Any:
+        import psycopg
+
+        return psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname=database, autocommit=True
+        )
+
+    def create_database(self, name: str) -> str:
+        with self.connect() as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def close(self) -> None:
+        if self.running:
+            with contextlib.suppress(Exception):
+                self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+            self.running = False
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -14,18 +14,23 @@ prints its figures (``[fault figures] ...``; also appended to ``FAULT_FIGURES_FI
 
 from __future__ import annotations
 
+import json
 import re
+import signal
+import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from django.db import connection
 from django.db.models import Max, Sum
 
 from audit.verify import audit_verify
-from leads.models import Lead
+from leads.models import Lead, LeadStatus
 from routing.rules_io import rules_import
 from tests.leads.factories import SourceFactory
 from tests.reliability import crash, stall
@@ -34,16 +39,18 @@ from tests.reliability.harness import (
     REPS,
     SCALE,
     Stack,
+    ThrowawayPostgres,
     assert_exact_routing,
     assert_one_received_event_each,
     log_signs,
     post,
     post_batch,
+    postgres_bindir,
     report_figures,
     rules,
     unfinished,
 )
-from tests.support.processes import wait_until
+from tests.support.processes import BIN, ROOT, wait_until
 
 pytestmark = [
     pytest.mark.worker,
@@ -363,5 +370,310 @@ def test_web_crash_between_commit_and_publish_every_committed_lead_is_routed_by_
             "median_recovery_s": round(sorted(recovery)[len(recovery) // 2], 1),
             "recovery_bound_s": bound,
             "burst_s": round(posted_s, 1),
+        },
+    )
+
+
+# --- 6. PostgreSQL stopped during a burst -------------------------------------------------------
+
+PG_DOWN_SECONDS = 6
+
+
+def post_answer(url: str, body: object, token: str) -> tuple[int, dict[str, str], str, float]:
+    """POST JSON; (status, headers, body text, seconds); status 0 when no answer came."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+    )
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return (
+                int(response.status),
+                dict(response.headers),
+                response.read().decode(errors="replace"),
+                time.monotonic() - started,
+            )
+    except urllib.error.HTTPError as exc:
+        return (
+            exc.code,
+            dict(exc.headers),
+            exc.read().decode(errors="replace"),
+            time.monotonic() - started,
+        )
+    except OSError as exc:
+        return 0, {}, f"{type(exc).__name__}: {exc}", time.monotonic() - started
+
+
+@pytest.fixture
+def throwaway_postgres() -> Iterator[ThrowawayPostgres]:
+    bindir = postgres_bindir()
+    if bindir is None:
+        pytest.fail("initdb/pg_ctl not found (set PG_BINDIR): cannot start a throwaway cluster")
+    pg = ThrowawayPostgres(bindir)
+    try:
+        pg.init()
+        pg.start()
+        yield pg
+    finally:
+        pg.close()
+
+
+def test_postgres_stopped_during_a_burst_intake_answers_503_json_and_no_accepted_lead_is_lost(
+    stack, throwaway_postgres
+):  # type: ignore[no-untyped-def]
+    """A PostgreSQL cluster of the test's own (initdb + pg_ctl on a free port; never the
+    machine's) is stopped with ``pg_ctl stop -m fast`` in the middle of a burst of single leads
+    and started again 6 s later. Every intake answer is 202, or 503 JSON with ``Retry-After``
+    (never an HTML 500, never a hang); every accepted lead ends assigned exactly once; no lead
+    the intake refused exists (so no message was published for a row that is not there)."""
+    pg = throwaway_postgres
+    url = pg.create_database("leadrouter")
+    s = stack(DATABASE_URL=url)
+    migrate = subprocess.run(
+        [str(BIN / "python"), "manage.py", "migrate", "--noinput", "-v", "0"],
+        env=s.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert migrate.returncode == 0, migrate.stdout + migrate.stderr
+    seeded = subprocess.run(
+        [str(BIN / "python"), "-m", "tests.reliability.seed", "--source", "pg"],
+        env=s.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert seeded.returncode == 0, seeded.stdout + seeded.stderr
+    s.start_redis()
+    s.start_web(concurrency=2)
+    worker = s.worker("pg")
+    worker.wait_ready()
+    s.start_sweeper(every=1, older_than=5, duration=200)
+
+    per_phase = 150 * SCALE
+    results: list[tuple[str, int, dict[str, str], str, float, float]] = []
+    lock = threading.Lock()
+    sent = 0
+    intake = f"{s.base}/api/v1/intake/pg/"
+
+    def burst(count: int, until: float | None = None, threads: int = 3) -> None:
+        """Post single leads from ``threads`` clients: ``count`` of them, or until ``until``."""
+
+        def client() -> None:
+            nonlocal sent
+            while True:
+                with lock:
+                    if sent >= phase_end or (until is not None and time.monotonic() >= until):
+                        return
+                    email = f"pg{sent}@acme.example"
+                    sent += 1
+                at = time.monotonic()
+                status, headers, body, seconds = post_answer(intake, {"email": email}, "token-pg")
+                with lock:
+                    results.append((email, status, headers, body, at, seconds))
+                if until is not None:
+                    time.sleep(0.05)  # a steady trickle through the whole outage
+
+        phase_end = sent + count
+        clients = [threading.Thread(target=client) for _ in range(threads)]
+        for t in clients:
+            t.start()
+        for t in clients:
+            t.join(240)
+
+    started = time.monotonic()
+    burst(per_phase)  # the database up
+    before = len(results)
+    stopped_at = time.monotonic()
+    pg.stop("fast")
+    burst(4 * per_phase, until=stopped_at + PG_DOWN_SECONDS)  # the database down (6 s)
+    pg.start()
+    restarted_at = time.monotonic()
+    during = results[before:]
+    burst(per_phase)  # the database back
+    after = results[before + len(during) :]
+    posted_s = time.monotonic() - started
+    total = len(results)
+
+    def counts() -> dict[str, int]:
+        with pg.connect("leadrouter") as conn:
+            rows = conn.execute(
+                "SELECT status, count(*) FROM leads_lead GROUP BY status"
+            ).fetchall()
+        return dict(rows)
+
+    final = {"assigned", "duplicate", "excluded", "unassigned", "failed"}
+    try:
+        wait_until(
+            lambda: set(counts()) <= final,
+            timeout=120,
+            interval=1,
+            message=f"{counts()}\n{s.logs()}",
+        )
+        all_final_after_restart_s = time.monotonic() - restarted_at
+    finally:
+        worker.stop()
+
+    codes = Counter(r[1] for r in results)
+    assert set(codes) <= {202, 503}, (codes, [r for r in results if r[1] not in (202, 503)][:5])
+    assert [r[1] for r in results[:before]] == [202] * before
+    assert len(during) >= 10, len(during)  # requests did meet the outage
+    assert {r[1] for r in during} == {503}, Counter(r[1] for r in during)
+    # Once pg_ctl says the cluster is back, intake is: no stale connection answers 503.
+    assert Counter(r[1] for r in after) == {202: len(after)}, [r[:4] for r in after if r[1] != 202]
+    refused = [r for r in results if r[1] == 503]
+    for _, _, headers, body, _, _ in refused:
+        assert headers.get("Content-Type", "").startswith("application/json"), (headers, body)
+        assert json.loads(body)["error"]["code"] == "service_unavailable", body
+        assert int(headers["Retry-After"]) > 0, headers
+    slowest = max(r[5] for r in results)
+    assert slowest < 10.0  # nothing hung (gunicorn's timeout is 30 s, the client's too)
+    accepted = {r[0] for r in results if r[1] == 202}
+    refused_emails = {r[0] for r in refused}
+    with pg.connect("leadrouter") as conn:
+        leads = dict(
+            conn.execute("SELECT raw_payload->>'email', status FROM leads_lead").fetchall()
+        )
+        per_lead = conn.execute(
+            "SELECT count(*), count(DISTINCT lead_id), coalesce(max(n), 0) FROM"
+            " (SELECT lead_id, count(*) n FROM routing_assignment GROUP BY lead_id) a"
+        ).fetchone()
+        assigned_events = conn.execute(
+            "SELECT count(*), count(DISTINCT lead_id) FROM audit_event WHERE type = 'assigned'"
+        ).fetchone()
+        per_rep = [
+            n
+            for (n,) in conn.execute(
+                "SELECT count(*) FROM routing_assignment GROUP BY rep_id ORDER BY 1"
+            ).fetchall()
+        ]
+        attempts = conn.execute("SELECT sum(attempts), max(attempts) FROM leads_lead").fetchone()
+    assert set(leads) == accepted  # every 202 is stored; nothing the intake refused is
+    assert not refused_emails & set(leads)
+    assert set(leads.values()) == {"assigned"}
+    n = len(accepted)
+    assert per_lead == (n, n, 1)
+    assert assigned_events == (n, n)
+    assert len(per_rep) == REPS
+    assert sum(per_rep) == n
+    assert per_rep[-1] - per_rep[0] <= 1  # round robin, exact
+    down_s = restarted_at - stopped_at
+    report_figures(
+        "postgres-stopped",
+        {
+            "requests": total,
+            "accepted_202": n,
+            "refused_503": len(refused),
+            "other": total - n - len(refused),
+            "assigned": n,
+            "lost": 0,
+            "refused_but_stored": 0,
+            "db_down_s": round(down_s, 1),
+            "posted_while_down": len(during),
+            "max_answer_during_outage_ms": round(1000 * max(r[5] for r in during)),
+            "max_answer_ms": round(1000 * slowest),
+            "retry_after_s": refused[0][2].get("Retry-After"),
+            "attempts_total": attempts[0],
+            "attempts_max": attempts[1],
+            "burst_s": round(posted_s, 1),
+            "all_final_after_restart_s": round(all_final_after_restart_s, 1),
+            "logged": log_signs([worker]),
+        },
+    )
+
+
+# --- 7. Warm worker restarts during a burst -----------------------------------------------------
+
+
+def test_warm_worker_restarts_during_a_burst_lose_nothing_and_redeliver_little(stack):  # type: ignore[no-untyped-def]
+    """Two workers (concurrency 2) are restarted four times during a 1,000-lead burst, as a
+    deploy does: a replacement is started, the old worker gets the stop signal on its main
+    process (alternately SIGQUIT, which docker-compose.yml sends: soft shutdown, running tasks
+    get CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT, here 5 s, then are requeued; and SIGTERM, the warm
+    shutdown). Nothing is lost, every lead is assigned once, extra claims stay within what was
+    in flight at each stop, and each worker exits within its grace period."""
+    rules_import(rules(REPS), publish=True)
+    SourceFactory(slug="deploy")
+    s = stack(CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT="5")
+    s.start_redis()
+    s.start_web()
+    workers = [s.worker("deploy-0"), s.worker("deploy-1")]
+    for w in workers:
+        w.wait_ready()
+    s.start_sweeper(every=2, older_than=10, duration=200)
+
+    total = 1000 * SCALE
+    statuses_posted: list[int] = []
+
+    def post_burst() -> None:
+        for first in range(0, total, BATCH):
+            records = [{"email": f"d{i}@acme.example"} for i in range(first, first + BATCH)]
+            statuses_posted.append(post_batch(s, "deploy", records)[0])
+            time.sleep(0.4)
+
+    poster = threading.Thread(target=post_burst)
+    started = time.monotonic()
+    poster.start()
+    restarts: list[dict[str, object]] = []
+    plan = [signal.SIGQUIT, signal.SIGTERM] * 2
+    try:
+        for n, sig in enumerate(plan):
+            time.sleep(4)
+            old = workers[n % 2]
+            replacement = s.worker(f"deploy-{n + 2}")
+            in_flight = Lead.objects.filter(status=LeadStatus.PROCESSING).count()
+            took = old.shut_down(sig, timeout=60)
+            replacement.wait_ready()
+            workers[n % 2] = replacement
+            restarts.append({"signal": sig.name, "in_flight": in_flight, "exit_s": round(took, 1)})
+        poster.join(120)
+        wait_until(
+            lambda: unfinished() == 0,
+            timeout=120,
+            interval=1,
+            message=f"{statuses()}\n{s.logs()}",
+        )
+        finished_s = time.monotonic() - started
+    finally:
+        poster.join(60)
+        for w in s.workers:
+            w.stop()
+    connection.close()
+
+    assert statuses_posted == [202] * (total // BATCH)
+    assert Lead.objects.count() == total
+    assert statuses() == {"assigned": total}
+    assert_exact_routing(total)
+    assert_one_received_event_each(total)
+    report = audit_verify()
+    assert report.ok, [str(f) for f in report.findings[:10]]
+    attempts = Lead.objects.aggregate(total=Sum("attempts"), most=Max("attempts"))
+    extra_claims = attempts["total"] - total
+    # A stop interrupts at most the lead each of its pool processes holds (concurrency 2).
+    assert extra_claims <= 2 * len(plan), restarts
+    assert attempts["most"] <= 2
+    for r in restarts:
+        assert float(r["exit_s"]) < 5 + 15, restarts  # the soft timeout plus start-up slack
+    text = "".join(w.text() for w in s.workers)
+    redelivered = sum(1 for n in deliveries(text).values() if n > 1)
+    report_figures(
+        "warm-restarts",
+        {
+            "leads": total,
+            "assigned": total,
+            "lost": 0,
+            "restarts": restarts,
+            "extra_claims": extra_claims,
+            "messages_redelivered": redelivered,
+            "attempts_max": attempts["most"],
+            "all_final_s": round(finished_s, 1),
+            "logged": log_signs(s.workers),
         },
     )
