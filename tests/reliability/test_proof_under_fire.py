@@ -225,7 +225,7 @@ def test_broker_paused_during_a_burst_intake_stays_fast_and_every_lead_is_assign
     worker.wait_ready()
     s.start_sweeper(every=1, older_than=5, duration=200 * SCALE)
 
-    total = 600 * SCALE
+    total = 400 * SCALE
     paused: list[float] = []
 
     def on_sent(count: int) -> None:
@@ -625,7 +625,7 @@ def test_warm_worker_restarts_during_a_burst_lose_nothing_and_redeliver_little(s
     plan = [signal.SIGQUIT, signal.SIGTERM] * 2
     try:
         for n, sig in enumerate(plan):
-            time.sleep(4)
+            time.sleep(2)
             old = workers[n % 2]
             replacement = s.worker(f"deploy-{n + 2}")
             in_flight = Lead.objects.filter(status=LeadStatus.PROCESSING).count()
