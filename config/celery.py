@@ -4,7 +4,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_init
+from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 
@@ -46,3 +46,28 @@ def _install_worker_session_timeouts(**kwargs: Any) -> None:
 
 worker_init.connect(_install_worker_session_timeouts, weak=False)
 worker_process_init.connect(_install_worker_session_timeouts, weak=False)
+
+
+def drop_broken_db_connections(**kwargs: Any) -> None:
+    """Close this process's database connections that broke or outlived ``CONN_MAX_AGE``, as
+    Django does around every request; the next query reconnects.
+
+    Celery's Django fix-up keeps connections across tasks (``CELERY_DB_REUSE_MAX``) and closes
+    them only every so many tasks, never because they broke: after a database restart or
+    failover, every later task of a pool process failed on ``the connection is closed`` (code
+    outside a transaction block, like the lead's claim, does not drop the dead connection),
+    and leads stayed waiting until thousands of tasks had gone by. Found by the PostgreSQL
+    outage fault test (tests/reliability/test_proof_under_fire.py).
+    """
+    task = kwargs.get("task")
+    if getattr(getattr(task, "request", None), "is_eager", False):
+        return  # run in the caller's process (tests): its connection is the caller's business
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
+
+
+task_prerun.connect(drop_broken_db_connections, weak=False, dispatch_uid="leadrouter-db-prerun")
+task_postrun.connect(drop_broken_db_connections, weak=False, dispatch_uid="leadrouter-db-postrun")

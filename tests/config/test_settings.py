@@ -66,3 +66,24 @@ def test_postgres_keeps_connections():
         pytest.skip("SQLite run")
     assert settings.DATABASES["default"]["CONN_MAX_AGE"] > 0
     assert settings.DATABASES["default"]["CONN_HEALTH_CHECKS"] is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_drops_a_broken_database_connection_around_each_task(monkeypatch):
+    """Celery reuses connections across tasks; one that broke (database restarted) must not
+    fail every later task of the process (found by the PostgreSQL outage fault test)."""
+    from config.celery import drop_broken_db_connections
+
+    connection.ensure_connection()
+    healthy = connection.connection
+    drop_broken_db_connections(task=None)
+    assert connection.connection is healthy  # a healthy connection is kept (no reconnect)
+
+    connection.errors_occurred = True
+    monkeypatch.setattr(connection, "is_usable", lambda: False)
+    drop_broken_db_connections(task=None)
+    assert connection.connection is None  # closed: the next query reconnects
+    monkeypatch.undo()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        assert cursor.fetchone() == (1,)

@@ -24,11 +24,14 @@ def main() -> None:
     import django
 
     django.setup()
+    from django.db import close_old_connections
+
     from leads.services import leads_requeue_stale
 
     deadline = time.monotonic() + args.duration
     print("sweeper ready", flush=True)
     while time.monotonic() < deadline:
+        close_old_connections()  # as the worker does around each task (a database restart)
         try:
             count = leads_requeue_stale(older_than=timedelta(seconds=args.older_than))
         except Exception as exc:  # a database hiccup: report it and sweep again next time
