@@ -92,9 +92,9 @@ def metrics_snapshot() -> MetricsSnapshot:
     snap.assign_buckets = list(zip(TIME_TO_ASSIGN_BUCKETS, counters.assign_buckets, strict=True))
     snap.backlog_leads = current.statuses.get(LeadStatus.RECEIVED, 0)
     oldest = (
-        Lead.objects.filter(status=LeadStatus.RECEIVED)
-        .order_by("received_at")
-        .values_list("received_at", flat=True)
+        Lead.objects.filter(status=LeadStatus.RECEIVED)  # lead_queued_idx
+        .order_by("queued_at")
+        .values_list("queued_at", flat=True)
         .first()
     )
     if oldest is not None:

@@ -182,3 +182,14 @@ def test_mail_has_a_timeout(settings: Any) -> None:
     from django.conf import settings as live
 
     assert 0 < live.EMAIL_TIMEOUT <= 30
+
+
+def test_backlog_oldest_counts_from_when_a_retried_lead_was_queued_again(client: Client) -> None:
+    from routing.services import lead_reroute
+
+    now = timezone.now()
+    lead = LeadFactory(status=LeadStatus.UNASSIGNED, received_at=now - timedelta(hours=2))
+    lead_reroute(lead_id=lead.id, actor="system")
+    got = scrape(client)
+    assert got[("leadrouter_backlog_leads", ())] == 1
+    assert got[("leadrouter_backlog_oldest_seconds", ())] < 60
