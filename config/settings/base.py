@@ -527,6 +527,9 @@ SLA_MAX_REASSIGNMENTS = env.int("SLA_MAX_REASSIGNMENTS", default=2)
 SLA_CHECK_BATCH_SIZE = env.int("SLA_CHECK_BATCH_SIZE", default=500)
 # One check_sla run handles at most this many due assignments (the next run carries on).
 SLA_CHECK_MAX_PER_RUN = env.int("SLA_CHECK_MAX_PER_RUN", default=5000)
+# ... and stops after this many seconds, well below the task's soft time limit (the next run
+# carries on), so a slow run ends cleanly instead of being cut off mid-row.
+SLA_CHECK_MAX_SECONDS = env.float("SLA_CHECK_MAX_SECONDS", default=60.0)
 # An assignment whose SLA handling raised is retried after a pause (one interval, doubling, at
 # most an hour) and never blocks the others; after this many failures an `sla` alert opens.
 SLA_CHECK_ALERT_AFTER_FAILURES = env.int("SLA_CHECK_ALERT_AFTER_FAILURES", default=3)

@@ -18,10 +18,13 @@ second one cannot be stored), the ``sla_breached`` event, and what was done abou
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
@@ -52,7 +55,12 @@ from routing.services import schedule_delivery
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SlaCheckResult", "assignment_sla_breach", "sla_check"]
+__all__ = ["SlaCheckResult", "assignment_sla_breach", "breach_notice_send", "sla_check"]
+
+# The task that sends one breach's e-mail and webhook post (routed to the `delivery` queue).
+BREACH_NOTICE_TASK = "delivery.notify_sla_breach"
+
+_clock = time.monotonic  # tests move it
 
 
 @dataclass
@@ -64,6 +72,7 @@ class SlaCheckResult:
     kept: int = 0
     failed: int = 0
     alerts_resolved: int = 0
+    out_of_time: bool = False  # stopped at SLA_CHECK_MAX_SECONDS; the next run carries on
 
 
 FAILING = "failing"  # the subject prefix of an assignment whose SLA check keeps failing
@@ -85,7 +94,11 @@ def _due(now: datetime) -> QuerySet[Assignment]:
 
 
 def sla_check(
-    *, now: datetime | None = None, batch_size: int | None = None, limit: int | None = None
+    *,
+    now: datetime | None = None,
+    batch_size: int | None = None,
+    limit: int | None = None,
+    max_seconds: float | None = None,
 ) -> SlaCheckResult:
     """Handle every breached, untouched, active assignment once; resolve cleared ``sla`` alerts.
 
@@ -93,15 +106,22 @@ def sla_check(
     that moves past each row whether it succeeded or not: a row that raises is logged at ERROR,
     counted (``SlaCheckFailure``: tried again after a growing pause, an ``sla`` alert after
     ``SLA_CHECK_ALERT_AFTER_FAILURES`` failures) and never holds up the rows behind it. At most
-    ``limit`` (``SLA_CHECK_MAX_PER_RUN``) rows a run; the next run carries on.
+    ``limit`` (``SLA_CHECK_MAX_PER_RUN``) rows a run, and for at most ``max_seconds``
+    (``SLA_CHECK_MAX_SECONDS``, below the task's soft time limit); the next run carries on.
+
+    Celery's ``SoftTimeLimitExceeded`` is not a failure of the row being handled: it propagates
+    (its transaction rolls back; the row stays due) instead of being recorded against it.
     """
     now = now or timezone.now()
     batch_size = batch_size or settings.SLA_CHECK_BATCH_SIZE
     limit = limit or settings.SLA_CHECK_MAX_PER_RUN
+    if max_seconds is None:
+        max_seconds = settings.SLA_CHECK_MAX_SECONDS
+    deadline = _clock() + max_seconds
     result = SlaCheckResult()
     cursor: tuple[datetime | None, int] | None = None
     seen = 0
-    while seen < limit:
+    while seen < limit and not result.out_of_time:
         rows = _due(now)
         if cursor is not None:
             rows = rows.filter(
@@ -120,10 +140,15 @@ def sla_check(
             )
         )
         for due_at, assignment_id in batch:
+            if _clock() >= deadline:
+                result.out_of_time = True
+                break
             cursor = (due_at, assignment_id)
             seen += 1
             try:
                 breach = assignment_sla_breach(assignment_id=assignment_id, now=now)
+            except SoftTimeLimitExceeded:
+                raise  # the task ran out of time: not this row's fault
             except Exception as exc:  # one bad row must not stop the others
                 logger.exception("SLA check of assignment %s failed", assignment_id)
                 result.failed += 1
@@ -152,6 +177,11 @@ def sla_check(
             )
         if not still_open and alert_resolve(kind=AlertKind.SLA, subject=subject, now=now):
             result.alerts_resolved += 1
+    if result.out_of_time:
+        logger.warning(
+            "SLA: stopped after %.0f s with due assignments left; the next run carries on",
+            max_seconds,
+        )
     if result.breached or result.failed:
         logger.warning(
             "SLA: %d breach(es), %d reassigned, %d kept with an alert, %d failed",
@@ -210,6 +240,8 @@ def _record_failure(assignment_id: int, exc: Exception, now: datetime) -> None:
                     },
                     now=now,
                 )
+    except SoftTimeLimitExceeded:
+        raise
     except Exception:  # the database is the problem: the next run tries again
         logger.exception("could not record the SLA check failure of assignment %s", assignment_id)
 
@@ -396,7 +428,12 @@ def _reassign(
 
 
 def _notify_breach(assignment: Assignment, now: datetime) -> None:
-    """The rep and the team's manager by e-mail, and the alert webhook, after commit."""
+    """The rep and the team's manager by e-mail, and the alert webhook: queued after commit.
+
+    Sent by a task on the ``delivery`` queue (``breach_notice_send``), not here: an SMTP server
+    or a webhook that hangs (up to their timeouts each) would otherwise make a mass breach
+    crawl through ``check_sla`` and into its time limit.
+    """
     rep_email = assignment.rep.email if assignment.rep_id else ""
     manager = assignment.team.manager if assignment.team is not None else None
     recipients = [address for address in [rep_email, getattr(manager, "email", "")] if address]
@@ -417,10 +454,33 @@ def _notify_breach(assignment: Assignment, now: datetime) -> None:
         "at": now.isoformat(),
     }
 
-    def send() -> None:
-        notify_email(
-            subject=f"[LeadRouter] SLA missed: lead {lead_id}", body=text, recipients=recipients
-        )
-        notify_webhook(text=text, payload=payload)
+    notice = {
+        "subject": f"[LeadRouter] SLA missed: lead {lead_id}",
+        "text": text,
+        "recipients": recipients,
+        "payload": payload,
+    }
+    transaction.on_commit(lambda: _queue_breach_notice(notice), robust=True)
 
-    transaction.on_commit(send, robust=True)
+
+def _queue_breach_notice(notice: dict[str, Any]) -> None:
+    """Publish the notice's task; if the broker refuses it, send it here rather than lose it."""
+    from config.celery import app as celery_app
+
+    try:
+        celery_app.send_task(BREACH_NOTICE_TASK, kwargs=notice, retry=False)
+    except Exception as exc:
+        logger.warning(
+            "could not queue the SLA breach notification (%s: %s); sending it now",
+            type(exc).__name__,
+            exc,
+        )
+        breach_notice_send(**notice)
+
+
+def breach_notice_send(
+    *, subject: str, text: str, recipients: list[str], payload: dict[str, Any]
+) -> None:
+    """Send one breach notification: e-mail to the rep and manager, the alert webhook."""
+    notify_email(subject=subject, body=text, recipients=recipients)
+    notify_webhook(text=text, payload=payload)

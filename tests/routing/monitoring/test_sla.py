@@ -290,3 +290,99 @@ def test_one_run_handles_every_due_breach_in_batches() -> None:
     now = max(_after_due(a) for a in assignments)
     assert sla_check(now=now, batch_size=2).breached == 5
     assert sla_check(now=now, batch_size=2, limit=10).breached == 0
+
+
+@pytest.mark.django_db
+def test_a_soft_time_limit_inside_the_loop_propagates_and_records_no_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It used to be caught as the row's failure (a false SlaCheckFailure), and the task ran on
+    into the hard limit and was killed."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from routing.monitoring import sla as sla_module
+    from routing.monitoring.models import SlaCheckFailure
+
+    _setup(reps=2, policy="notify")
+    assignment = _routed()
+
+    def out_of_time(assignment_id: int, now: datetime) -> Any:
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(sla_module, "_breach_locked", out_of_time)
+    with pytest.raises(SoftTimeLimitExceeded):
+        sla_check(now=_after_due(assignment))
+    assert not SlaCheckFailure.objects.exists()
+    assert not SlaBreach.objects.exists()
+    monkeypatch.undo()
+    assert sla_check(now=_after_due(assignment)).breached == 1
+
+
+@pytest.mark.django_db
+def test_the_run_stops_at_its_deadline_and_the_next_run_carries_on(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from routing.monitoring import sla as sla_module
+
+    settings.SLA_CHECK_MAX_SECONDS = 2.5
+    _setup(reps=3, policy="notify")
+    assignments = [_routed() for _ in range(3)]
+    now = max(_after_due(a) for a in assignments)
+    ticks = iter(range(1000))  # every look at the clock: one second later
+    monkeypatch.setattr(sla_module, "_clock", lambda: float(next(ticks)))
+    first = sla_check(now=now)
+    assert (first.breached, first.out_of_time) == (2, True)
+    second = sla_check(now=now)
+    assert (second.breached, second.out_of_time) == (1, False)
+    assert SlaBreach.objects.count() == 3
+
+
+@pytest.mark.django_db
+def test_a_slow_webhook_does_not_slow_the_check(
+    httpserver: HTTPServer,
+    settings: Any,
+    breach_notices: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Each notification was sent inside the loop (SMTP, then the webhook, seconds each when
+    slow): a mass breach crawled. Now each is a task message; the check only queues it."""
+    import time
+
+    from routing.monitoring.tasks import notify_sla_breach
+
+    def slow(request: Any) -> Any:
+        time.sleep(1.5)
+        from werkzeug import Response
+
+        return Response("{}", status=200, content_type="application/json")
+
+    httpserver.expect_request("/alerts", method="POST").respond_with_handler(slow)
+    settings.ALERT_WEBHOOK_URL = httpserver.url_for("/alerts")
+    settings.ALERT_ALLOW_PRIVATE_URLS = True
+    settings.ALERT_WEBHOOK_TIMEOUT_SECONDS = 5
+    breach_notices.inline = False
+    _setup(reps=3, policy="notify")
+    assignments = [_routed() for _ in range(3)]
+    now = max(_after_due(a) for a in assignments)
+    started = time.monotonic()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sla_check(now=now).breached == 3
+    assert time.monotonic() - started < 1.5
+    assert httpserver.log == []
+    assert len(breach_notices.queued) == 3
+    # The delivery worker sends each: the rep's e-mail and the webhook post.
+    notify_sla_breach(**breach_notices.queued[0])
+    assert len(httpserver.log) == 1
+    assert "SLA missed" in mail.outbox[0].subject
+
+
+def test_a_breach_notice_is_a_task_message_on_the_delivery_queue(breach_notices: Any) -> None:
+    from routing.monitoring import sla as sla_module
+    from routing.monitoring.backlog import broker_queue_lengths
+    from routing.monitoring.tasks import notify_sla_breach
+
+    assert notify_sla_breach.name == sla_module.BREACH_NOTICE_TASK
+    before = broker_queue_lengths()[0]["delivery"]
+    assert before is not None
+    breach_notices.real({"subject": "s", "text": "t", "recipients": [], "payload": {}})
+    assert broker_queue_lengths()[0]["delivery"] == before + 1
