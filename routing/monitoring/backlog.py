@@ -268,6 +268,7 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
     one ``worker`` alert per queue no worker drains, one ``broker`` alert when the broker does
     not answer. Each resolves itself on the first check that finds it clear.
     """
+    given_now = now  # the counters stamp their own observation time (see counters_refresh)
     _expect_heartbeats(now or timezone.now())
     report = backlog_measure(now=now)
     now = report.now
@@ -385,11 +386,11 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
 
     rules_check(now=now)
     _remember(report)
-    _refresh_counters(now)
+    _refresh_counters(given_now)
     return report
 
 
-def _refresh_counters(now: datetime) -> None:
+def _refresh_counters(now: datetime | None) -> None:
     """Move the /metrics counters' high-water marks forward; best effort, never raises."""
     from routing.monitoring.counters import counters_refresh
 
