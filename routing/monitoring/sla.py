@@ -83,13 +83,18 @@ def _subject(assignment_id: int) -> str:
 
 
 def _due(now: datetime) -> QuerySet[Assignment]:
-    """Breached, untouched, active assignments not yet handled nor waiting after a failure."""
+    """Breached, untouched, active assignments not yet handled nor waiting after a failure.
+
+    Read through ``assignment_sla_due_idx`` (partial: active, untouched, with a due time, not
+    handled): a handled breach is stamped ``sla_breached_at`` and leaves the index, so the
+    query reads the unhandled due rows only, not every assignment ever breached.
+    """
     return Assignment.objects.filter(
         active=True,
         touched_at__isnull=True,
         sla_due_at__isnull=False,
         sla_due_at__lte=now,
-        sla_breach__isnull=True,
+        sla_breached_at__isnull=True,
     ).exclude(pk__in=SlaCheckFailure.objects.filter(retry_at__gt=now).values("assignment_id"))
 
 
@@ -305,6 +310,7 @@ def _breach_locked(assignment_id: int, now: datetime) -> SlaBreach | None:
     breach = SlaBreach.objects.create(
         assignment=assignment, lead=lead, breached_at=now, action=SlaBreachAction.NOTIFIED
     )
+    Assignment.objects.filter(pk=assignment.pk).update(sla_breached_at=now)
     rule_id, policy = _deciding_rule_policy(lead)
     overdue = (now - assignment.sla_due_at).total_seconds() if assignment.sla_due_at else 0.0
     event_record_for_assignment(

@@ -386,3 +386,67 @@ def test_a_breach_notice_is_a_task_message_on_the_delivery_queue(breach_notices:
     assert before is not None
     breach_notices.real({"subject": "s", "text": "t", "recipients": [], "payload": {}})
     assert broker_queue_lengths()[0]["delivery"] == before + 1
+
+
+@pytest.mark.django_db
+def test_a_handled_breach_leaves_the_due_set() -> None:
+    """The due query anti-joined every breach ever recorded, every minute; a handled breach is
+    now stamped on its assignment and leaves the partial index the query reads."""
+    from routing.monitoring.sla import _due
+
+    _setup(reps=2, policy="notify")
+    assignment = _routed()
+    now = _after_due(assignment)
+    assert list(_due(now).values_list("pk", flat=True)) == [assignment.pk]
+    assert sla_check(now=now).breached == 1
+    assignment.refresh_from_db()
+    assert assignment.sla_breached_at == now
+    assert not _due(now + timedelta(hours=1)).exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_the_due_query_reads_the_partial_index() -> None:
+    """A few thousand assignments, most of them handled long ago: the plan uses
+    assignment_sla_due_idx (with sequential scans off, as the planner would on a large table)."""
+    from django.utils import timezone
+
+    from leads.models import LeadStatus
+    from routing.monitoring.sla import _due
+    from tests.leads.factories import SourceFactory
+
+    rep = make_rep()
+    source = SourceFactory()
+    now = timezone.now()
+    leads = Lead.objects.bulk_create(
+        [
+            Lead(
+                source=source,
+                raw_payload={},
+                request_fingerprint=f"{i:064x}",
+                status=LeadStatus.ASSIGNED,
+            )
+            for i in range(3000)
+        ]
+    )
+    Assignment.objects.bulk_create(
+        [
+            Assignment(
+                lead=lead,
+                rep=rep,
+                rep_name=rep.name,
+                kind=AssignmentKind.INITIAL,
+                sla_minutes=30,
+                sla_due_at=now - timedelta(minutes=i % 500),
+                sla_breached_at=None if i % 100 == 0 else now,
+            )
+            for i, lead in enumerate(leads)
+        ]
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE routing_assignment")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    query = _due(now).order_by("sla_due_at", "id").values_list("sla_due_at", "id")[:500]
+    plan = query.explain()
+    assert "assignment_sla_due_idx" in plan, plan
+    assert len(list(query)) == 30
