@@ -8,8 +8,8 @@ second one cannot be stored), the ``sla_breached`` event, and what was done abou
 - the deciding rule says ``reassign``: the lead goes to another eligible member of the same
   team (never a rep it already had), chosen under the team's and the rep's row locks, as a
   reassignment row that supersedes the breached one (``reassigned`` event, deliveries), at most
-  ``SLA_MAX_REASSIGNMENTS`` times; after that, or with nobody eligible, it stays and an ``sla``
-  alert is raised;
+  ``SLA_MAX_REASSIGNMENTS`` times; after that, or with nobody eligible, it stays and the team's
+  ``sla`` alert (one per team, ``team:<id>``, counting its kept leads) is raised or updated;
 - otherwise the rep and the team's manager are notified (e-mail) and the alert webhook told.
 
 ``now`` is injectable everywhere, so tests drive the clock instead of sleeping.
@@ -78,8 +78,49 @@ class SlaCheckResult:
 FAILING = "failing"  # the subject prefix of an assignment whose SLA check keeps failing
 
 
-def _subject(assignment_id: int) -> str:
-    return f"assignment:{assignment_id}"
+TEAM = "team"  # the subject prefix of a team's leads left with their owners after a breach
+_ALERT_LEAD_IDS = 20  # lead ids listed in a team's alert
+
+
+def _team_subject(team_id: int | None) -> str:
+    return f"{TEAM}:{team_id if team_id is not None else 'none'}"
+
+
+def _kept_breaches(team_key: str) -> QuerySet[SlaBreach]:
+    """A team's breached leads kept with their owners and still waiting (current, untouched)."""
+    rows = SlaBreach.objects.filter(
+        action=SlaBreachAction.KEPT, assignment__active=True, assignment__touched_at__isnull=True
+    )
+    if team_key == "none":
+        return rows.filter(assignment__team__isnull=True)
+    return rows.filter(assignment__team_id=int(team_key))
+
+
+def _team_alert_raise(assignment: Assignment, why: str, now: datetime) -> None:
+    """One ``sla`` alert per team for its leads that missed their SLA and stay with their owner:
+    opened (notified) with the first, then updated (not notified again) as more join, resolved
+    by the end-of-run sweep once none is left. A whole team out of office with hundreds of
+    breached leads is one incident, not hundreds."""
+    key = str(assignment.team_id) if assignment.team_id is not None else "none"
+    kept = _kept_breaches(key)
+    count = kept.count()
+    lead_ids = [
+        str(lead_id)
+        for lead_id in kept.order_by("breached_at", "id").values_list("lead_id", flat=True)[
+            :_ALERT_LEAD_IDS
+        ]
+    ]
+    team = assignment.team_name or "no team"
+    more = f" (and {count - len(lead_ids)} more)" if count > len(lead_ids) else ""
+    alert_raise(
+        kind=AlertKind.SLA,
+        subject=_team_subject(assignment.team_id),
+        message=f"{count} lead(s) of {team} missed their SLA and stay with their owners "
+        f"(latest: lead {assignment.lead_id} with {assignment.rep_name}: {why}). Someone must "
+        f"take them by hand: {', '.join(lead_ids)}{more}.",
+        data={"team": assignment.team_id, "count": count, "leads": lead_ids},
+        now=now,
+    )
 
 
 def _due(now: datetime) -> QuerySet[Assignment]:
@@ -168,20 +209,7 @@ def sla_check(
                 result.reassigned += 1
             elif breach.action == SlaBreachAction.KEPT:
                 result.kept += 1
-    # An `sla` alert about an assignment clears once it is touched or no longer current.
-    for subject in open_alert_subjects(AlertKind.SLA):
-        prefix, _, raw_id = subject.partition(":")
-        if prefix not in ("assignment", FAILING) or not raw_id.isdigit():
-            continue
-        still_open = Assignment.objects.filter(
-            pk=int(raw_id), active=True, touched_at__isnull=True
-        ).exists()
-        if prefix == FAILING:
-            still_open = (
-                still_open and SlaCheckFailure.objects.filter(assignment_id=int(raw_id)).exists()
-            )
-        if not still_open and alert_resolve(kind=AlertKind.SLA, subject=subject, now=now):
-            result.alerts_resolved += 1
+    _sweep(result, now)
     if result.out_of_time:
         logger.warning(
             "SLA: stopped after %.0f s with due assignments left; the next run carries on",
@@ -196,6 +224,38 @@ def sla_check(
             result.failed,
         )
     return result
+
+
+def _sweep(result: SlaCheckResult, now: datetime) -> None:
+    """End of run: forget the failures of assignments no longer due, then resolve the ``sla``
+    alerts whose cause is gone (a team's alert once none of its kept leads waits)."""
+    no_longer_due = SlaCheckFailure.objects.exclude(
+        assignment__in=Assignment.objects.filter(
+            active=True, touched_at__isnull=True, sla_breached_at__isnull=True
+        )
+    )
+    if no_longer_due.exists():  # touched, reassigned or handled meanwhile: no longer failing
+        no_longer_due.delete()
+    for subject in open_alert_subjects(AlertKind.SLA):
+        prefix, _, raw_id = subject.partition(":")
+        if prefix == TEAM and (raw_id == "none" or raw_id.isdigit()):
+            if not _kept_breaches(raw_id).exists() and alert_resolve(
+                kind=AlertKind.SLA, subject=subject, now=now
+            ):
+                result.alerts_resolved += 1
+            continue
+        # `assignment:<id>` (one lead's alert, before alerts were per team) and `failing:<id>`.
+        if prefix not in ("assignment", FAILING) or not raw_id.isdigit():
+            continue
+        still_open = Assignment.objects.filter(
+            pk=int(raw_id), active=True, touched_at__isnull=True
+        ).exists()
+        if prefix == FAILING:
+            still_open = (
+                still_open and SlaCheckFailure.objects.filter(assignment_id=int(raw_id)).exists()
+            )
+        if not still_open and alert_resolve(kind=AlertKind.SLA, subject=subject, now=now):
+            result.alerts_resolved += 1
 
 
 def _failure_pause(failures: int) -> timedelta:
@@ -338,14 +398,7 @@ def _breach_locked(assignment_id: int, now: datetime) -> SlaBreach | None:
         breach.action = SlaBreachAction.KEPT
         breach.note = why[:2000]
         breach.save(update_fields=["action", "note"])
-        alert_raise(
-            kind=AlertKind.SLA,
-            subject=_subject(assignment.pk),
-            message=f"Lead {lead.pk} missed its SLA with {assignment.rep_name} and stays "
-            f"with them: {why}. Someone must take it by hand.",
-            data={"lead": str(lead.pk), "assignment": assignment.pk, "rep": assignment.rep_id},
-            now=now,
-        )
+        _team_alert_raise(assignment, why, now)
         return breach
     breach.action = SlaBreachAction.REASSIGNED
     breach.reassigned_to = new

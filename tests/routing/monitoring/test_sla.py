@@ -137,8 +137,9 @@ def test_reassign_goes_to_other_members_never_back_then_stops_at_the_cap(
     assert (result.breached, result.reassigned, result.kept) == (1, 0, 1)
     assert Assignment.objects.get(lead_id=first.lead_id, active=True).pk == current.pk
     (alert,) = Alert.objects.filter(kind=AlertKind.SLA, status=AlertStatus.OPEN)
-    assert alert.subject == f"assignment:{current.pk}"
+    assert alert.subject == f"team:{current.team_id}"
     assert "limit 2" in alert.message
+    assert str(first.lead_id) in alert.message
     assert _events(first.lead_id, EventType.SLA_BREACHED) == 3
     reassigned = Event.objects.filter(lead_id=first.lead_id, type=EventType.REASSIGNED)
     assert reassigned.count() == 2
@@ -450,3 +451,66 @@ def test_the_due_query_reads_the_partial_index() -> None:
     plan = query.explain()
     assert "assignment_sla_due_idx" in plan, plan
     assert len(list(query)) == 30
+
+
+@pytest.mark.django_db
+def test_a_team_that_cannot_take_its_breached_leads_is_one_alert_not_one_per_lead(
+    alert_hook: HTTPServer, django_capture_on_commit_callbacks: Any
+) -> None:
+    """A whole team out of office: each breached lead opened its own alert (a webhook post and
+    an e-mail each, on top of the breach notice). Now one alert for the team, updated as more
+    leads join and resolved when none is left; each rep still gets their lead's breach notice."""
+    _reps, team = _setup(reps=1, policy="reassign")  # nobody else to reassign to
+    assignments = [_routed() for _ in range(30)]
+    now = max(_after_due(a) for a in assignments)
+    with django_capture_on_commit_callbacks(execute=True):
+        result = sla_check(now=now)
+    assert (result.breached, result.kept) == (30, 30)
+    (alert,) = Alert.objects.filter(kind=AlertKind.SLA)
+    assert alert.subject == f"team:{team.pk}"
+    assert alert.message.startswith(f"30 lead(s) of {team.name} missed their SLA")
+    assert alert.data["count"] == 30
+    assert len(alert.data["leads"]) == 20
+    assert "(and 10 more)" in alert.message
+    texts = [body["text"] for body in hook_bodies(alert_hook)]
+    assert sum("LeadRouter alert" in text for text in texts) == 1
+    assert sum("SLA missed" in text for text in texts) == 30  # the per-lead breach notices
+    assert sum("ALERT" in message.subject for message in mail.outbox) == 1
+    # Touched one by one: the alert stays (no new notification) until none is left.
+    for assignment in assignments[:-1]:
+        assignment_touch(lead_id=assignment.lead_id, actor="user:rep")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sla_check(now=now + timedelta(minutes=1)).alerts_resolved == 0
+    assignment_touch(lead_id=assignments[-1].lead_id, actor="user:rep")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sla_check(now=now + timedelta(minutes=2)).alerts_resolved == 1
+    alert.refresh_from_db()
+    assert alert.status == AlertStatus.RESOLVED
+    texts = [body["text"] for body in hook_bodies(alert_hook)]
+    assert sum("LeadRouter alert" in text for text in texts) == 2  # opened, resolved
+
+
+@pytest.mark.django_db
+def test_the_failures_of_an_assignment_no_longer_due_are_forgotten(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row whose handling failed, then was touched (or reassigned) by hand, kept its
+    SlaCheckFailure forever (and its `failing` alert open)."""
+    from routing.monitoring import sla as sla_module
+    from routing.monitoring.models import SlaCheckFailure
+
+    settings.SLA_CHECK_ALERT_AFTER_FAILURES = 1
+    _setup(reps=2, policy="notify")
+    assignment = _routed()
+
+    def broken(assignment_id: int, now: datetime) -> Any:
+        raise RuntimeError("broken")
+
+    monkeypatch.setattr(sla_module, "_breach_locked", broken)
+    now = _after_due(assignment)
+    assert sla_check(now=now).failed == 1
+    assert SlaCheckFailure.objects.filter(assignment=assignment).exists()
+    assignment_touch(lead_id=assignment.lead_id, actor="user:rep")
+    sla_check(now=now + timedelta(seconds=10))  # paused: not tried again, but swept
+    assert not SlaCheckFailure.objects.exists()
+    assert not Alert.objects.filter(kind=AlertKind.SLA, status=AlertStatus.OPEN).exists()
