@@ -224,6 +224,10 @@ REGISTRY.register(COLLECTOR)
 
 
 def _client_allowed(request: HttpRequest) -> bool:
+    """Whether the client's address is in METRICS_ALLOWED_NETWORKS; never behind a proxy, where
+    every request, from anywhere, arrives from the proxy's (often loopback) address."""
+    if settings.BEHIND_TLS_PROXY:
+        return False
     try:
         address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
     except ValueError:
@@ -256,9 +260,12 @@ def _denied(request: HttpRequest) -> JsonResponse | None:
         )
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
-    return JsonResponse(
-        error_body("forbidden", "Metrics are not served to this address."), status=403
+    why = (
+        "Behind a proxy metrics need METRICS_TOKEN (the client address is the proxy's)."
+        if settings.BEHIND_TLS_PROXY
+        else "Metrics are not served to this address."
     )
+    return JsonResponse(error_body("forbidden", why), status=403)
 
 
 @csrf_exempt
