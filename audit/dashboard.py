@@ -258,7 +258,7 @@ def dashboard(
     day_start = datetime.combine(now.astimezone(UTC).date(), time.min, tzinfo=UTC)
 
     backlog = Lead.objects.filter(status=LeadStatus.RECEIVED).aggregate(
-        n=Count("pk"), oldest=Min("received_at")
+        n=Count("pk"), oldest=Min("queued_at")
     )
     stuck = dict(
         Lead.objects.filter(status__in=(LeadStatus.UNASSIGNED, LeadStatus.FAILED))

@@ -158,6 +158,12 @@ class Lead(models.Model):
     received_at = models.DateTimeField(default=timezone.now)
     normalized_at = models.DateTimeField(null=True, blank=True)
     processed_at = models.DateTimeField(null=True, blank=True)
+    queued_at = models.DateTimeField(
+        default=timezone.now,
+        help_text="When it last entered the routing queue: at intake, and again each time it "
+        "is sent through routing anew (a retry of an unassigned lead, a re-route). How long a "
+        "waiting lead has waited is measured from here, not from received_at.",
+    )
     requeued_at = models.DateTimeField(
         null=True, blank=True, help_text="Last time the stale-lead sweeper re-enqueued it."
     )
@@ -206,11 +212,11 @@ class Lead(models.Model):
             ),
         ]
         indexes = [
-            # The stale sweeper and the backlog check: leads waiting, oldest first.
+            # The stale sweeper, the backlog check and /metrics: leads waiting, longest first.
             models.Index(
-                fields=("received_at",),
+                fields=("queued_at",),
                 condition=Q(status="received"),
-                name="lead_waiting_idx",
+                name="lead_queued_idx",
             ),
             # The sweeper: leads whose worker died mid-way (lease expired).
             models.Index(

@@ -196,6 +196,7 @@ def _new_lead(source: Source, item: _Prepared, now: datetime) -> Lead:
         idempotency_key=item.key,
         request_fingerprint=item.fingerprint,
         received_at=now,
+        queued_at=now,
     )
 
 
@@ -580,15 +581,16 @@ def leads_requeue_stale(
     total = 0
     for _ in range(max_batches):
         with transaction.atomic(durable=True):
-            waiting = Q(status=LeadStatus.RECEIVED, received_at__lt=cutoff)
+            # Measured from when it entered the queue: a lead just re-routed is not stale.
+            waiting = Q(status=LeadStatus.RECEIVED, queued_at__lt=cutoff)
             # A worker died while holding the lead: its lease ran out.
             abandoned = Q(status=LeadStatus.PROCESSING, claimed_until__lt=now)
             # Back from enrichment, but the message handing it to routing was lost.
-            handed_back = BACK_FROM_ENRICHMENT & Q(received_at__lt=cutoff)
+            handed_back = BACK_FROM_ENRICHMENT & Q(queued_at__lt=cutoff)
             stale = (
                 Lead.objects.filter(waiting | abandoned | handed_back)
                 .filter(Q(requeued_at__isnull=True) | Q(requeued_at__lt=cutoff))
-                .order_by("received_at")
+                .order_by("queued_at")
             )
             if connection.features.has_select_for_update_skip_locked:
                 stale = stale.select_for_update(skip_locked=True)

@@ -28,4 +28,28 @@ class RoutingConfig(AppConfig):
     verbose_name = "Routing"
 
     def ready(self) -> None:
+        from django.core import checks
+
         post_migrate.connect(config_triggers_ensure, sender=self)
+        checks.register(metrics_settle_check)
+
+
+def metrics_settle_check(app_configs: Any, **kwargs: Any) -> list[Any]:
+    """METRICS_SETTLE_SECONDS must outlast the longest transaction that writes counted rows."""
+    from django.conf import settings
+    from django.core.checks import Warning as CheckWarning
+
+    from routing.monitoring.counters import settle_covers_transactions
+
+    ok, longest = settle_covers_transactions()
+    if ok:
+        return []
+    return [
+        CheckWarning(
+            f"METRICS_SETTLE_SECONDS ({settings.METRICS_SETTLE_SECONDS:g}) is not above "
+            f"the longest transaction ({longest:.0f} s: CELERY_TASK_TIME_LIMIT, "
+            "GUNICORN_TIMEOUT): /metrics counters may miss rows committed late.",
+            hint="Raise METRICS_SETTLE_SECONDS above both (default 300).",
+            id="routing.W001",
+        )
+    ]

@@ -657,6 +657,12 @@ class Assignment(models.Model):
     trace = models.JSONField(default=list, blank=True)
     sla_minutes = models.PositiveIntegerField(null=True, blank=True)
     sla_due_at = models.DateTimeField(null=True, blank=True)
+    sla_breached_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When its missed SLA was handled (the SlaBreach recorded): it leaves the set "
+        "the per-minute SLA check reads.",
+    )
     touched_at = models.DateTimeField(null=True, blank=True)
     assigned_at = models.DateTimeField(default=dj_timezone.now)
     supersedes = models.OneToOneField(
@@ -706,6 +712,17 @@ class Assignment(models.Model):
             ),
             # Assigned today per rep (max_per_day).
             models.Index(fields=("rep", "assigned_at"), name="assignment_rep_day_idx"),
+            # The SLA check, every minute: current, untouched, not yet handled, by due time.
+            models.Index(
+                fields=("sla_due_at", "id"),
+                condition=Q(
+                    active=True,
+                    touched_at__isnull=True,
+                    sla_due_at__isnull=False,
+                    sla_breached_at__isnull=True,
+                ),
+                name="assignment_sla_due_idx",
+            ),
         ]
 
     def __str__(self) -> str:

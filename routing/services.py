@@ -519,12 +519,22 @@ def lead_reroute(*, lead_id: uuid.UUID | str, actor: str) -> Lead:
             )
         previous = lead.status
         lead.status = LeadStatus.RECEIVED
+        # It enters the queue anew: its wait (backlog age, the stale sweeper) starts now, not
+        # when it was first received, which may be hours ago for an unassigned lead retried.
+        lead.queued_at = timezone.now()
         lead.attempts = 0
         lead.claimed_until = None
         lead.last_error = ""
         lead.requeued_at = None
         lead.save(
-            update_fields=["status", "attempts", "claimed_until", "last_error", "requeued_at"]
+            update_fields=[
+                "status",
+                "queued_at",
+                "attempts",
+                "claimed_until",
+                "last_error",
+                "requeued_at",
+            ]
         )
         event_record(
             type=EventType.REROUTE_REQUESTED, lead=lead, actor=actor, data={"was": previous}

@@ -42,9 +42,8 @@ SECRET_KEY = _secret_key()
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS: list[str] = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS: list[str] = env.list("CSRF_TRUSTED_ORIGINS", default=[])
-SECURE_PROXY_SSL_HEADER = (
-    ("HTTP_X_FORWARDED_PROTO", "https") if env.bool("BEHIND_TLS_PROXY", default=False) else None
-)
+BEHIND_TLS_PROXY = env.bool("BEHIND_TLS_PROXY", default=False)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if BEHIND_TLS_PROXY else None
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -530,6 +529,9 @@ SLA_MAX_REASSIGNMENTS = env.int("SLA_MAX_REASSIGNMENTS", default=2)
 SLA_CHECK_BATCH_SIZE = env.int("SLA_CHECK_BATCH_SIZE", default=500)
 # One check_sla run handles at most this many due assignments (the next run carries on).
 SLA_CHECK_MAX_PER_RUN = env.int("SLA_CHECK_MAX_PER_RUN", default=5000)
+# ... and stops after this many seconds, well below the task's soft time limit (the next run
+# carries on), so a slow run ends cleanly instead of being cut off mid-row.
+SLA_CHECK_MAX_SECONDS = env.float("SLA_CHECK_MAX_SECONDS", default=60.0)
 # An assignment whose SLA handling raised is retried after a pause (one interval, doubling, at
 # most an hour) and never blocks the others; after this many failures an `sla` alert opens.
 SLA_CHECK_ALERT_AFTER_FAILURES = env.int("SLA_CHECK_ALERT_AFTER_FAILURES", default=3)
@@ -537,7 +539,9 @@ UNASSIGNED_RETRY_SECONDS = env.float("UNASSIGNED_RETRY_SECONDS", default=300.0)
 UNASSIGNED_RETRY_BATCH_SIZE = env.int("UNASSIGNED_RETRY_BATCH_SIZE", default=100)
 UNASSIGNED_ALERT_COUNT = env.int("UNASSIGNED_ALERT_COUNT", default=50)
 UNASSIGNED_ALERT_AGE_SECONDS = env.int("UNASSIGNED_ALERT_AGE_SECONDS", default=3600)
-# /metrics: a Bearer token, or a client address inside one of these networks (CIDR).
+# /metrics: a Bearer token, or a client address inside one of these networks (CIDR). Behind a
+# reverse proxy (BEHIND_TLS_PROXY) every request comes from the proxy's address, so the networks
+# are not trusted there: the token is required.
 METRICS_TOKEN: str = env.str("METRICS_TOKEN", default="")
 METRICS_ALLOWED_NETWORKS: list[str] = env.list(
     "METRICS_ALLOWED_NETWORKS", default=["127.0.0.1/32", "::1/128"]

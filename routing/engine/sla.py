@@ -27,7 +27,8 @@ def _windows(
             start = datetime.combine(day, hours.start, tzinfo=zone)
             if hours.start < hours.end:
                 end = datetime.combine(day, hours.end, tzinfo=zone)
-            elif hours.start == hours.end:  # the whole day
+            elif hours.start == hours.end:  # the whole day, midnight to midnight, whatever time
+                start = datetime.combine(day, time(0), tzinfo=zone)
                 end = datetime.combine(day + timedelta(days=1), time(0), tzinfo=zone)
             else:  # overnight: ends the next day
                 end = datetime.combine(day + timedelta(days=1), hours.end, tzinfo=zone)

@@ -185,8 +185,8 @@ def _enrichment_recovered(now: datetime) -> bool:
     ).exists()
 
 
-def _oldest(leads: QuerySet[Lead]) -> datetime | None:
-    return leads.order_by("received_at").values_list("received_at", flat=True).first()
+def _oldest(leads: QuerySet[Lead], column: str) -> datetime | None:
+    return leads.order_by(column).values_list(column, flat=True).first()
 
 
 def _age(now: datetime, since: datetime | None) -> float:
@@ -199,15 +199,17 @@ def backlog_measure(*, now: datetime | None = None) -> BacklogReport:
     report = BacklogReport(now=now)
     # One statement per figure, each answered from an index over the few rows concerned (one
     # aggregate with FILTERs over the leads table read every lead: seconds at millions).
-    received = Lead.objects.filter(status=LeadStatus.RECEIVED)  # lead_waiting_idx
+    received = Lead.objects.filter(status=LeadStatus.RECEIVED)  # lead_queued_idx
     unassigned = Lead.objects.filter(status=LeadStatus.UNASSIGNED)  # lead_status_idx
     report.received = received.count()
-    report.oldest_received_seconds = _age(now, _oldest(received))
+    # How long it has waited since it entered the queue (intake or a re-route), not since it
+    # was first received: an unassigned lead retried now is not hours late.
+    report.oldest_received_seconds = _age(now, _oldest(received, "queued_at"))
     report.stuck_processing = Lead.objects.filter(  # lead_leased_idx
         status=LeadStatus.PROCESSING, claimed_until__lt=now
     ).count()
     report.unassigned = unassigned.count()
-    report.oldest_unassigned_seconds = _age(now, _oldest(unassigned))
+    report.oldest_unassigned_seconds = _age(now, _oldest(unassigned, "received_at"))
     report.queue_lengths, report.broker_error = broker_queue_lengths()
     stale_before = now - timedelta(seconds=settings.HEARTBEAT_STALE_SECONDS)
     report.stale_queues = {
@@ -266,6 +268,7 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
     one ``worker`` alert per queue no worker drains, one ``broker`` alert when the broker does
     not answer. Each resolves itself on the first check that finds it clear.
     """
+    given_now = now  # the counters stamp their own observation time (see counters_refresh)
     _expect_heartbeats(now or timezone.now())
     report = backlog_measure(now=now)
     now = report.now
@@ -383,11 +386,11 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
 
     rules_check(now=now)
     _remember(report)
-    _refresh_counters(now)
+    _refresh_counters(given_now)
     return report
 
 
-def _refresh_counters(now: datetime) -> None:
+def _refresh_counters(now: datetime | None) -> None:
     """Move the /metrics counters' high-water marks forward; best effort, never raises."""
     from routing.monitoring.counters import counters_refresh
 

@@ -14,6 +14,14 @@ observation at least ``METRICS_SETTLE_SECONDS`` old: every transaction that star
 has finished by then (workers' transactions are bounded by the task time limit and the database
 timeouts, far below the default of 300 s). Totals only ever grow, so counters never go down.
 
+The guarantee, precisely: a row is counted exactly once if its transaction commits within
+``METRICS_SETTLE_SECONDS`` of the moment its id (or ``received_at``) was taken — however the
+commits of concurrent transactions interleave (a row with a smaller id committed after one
+with a larger id is read live at scrape until the mark passes it, and the mark passes only an
+observation that old). A transaction open longer than that may commit a row under a mark that
+already moved past it: that row is never counted. Hence the system check that
+``METRICS_SETTLE_SECONDS`` exceed the worker task time limit and the web request timeout.
+
 The state is one ``MetricsState`` row, refreshed under its row lock by ``check_backlog`` (every
 ``BACKLOG_CHECK_INTERVAL_SECONDS``) and by a scrape that finds it older than
 ``METRICS_REFRESH_SECONDS``. The same refresh recounts the leads per status (a gauge that can go
@@ -23,6 +31,7 @@ down) every ``METRICS_STATUS_REFRESH_SECONDS``; the small statuses are counted l
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -237,11 +246,39 @@ def _marks(data: dict[str, Any]) -> Marks:
     )
 
 
-def _observe(now: datetime) -> list[Any]:
-    """[time, max event id, max assignment id] now (ids 0 when the table is empty)."""
+def _observe(offset: timedelta) -> list[Any]:
+    """[time, max event id, max assignment id] (ids 0 when the table is empty).
+
+    The time is read when the maximum ids are, not when the caller started (a backlog check's
+    ``now`` precedes its broker round trip): every row under the ids was inserted before it, so
+    the observation settles no earlier than those rows' transactions had to commit. ``offset``
+    carries a caller's injected clock (``now`` minus the real time when the refresh began).
+    """
+    at = timezone.now() + offset
     events_max = Event.objects.aggregate(m=Max("id"))["m"] or 0
     assignments_max = Assignment.objects.aggregate(m=Max("id"))["m"] or 0
-    return [now.isoformat(), events_max, assignments_max]
+    return [at.isoformat(), events_max, assignments_max]
+
+
+# Observations kept waiting to settle. Over the cap, every other one between the oldest and the
+# newest is dropped: the oldest (the next to settle) are never lost, however long the settle
+# period is against the refresh interval, so the marks keep moving.
+PENDING_CAP = 64
+
+
+def _thin(pending: list[list[Any]], cap: int = PENDING_CAP) -> list[list[Any]]:
+    while len(pending) > cap:
+        pending = [pending[0], *pending[1:-1][1::2], pending[-1]]
+    return pending
+
+
+def settle_covers_transactions(settle: float | None = None) -> tuple[bool, float]:
+    """Whether METRICS_SETTLE_SECONDS exceeds the longest transaction that writes counted rows
+    (the worker task time limit, gunicorn's request timeout), and that longest."""
+    settle = settings.METRICS_SETTLE_SECONDS if settle is None else settle
+    gunicorn = float(os.environ.get("GUNICORN_TIMEOUT", "30") or 30)
+    longest = max(float(settings.CELERY_TASK_TIME_LIMIT), gunicorn)
+    return settle > longest, longest
 
 
 def _status_counts() -> dict[str, int]:
@@ -263,7 +300,9 @@ def counters_refresh(*, now: datetime | None = None, wait: bool = True) -> bool:
     """Move the high-water marks forward (adding the settled rows to the stored totals) and
     recount the leads per status when due. False when another process holds the state
     (``wait=False``). Cost: the rows since the last mark, not the tables."""
-    now = now or timezone.now()
+    real_now = timezone.now()
+    now = now or real_now
+    offset = now - real_now
     settle = timedelta(seconds=settings.METRICS_SETTLE_SECONDS)
     with transaction.atomic():
         state = _locked_state(wait=wait)
@@ -275,7 +314,7 @@ def counters_refresh(*, now: datetime | None = None, wait: bool = True) -> bool:
         pending: list[list[Any]] = [
             entry for entry in data.get("pending") or [] if isinstance(entry, list)
         ]
-        pending.append(_observe(now))
+        pending.append(_observe(offset))
         settled = [entry for entry in pending if (parse_datetime(entry[0]) or now) <= now - settle]
         if settled:
             at, events_max, assignments_max = settled[-1]
@@ -297,13 +336,12 @@ def counters_refresh(*, now: datetime | None = None, wait: bool = True) -> bool:
                 stored = stored.add(delta)
                 marks = new
             pending = [entry for entry in pending if entry not in settled]
-        # Keep a handful of observations: enough to settle one every refresh.
         data.update(
             totals=stored.as_data(),
             events_upto=marks.events_upto,
             assignments_upto=marks.assignments_upto,
             leads_before=marks.leads_before.isoformat() if marks.leads_before else None,
-            pending=pending[-64:],
+            pending=_thin(pending),
         )
         statuses_at = parse_datetime(str(data.get("statuses_at") or ""))
         if statuses_at is None or (now - statuses_at).total_seconds() >= (

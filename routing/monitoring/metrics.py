@@ -92,9 +92,9 @@ def metrics_snapshot() -> MetricsSnapshot:
     snap.assign_buckets = list(zip(TIME_TO_ASSIGN_BUCKETS, counters.assign_buckets, strict=True))
     snap.backlog_leads = current.statuses.get(LeadStatus.RECEIVED, 0)
     oldest = (
-        Lead.objects.filter(status=LeadStatus.RECEIVED)
-        .order_by("received_at")
-        .values_list("received_at", flat=True)
+        Lead.objects.filter(status=LeadStatus.RECEIVED)  # lead_queued_idx
+        .order_by("queued_at")
+        .values_list("queued_at", flat=True)
         .first()
     )
     if oldest is not None:
@@ -224,6 +224,10 @@ REGISTRY.register(COLLECTOR)
 
 
 def _client_allowed(request: HttpRequest) -> bool:
+    """Whether the client's address is in METRICS_ALLOWED_NETWORKS; never behind a proxy, where
+    every request, from anywhere, arrives from the proxy's (often loopback) address."""
+    if settings.BEHIND_TLS_PROXY:
+        return False
     try:
         address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
     except ValueError:
@@ -256,9 +260,12 @@ def _denied(request: HttpRequest) -> JsonResponse | None:
         )
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
-    return JsonResponse(
-        error_body("forbidden", "Metrics are not served to this address."), status=403
+    why = (
+        "Behind a proxy metrics need METRICS_TOKEN (the client address is the proxy's)."
+        if settings.BEHIND_TLS_PROXY
+        else "Metrics are not served to this address."
     )
+    return JsonResponse(error_body("forbidden", why), status=403)
 
 
 @csrf_exempt

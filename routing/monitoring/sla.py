@@ -8,8 +8,8 @@ second one cannot be stored), the ``sla_breached`` event, and what was done abou
 - the deciding rule says ``reassign``: the lead goes to another eligible member of the same
   team (never a rep it already had), chosen under the team's and the rep's row locks, as a
   reassignment row that supersedes the breached one (``reassigned`` event, deliveries), at most
-  ``SLA_MAX_REASSIGNMENTS`` times; after that, or with nobody eligible, it stays and an ``sla``
-  alert is raised;
+  ``SLA_MAX_REASSIGNMENTS`` times; after that, or with nobody eligible, it stays and the team's
+  ``sla`` alert (one per team, ``team:<id>``, counting its kept leads) is raised or updated;
 - otherwise the rep and the team's manager are notified (e-mail) and the alert webhook told.
 
 ``now`` is injectable everywhere, so tests drive the clock instead of sleeping.
@@ -18,10 +18,13 @@ second one cannot be stored), the ``sla_breached`` event, and what was done abou
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
@@ -52,7 +55,12 @@ from routing.services import schedule_delivery
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SlaCheckResult", "assignment_sla_breach", "sla_check"]
+__all__ = ["SlaCheckResult", "assignment_sla_breach", "breach_notice_send", "sla_check"]
+
+# The task that sends one breach's e-mail and webhook post (routed to the `delivery` queue).
+BREACH_NOTICE_TASK = "delivery.notify_sla_breach"
+
+_clock = time.monotonic  # tests move it
 
 
 @dataclass
@@ -64,28 +72,79 @@ class SlaCheckResult:
     kept: int = 0
     failed: int = 0
     alerts_resolved: int = 0
+    out_of_time: bool = False  # stopped at SLA_CHECK_MAX_SECONDS; the next run carries on
 
 
 FAILING = "failing"  # the subject prefix of an assignment whose SLA check keeps failing
 
 
-def _subject(assignment_id: int) -> str:
-    return f"assignment:{assignment_id}"
+TEAM = "team"  # the subject prefix of a team's leads left with their owners after a breach
+_ALERT_LEAD_IDS = 20  # lead ids listed in a team's alert
+
+
+def _team_subject(team_id: int | None) -> str:
+    return f"{TEAM}:{team_id if team_id is not None else 'none'}"
+
+
+def _kept_breaches(team_key: str) -> QuerySet[SlaBreach]:
+    """A team's breached leads kept with their owners and still waiting (current, untouched)."""
+    rows = SlaBreach.objects.filter(
+        action=SlaBreachAction.KEPT, assignment__active=True, assignment__touched_at__isnull=True
+    )
+    if team_key == "none":
+        return rows.filter(assignment__team__isnull=True)
+    return rows.filter(assignment__team_id=int(team_key))
+
+
+def _team_alert_raise(assignment: Assignment, why: str, now: datetime) -> None:
+    """One ``sla`` alert per team for its leads that missed their SLA and stay with their owner:
+    opened (notified) with the first, then updated (not notified again) as more join, resolved
+    by the end-of-run sweep once none is left. A whole team out of office with hundreds of
+    breached leads is one incident, not hundreds."""
+    key = str(assignment.team_id) if assignment.team_id is not None else "none"
+    kept = _kept_breaches(key)
+    count = kept.count()
+    lead_ids = [
+        str(lead_id)
+        for lead_id in kept.order_by("breached_at", "id").values_list("lead_id", flat=True)[
+            :_ALERT_LEAD_IDS
+        ]
+    ]
+    team = assignment.team_name or "no team"
+    more = f" (and {count - len(lead_ids)} more)" if count > len(lead_ids) else ""
+    alert_raise(
+        kind=AlertKind.SLA,
+        subject=_team_subject(assignment.team_id),
+        message=f"{count} lead(s) of {team} missed their SLA and stay with their owners "
+        f"(latest: lead {assignment.lead_id} with {assignment.rep_name}: {why}). Someone must "
+        f"take them by hand: {', '.join(lead_ids)}{more}.",
+        data={"team": assignment.team_id, "count": count, "leads": lead_ids},
+        now=now,
+    )
 
 
 def _due(now: datetime) -> QuerySet[Assignment]:
-    """Breached, untouched, active assignments not yet handled nor waiting after a failure."""
+    """Breached, untouched, active assignments not yet handled nor waiting after a failure.
+
+    Read through ``assignment_sla_due_idx`` (partial: active, untouched, with a due time, not
+    handled): a handled breach is stamped ``sla_breached_at`` and leaves the index, so the
+    query reads the unhandled due rows only, not every assignment ever breached.
+    """
     return Assignment.objects.filter(
         active=True,
         touched_at__isnull=True,
         sla_due_at__isnull=False,
         sla_due_at__lte=now,
-        sla_breach__isnull=True,
+        sla_breached_at__isnull=True,
     ).exclude(pk__in=SlaCheckFailure.objects.filter(retry_at__gt=now).values("assignment_id"))
 
 
 def sla_check(
-    *, now: datetime | None = None, batch_size: int | None = None, limit: int | None = None
+    *,
+    now: datetime | None = None,
+    batch_size: int | None = None,
+    limit: int | None = None,
+    max_seconds: float | None = None,
 ) -> SlaCheckResult:
     """Handle every breached, untouched, active assignment once; resolve cleared ``sla`` alerts.
 
@@ -93,15 +152,22 @@ def sla_check(
     that moves past each row whether it succeeded or not: a row that raises is logged at ERROR,
     counted (``SlaCheckFailure``: tried again after a growing pause, an ``sla`` alert after
     ``SLA_CHECK_ALERT_AFTER_FAILURES`` failures) and never holds up the rows behind it. At most
-    ``limit`` (``SLA_CHECK_MAX_PER_RUN``) rows a run; the next run carries on.
+    ``limit`` (``SLA_CHECK_MAX_PER_RUN``) rows a run, and for at most ``max_seconds``
+    (``SLA_CHECK_MAX_SECONDS``, below the task's soft time limit); the next run carries on.
+
+    Celery's ``SoftTimeLimitExceeded`` is not a failure of the row being handled: it propagates
+    (its transaction rolls back; the row stays due) instead of being recorded against it.
     """
     now = now or timezone.now()
     batch_size = batch_size or settings.SLA_CHECK_BATCH_SIZE
     limit = limit or settings.SLA_CHECK_MAX_PER_RUN
+    if max_seconds is None:
+        max_seconds = settings.SLA_CHECK_MAX_SECONDS
+    deadline = _clock() + max_seconds
     result = SlaCheckResult()
     cursor: tuple[datetime | None, int] | None = None
     seen = 0
-    while seen < limit:
+    while seen < limit and not result.out_of_time:
         rows = _due(now)
         if cursor is not None:
             rows = rows.filter(
@@ -120,10 +186,15 @@ def sla_check(
             )
         )
         for due_at, assignment_id in batch:
+            if _clock() >= deadline:
+                result.out_of_time = True
+                break
             cursor = (due_at, assignment_id)
             seen += 1
             try:
                 breach = assignment_sla_breach(assignment_id=assignment_id, now=now)
+            except SoftTimeLimitExceeded:
+                raise  # the task ran out of time: not this row's fault
             except Exception as exc:  # one bad row must not stop the others
                 logger.exception("SLA check of assignment %s failed", assignment_id)
                 result.failed += 1
@@ -138,9 +209,42 @@ def sla_check(
                 result.reassigned += 1
             elif breach.action == SlaBreachAction.KEPT:
                 result.kept += 1
-    # An `sla` alert about an assignment clears once it is touched or no longer current.
+    _sweep(result, now)
+    if result.out_of_time:
+        logger.warning(
+            "SLA: stopped after %.0f s with due assignments left; the next run carries on",
+            max_seconds,
+        )
+    if result.breached or result.failed:
+        logger.warning(
+            "SLA: %d breach(es), %d reassigned, %d kept with an alert, %d failed",
+            result.breached,
+            result.reassigned,
+            result.kept,
+            result.failed,
+        )
+    return result
+
+
+def _sweep(result: SlaCheckResult, now: datetime) -> None:
+    """End of run: forget the failures of assignments no longer due, then resolve the ``sla``
+    alerts whose cause is gone (a team's alert once none of its kept leads waits)."""
+    no_longer_due = SlaCheckFailure.objects.exclude(
+        assignment__in=Assignment.objects.filter(
+            active=True, touched_at__isnull=True, sla_breached_at__isnull=True
+        )
+    )
+    if no_longer_due.exists():  # touched, reassigned or handled meanwhile: no longer failing
+        no_longer_due.delete()
     for subject in open_alert_subjects(AlertKind.SLA):
         prefix, _, raw_id = subject.partition(":")
+        if prefix == TEAM and (raw_id == "none" or raw_id.isdigit()):
+            if not _kept_breaches(raw_id).exists() and alert_resolve(
+                kind=AlertKind.SLA, subject=subject, now=now
+            ):
+                result.alerts_resolved += 1
+            continue
+        # `assignment:<id>` (one lead's alert, before alerts were per team) and `failing:<id>`.
         if prefix not in ("assignment", FAILING) or not raw_id.isdigit():
             continue
         still_open = Assignment.objects.filter(
@@ -152,15 +256,6 @@ def sla_check(
             )
         if not still_open and alert_resolve(kind=AlertKind.SLA, subject=subject, now=now):
             result.alerts_resolved += 1
-    if result.breached or result.failed:
-        logger.warning(
-            "SLA: %d breach(es), %d reassigned, %d kept with an alert, %d failed",
-            result.breached,
-            result.reassigned,
-            result.kept,
-            result.failed,
-        )
-    return result
 
 
 def _failure_pause(failures: int) -> timedelta:
@@ -210,6 +305,8 @@ def _record_failure(assignment_id: int, exc: Exception, now: datetime) -> None:
                     },
                     now=now,
                 )
+    except SoftTimeLimitExceeded:
+        raise
     except Exception:  # the database is the problem: the next run tries again
         logger.exception("could not record the SLA check failure of assignment %s", assignment_id)
 
@@ -273,6 +370,7 @@ def _breach_locked(assignment_id: int, now: datetime) -> SlaBreach | None:
     breach = SlaBreach.objects.create(
         assignment=assignment, lead=lead, breached_at=now, action=SlaBreachAction.NOTIFIED
     )
+    Assignment.objects.filter(pk=assignment.pk).update(sla_breached_at=now)
     rule_id, policy = _deciding_rule_policy(lead)
     overdue = (now - assignment.sla_due_at).total_seconds() if assignment.sla_due_at else 0.0
     event_record_for_assignment(
@@ -300,14 +398,7 @@ def _breach_locked(assignment_id: int, now: datetime) -> SlaBreach | None:
         breach.action = SlaBreachAction.KEPT
         breach.note = why[:2000]
         breach.save(update_fields=["action", "note"])
-        alert_raise(
-            kind=AlertKind.SLA,
-            subject=_subject(assignment.pk),
-            message=f"Lead {lead.pk} missed its SLA with {assignment.rep_name} and stays "
-            f"with them: {why}. Someone must take it by hand.",
-            data={"lead": str(lead.pk), "assignment": assignment.pk, "rep": assignment.rep_id},
-            now=now,
-        )
+        _team_alert_raise(assignment, why, now)
         return breach
     breach.action = SlaBreachAction.REASSIGNED
     breach.reassigned_to = new
@@ -396,7 +487,12 @@ def _reassign(
 
 
 def _notify_breach(assignment: Assignment, now: datetime) -> None:
-    """The rep and the team's manager by e-mail, and the alert webhook, after commit."""
+    """The rep and the team's manager by e-mail, and the alert webhook: queued after commit.
+
+    Sent by a task on the ``delivery`` queue (``breach_notice_send``), not here: an SMTP server
+    or a webhook that hangs (up to their timeouts each) would otherwise make a mass breach
+    crawl through ``check_sla`` and into its time limit.
+    """
     rep_email = assignment.rep.email if assignment.rep_id else ""
     manager = assignment.team.manager if assignment.team is not None else None
     recipients = [address for address in [rep_email, getattr(manager, "email", "")] if address]
@@ -417,10 +513,33 @@ def _notify_breach(assignment: Assignment, now: datetime) -> None:
         "at": now.isoformat(),
     }
 
-    def send() -> None:
-        notify_email(
-            subject=f"[LeadRouter] SLA missed: lead {lead_id}", body=text, recipients=recipients
-        )
-        notify_webhook(text=text, payload=payload)
+    notice = {
+        "subject": f"[LeadRouter] SLA missed: lead {lead_id}",
+        "text": text,
+        "recipients": recipients,
+        "payload": payload,
+    }
+    transaction.on_commit(lambda: _queue_breach_notice(notice), robust=True)
 
-    transaction.on_commit(send, robust=True)
+
+def _queue_breach_notice(notice: dict[str, Any]) -> None:
+    """Publish the notice's task; if the broker refuses it, send it here rather than lose it."""
+    from config.celery import app as celery_app
+
+    try:
+        celery_app.send_task(BREACH_NOTICE_TASK, kwargs=notice, retry=False)
+    except Exception as exc:
+        logger.warning(
+            "could not queue the SLA breach notification (%s: %s); sending it now",
+            type(exc).__name__,
+            exc,
+        )
+        breach_notice_send(**notice)
+
+
+def breach_notice_send(
+    *, subject: str, text: str, recipients: list[str], payload: dict[str, Any]
+) -> None:
+    """Send one breach notification: e-mail to the rep and manager, the alert webhook."""
+    notify_email(subject=subject, body=text, recipients=recipients)
+    notify_webhook(text=text, payload=payload)

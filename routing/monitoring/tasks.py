@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 
 from routing.monitoring.backlog import backlog_check
-from routing.monitoring.sla import sla_check
+from routing.monitoring.sla import BREACH_NOTICE_TASK, breach_notice_send, sla_check
 from routing.monitoring.unassigned import unassigned_retry
 from routing.monitoring.watchdog import connect_beat_watchdog
 
@@ -20,6 +22,14 @@ def check_backlog() -> None:
 def check_sla() -> None:
     """Handle every breached SLA once (event, notification, reassignment where the rule says)."""
     sla_check()
+
+
+@shared_task(name=BREACH_NOTICE_TASK)
+def notify_sla_breach(
+    *, subject: str, text: str, recipients: list[str], payload: dict[str, Any]
+) -> None:
+    """Send one SLA breach notification (``delivery`` queue: kept out of check_sla's loop)."""
+    breach_notice_send(subject=subject, text=text, recipients=recipients, payload=payload)
 
 
 @shared_task(name="maintenance.retry_unassigned")

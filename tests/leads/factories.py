@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import factory
+from django.utils import timezone
 
 from audit.services import events_record_received
 from leads.models import Lead, LeadStatus, Source, token_digest
@@ -31,6 +32,9 @@ class LeadFactory(factory.django.DjangoModelFactory):
     status = LeadStatus.RECEIVED
     raw_payload = factory.Sequence(lambda n: {"email": f"person{n}@example.com"})
     request_fingerprint = factory.Sequence(lambda n: f"{n:064x}")
+    received_at = factory.LazyFunction(timezone.now)
+    # A lead made "received an hour ago" has waited an hour (unless a test says otherwise).
+    queued_at = factory.SelfAttribute("received_at")
 
     @factory.post_generation
     def received_event(obj: Lead, create: bool, extracted: object, **kwargs: object) -> None:

@@ -137,6 +137,22 @@ def test_requeue_stale_only_takes_old_waiting_leads_in_bounded_batches(
     assert sorted(published) == sorted(str(lead.id) for lead in waiting)
 
 
+@pytest.mark.django_db
+def test_requeue_stale_leaves_a_lead_just_rerouted_alone(source, published):
+    """Its wait is counted from when it was queued again, not from when it was received."""
+    from django.utils import timezone
+
+    from routing.services import lead_reroute
+    from tests.leads.factories import LeadFactory
+
+    old = timezone.now() - timedelta(hours=2)
+    lead = LeadFactory(source=source, received_at=old, status=LeadStatus.UNASSIGNED)
+    lead_reroute(lead_id=lead.id, actor="system")
+    published.clear()
+    assert leads_requeue_stale(older_than=timedelta(minutes=2)) == 0
+    assert published == []
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_sweepers_never_enqueue_a_lead_twice(source, published):

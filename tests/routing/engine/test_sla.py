@@ -56,13 +56,26 @@ def test_without_hours_or_days_it_is_wall_clock() -> None:
     assert sla_due_at(start, 90, WEEKDAYS_9_TO_18, "Not/AZone") == start + timedelta(minutes=90)
 
 
+def test_whole_day_hours_not_starting_at_midnight_are_the_whole_day() -> None:
+    """09:00-09:00 is the whole day (as eligibility reads it), not 09:00 to midnight."""
+    every_day = WorkingHours(frozenset(range(1, 8)), time(9), time(9))
+    wednesday_3am = datetime(2026, 3, 4, 3, 0, tzinfo=UTC)
+    assert wednesday_3am.isoweekday() == 3
+    due = sla_due_at(wednesday_3am, 60, every_day, "UTC")
+    assert due == datetime(2026, 3, 4, 4, 0, tzinfo=UTC)
+    # Weekdays only: Friday 23:30 + 60 min runs to midnight, then on to Monday 00:30.
+    weekdays = WorkingHours(frozenset({1, 2, 3, 4, 5}), time(9), time(9))
+    friday = datetime(2026, 3, 6, 23, 30, tzinfo=UTC)
+    assert sla_due_at(friday, 60, weekdays, "UTC") == datetime(2026, 3, 9, 0, 30, tzinfo=UTC)
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     start_minute=st.integers(0, 14 * 24 * 60),
     minutes=st.integers(1, 600),
     days=st.frozensets(st.integers(1, 7), min_size=1),
     start_hour=st.integers(0, 23),
-    length=st.integers(1, 23),
+    length=st.integers(0, 23),  # 0: start == end, the whole day
 )
 def test_the_working_time_between_start_and_due_is_exactly_the_sla(
     start_minute: int, minutes: int, days: frozenset[int], start_hour: int, length: int

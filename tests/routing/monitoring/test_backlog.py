@@ -458,3 +458,28 @@ def test_an_open_breaker_alert_resolves_only_after_a_probe_succeeds(settings: An
     finally:
         breaker.record_success()
         cache.clear()
+
+
+def test_an_unassigned_lead_retried_now_is_not_a_late_backlog(settings: Any) -> None:
+    """Its wait starts when it re-enters the queue, not when it was first received (2 h ago):
+    retrying unassigned leads must not open (and then resolve) a backlog alert every cycle."""
+    from routing.monitoring.unassigned import unassigned_retry
+
+    settings.UNASSIGNED_RETRY_SECONDS = 300
+    now = timezone.now()
+    lead = LeadFactory(
+        status=LeadStatus.UNASSIGNED,
+        received_at=now - timedelta(hours=2),
+        processed_at=now - timedelta(hours=2),
+    )
+    assert unassigned_retry() == 1
+    lead.refresh_from_db()
+    assert lead.status == LeadStatus.RECEIVED
+    assert lead.received_at == now - timedelta(hours=2)  # kept: when it arrived
+    report = backlog_check()
+    assert report.received == 1
+    assert report.oldest_received_seconds < 60
+    assert _open(AlertKind.BACKLOG) == []
+    # It still counts as late once it has waited too long since it was queued again.
+    later = backlog_check(now=timezone.now() + timedelta(seconds=301))
+    assert any("the oldest lead has waited" in problem for problem in later.problems)

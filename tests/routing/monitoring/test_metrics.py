@@ -171,6 +171,27 @@ def test_the_grafana_dashboard_uses_only_series_that_metrics_serves(client: Clie
     assert used <= served, used - served
 
 
+def test_the_prometheus_alert_rules_use_only_series_that_metrics_serves(client: Client) -> None:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from routing.models import QueueHeartbeat
+
+    rules = yaml.safe_load(
+        (Path(__file__).resolve().parents[3] / "docs" / "prometheus-alerts.yml").read_text()
+    )
+    exprs = {rule["alert"]: rule["expr"] for group in rules["groups"] for rule in group["rules"]}
+    assert {"LeadRouterDown", "LeadRouterQueueNotDrained", "LeadRouterBacklog"} <= set(exprs)
+    assert "> 180" in exprs["LeadRouterQueueNotDrained"]
+    used = {name for expr in exprs.values() for name in re.findall(r"leadrouter_[a-z_]+", expr)}
+    QueueHeartbeat.objects.create(queue="routing", last_seen_at=timezone.now())
+    served = {name for name, _labels in scrape(client)}
+    assert used
+    assert used <= served, used - served
+
+
 def test_a_non_ascii_token_is_refused_not_a_500(client: Client, settings: Any) -> None:
     settings.METRICS_TOKEN = "s3cret"
     response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer zoë")
@@ -182,3 +203,33 @@ def test_mail_has_a_timeout(settings: Any) -> None:
     from django.conf import settings as live
 
     assert 0 < live.EMAIL_TIMEOUT <= 30
+
+
+def test_backlog_oldest_counts_from_when_a_retried_lead_was_queued_again(client: Client) -> None:
+    from routing.services import lead_reroute
+
+    now = timezone.now()
+    lead = LeadFactory(status=LeadStatus.UNASSIGNED, received_at=now - timedelta(hours=2))
+    lead_reroute(lead_id=lead.id, actor="system")
+    got = scrape(client)
+    assert got[("leadrouter_backlog_leads", ())] == 1
+    assert got[("leadrouter_backlog_oldest_seconds", ())] < 60
+
+
+def test_behind_a_proxy_the_loopback_allowlist_is_not_trusted(
+    client: Client, settings: Any
+) -> None:
+    """A same-host reverse proxy makes every request, from anywhere, come from 127.0.0.1: the
+    default loopback allowlist served /metrics to the whole internet."""
+    settings.METRICS_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+    settings.BEHIND_TLS_PROXY = True
+    settings.METRICS_TOKEN = ""
+    response = client.get("/metrics", REMOTE_ADDR="127.0.0.1")
+    assert response.status_code == 403
+    assert "METRICS_TOKEN" in response.json()["error"]["message"]
+    settings.METRICS_TOKEN = "s3cret-token"
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 401
+    scrape(client, REMOTE_ADDR="127.0.0.1", HTTP_AUTHORIZATION="Bearer s3cret-token")
+    settings.BEHIND_TLS_PROXY = False
+    settings.METRICS_TOKEN = ""
+    scrape(client, REMOTE_ADDR="127.0.0.1")

@@ -102,3 +102,21 @@ def _celery() -> Any:
     from tests.support.processes import BIN
 
     return BIN / "celery"
+
+
+@pytest.mark.django_db
+def test_every_periodic_monitoring_job_is_also_a_command(
+    settings: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from django.core.management import call_command, get_commands
+
+    for task in MONITORING_JOBS.values():
+        assert task.removeprefix("maintenance.") in get_commands(), task
+    settings.UNASSIGNED_RETRY_SECONDS = 300
+    old = timezone.now() - timedelta(minutes=10)
+    leads = [LeadFactory(status=LeadStatus.UNASSIGNED, processed_at=old) for _ in range(3)]
+    call_command("retry_unassigned", "--batch-size", "2")
+    assert "2 unassigned lead(s) sent through routing again." in capsys.readouterr().out
+    call_command("retry_unassigned")
+    assert "1 unassigned lead(s)" in capsys.readouterr().out
+    assert all(Lead.objects.get(pk=lead.pk).status == LeadStatus.RECEIVED for lead in leads)

@@ -137,8 +137,9 @@ def test_reassign_goes_to_other_members_never_back_then_stops_at_the_cap(
     assert (result.breached, result.reassigned, result.kept) == (1, 0, 1)
     assert Assignment.objects.get(lead_id=first.lead_id, active=True).pk == current.pk
     (alert,) = Alert.objects.filter(kind=AlertKind.SLA, status=AlertStatus.OPEN)
-    assert alert.subject == f"assignment:{current.pk}"
+    assert alert.subject == f"team:{current.team_id}"
     assert "limit 2" in alert.message
+    assert str(first.lead_id) in alert.message
     assert _events(first.lead_id, EventType.SLA_BREACHED) == 3
     reassigned = Event.objects.filter(lead_id=first.lead_id, type=EventType.REASSIGNED)
     assert reassigned.count() == 2
@@ -290,3 +291,226 @@ def test_one_run_handles_every_due_breach_in_batches() -> None:
     now = max(_after_due(a) for a in assignments)
     assert sla_check(now=now, batch_size=2).breached == 5
     assert sla_check(now=now, batch_size=2, limit=10).breached == 0
+
+
+@pytest.mark.django_db
+def test_a_soft_time_limit_inside_the_loop_propagates_and_records_no_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It used to be caught as the row's failure (a false SlaCheckFailure), and the task ran on
+    into the hard limit and was killed."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from routing.monitoring import sla as sla_module
+    from routing.monitoring.models import SlaCheckFailure
+
+    _setup(reps=2, policy="notify")
+    assignment = _routed()
+
+    def out_of_time(assignment_id: int, now: datetime) -> Any:
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(sla_module, "_breach_locked", out_of_time)
+    with pytest.raises(SoftTimeLimitExceeded):
+        sla_check(now=_after_due(assignment))
+    assert not SlaCheckFailure.objects.exists()
+    assert not SlaBreach.objects.exists()
+    monkeypatch.undo()
+    assert sla_check(now=_after_due(assignment)).breached == 1
+
+
+@pytest.mark.django_db
+def test_the_run_stops_at_its_deadline_and_the_next_run_carries_on(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from routing.monitoring import sla as sla_module
+
+    settings.SLA_CHECK_MAX_SECONDS = 2.5
+    _setup(reps=3, policy="notify")
+    assignments = [_routed() for _ in range(3)]
+    now = max(_after_due(a) for a in assignments)
+    ticks = iter(range(1000))  # every look at the clock: one second later
+    monkeypatch.setattr(sla_module, "_clock", lambda: float(next(ticks)))
+    first = sla_check(now=now)
+    assert (first.breached, first.out_of_time) == (2, True)
+    second = sla_check(now=now)
+    assert (second.breached, second.out_of_time) == (1, False)
+    assert SlaBreach.objects.count() == 3
+
+
+@pytest.mark.django_db
+def test_a_slow_webhook_does_not_slow_the_check(
+    httpserver: HTTPServer,
+    settings: Any,
+    breach_notices: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Each notification was sent inside the loop (SMTP, then the webhook, seconds each when
+    slow): a mass breach crawled. Now each is a task message; the check only queues it."""
+    import time
+
+    from routing.monitoring.tasks import notify_sla_breach
+
+    def slow(request: Any) -> Any:
+        time.sleep(1.5)
+        from werkzeug import Response
+
+        return Response("{}", status=200, content_type="application/json")
+
+    httpserver.expect_request("/alerts", method="POST").respond_with_handler(slow)
+    settings.ALERT_WEBHOOK_URL = httpserver.url_for("/alerts")
+    settings.ALERT_ALLOW_PRIVATE_URLS = True
+    settings.ALERT_WEBHOOK_TIMEOUT_SECONDS = 5
+    breach_notices.inline = False
+    _setup(reps=3, policy="notify")
+    assignments = [_routed() for _ in range(3)]
+    now = max(_after_due(a) for a in assignments)
+    started = time.monotonic()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sla_check(now=now).breached == 3
+    assert time.monotonic() - started < 1.5
+    assert httpserver.log == []
+    assert len(breach_notices.queued) == 3
+    # The delivery worker sends each: the rep's e-mail and the webhook post.
+    notify_sla_breach(**breach_notices.queued[0])
+    assert len(httpserver.log) == 1
+    assert "SLA missed" in mail.outbox[0].subject
+
+
+def test_a_breach_notice_is_a_task_message_on_the_delivery_queue(breach_notices: Any) -> None:
+    from routing.monitoring import sla as sla_module
+    from routing.monitoring.backlog import broker_queue_lengths
+    from routing.monitoring.tasks import notify_sla_breach
+
+    assert notify_sla_breach.name == sla_module.BREACH_NOTICE_TASK
+    before = broker_queue_lengths()[0]["delivery"]
+    assert before is not None
+    breach_notices.real({"subject": "s", "text": "t", "recipients": [], "payload": {}})
+    assert broker_queue_lengths()[0]["delivery"] == before + 1
+
+
+@pytest.mark.django_db
+def test_a_handled_breach_leaves_the_due_set() -> None:
+    """The due query anti-joined every breach ever recorded, every minute; a handled breach is
+    now stamped on its assignment and leaves the partial index the query reads."""
+    from routing.monitoring.sla import _due
+
+    _setup(reps=2, policy="notify")
+    assignment = _routed()
+    now = _after_due(assignment)
+    assert list(_due(now).values_list("pk", flat=True)) == [assignment.pk]
+    assert sla_check(now=now).breached == 1
+    assignment.refresh_from_db()
+    assert assignment.sla_breached_at == now
+    assert not _due(now + timedelta(hours=1)).exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_the_due_query_reads_the_partial_index() -> None:
+    """A few thousand assignments, most of them handled long ago: the plan uses
+    assignment_sla_due_idx (with sequential scans off, as the planner would on a large table)."""
+    from django.utils import timezone
+
+    from leads.models import LeadStatus
+    from routing.monitoring.sla import _due
+    from tests.leads.factories import SourceFactory
+
+    rep = make_rep()
+    source = SourceFactory()
+    now = timezone.now()
+    leads = Lead.objects.bulk_create(
+        [
+            Lead(
+                source=source,
+                raw_payload={},
+                request_fingerprint=f"{i:064x}",
+                status=LeadStatus.ASSIGNED,
+            )
+            for i in range(3000)
+        ]
+    )
+    Assignment.objects.bulk_create(
+        [
+            Assignment(
+                lead=lead,
+                rep=rep,
+                rep_name=rep.name,
+                kind=AssignmentKind.INITIAL,
+                sla_minutes=30,
+                sla_due_at=now - timedelta(minutes=i % 500),
+                sla_breached_at=None if i % 100 == 0 else now,
+            )
+            for i, lead in enumerate(leads)
+        ]
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE routing_assignment")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    query = _due(now).order_by("sla_due_at", "id").values_list("sla_due_at", "id")[:500]
+    plan = query.explain()
+    assert "assignment_sla_due_idx" in plan, plan
+    assert len(list(query)) == 30
+
+
+@pytest.mark.django_db
+def test_a_team_that_cannot_take_its_breached_leads_is_one_alert_not_one_per_lead(
+    alert_hook: HTTPServer, django_capture_on_commit_callbacks: Any
+) -> None:
+    """A whole team out of office: each breached lead opened its own alert (a webhook post and
+    an e-mail each, on top of the breach notice). Now one alert for the team, updated as more
+    leads join and resolved when none is left; each rep still gets their lead's breach notice."""
+    _reps, team = _setup(reps=1, policy="reassign")  # nobody else to reassign to
+    assignments = [_routed() for _ in range(30)]
+    now = max(_after_due(a) for a in assignments)
+    with django_capture_on_commit_callbacks(execute=True):
+        result = sla_check(now=now)
+    assert (result.breached, result.kept) == (30, 30)
+    (alert,) = Alert.objects.filter(kind=AlertKind.SLA)
+    assert alert.subject == f"team:{team.pk}"
+    assert alert.message.startswith(f"30 lead(s) of {team.name} missed their SLA")
+    assert alert.data["count"] == 30
+    assert len(alert.data["leads"]) == 20
+    assert "(and 10 more)" in alert.message
+    texts = [body["text"] for body in hook_bodies(alert_hook)]
+    assert sum("LeadRouter alert" in text for text in texts) == 1
+    assert sum("SLA missed" in text for text in texts) == 30  # the per-lead breach notices
+    assert sum("ALERT" in message.subject for message in mail.outbox) == 1
+    # Touched one by one: the alert stays (no new notification) until none is left.
+    for assignment in assignments[:-1]:
+        assignment_touch(lead_id=assignment.lead_id, actor="user:rep")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sla_check(now=now + timedelta(minutes=1)).alerts_resolved == 0
+    assignment_touch(lead_id=assignments[-1].lead_id, actor="user:rep")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sla_check(now=now + timedelta(minutes=2)).alerts_resolved == 1
+    alert.refresh_from_db()
+    assert alert.status == AlertStatus.RESOLVED
+    texts = [body["text"] for body in hook_bodies(alert_hook)]
+    assert sum("LeadRouter alert" in text for text in texts) == 2  # opened, resolved
+
+
+@pytest.mark.django_db
+def test_the_failures_of_an_assignment_no_longer_due_are_forgotten(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row whose handling failed, then was touched (or reassigned) by hand, kept its
+    SlaCheckFailure forever (and its `failing` alert open)."""
+    from routing.monitoring import sla as sla_module
+    from routing.monitoring.models import SlaCheckFailure
+
+    settings.SLA_CHECK_ALERT_AFTER_FAILURES = 1
+    _setup(reps=2, policy="notify")
+    assignment = _routed()
+
+    def broken(assignment_id: int, now: datetime) -> Any:
+        raise RuntimeError("broken")
+
+    monkeypatch.setattr(sla_module, "_breach_locked", broken)
+    now = _after_due(assignment)
+    assert sla_check(now=now).failed == 1
+    assert SlaCheckFailure.objects.filter(assignment=assignment).exists()
+    assignment_touch(lead_id=assignment.lead_id, actor="user:rep")
+    sla_check(now=now + timedelta(seconds=10))  # paused: not tried again, but swept
+    assert not SlaCheckFailure.objects.exists()
+    assert not Alert.objects.filter(kind=AlertKind.SLA, status=AlertStatus.OPEN).exists()
