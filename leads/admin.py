@@ -57,7 +57,10 @@ class SourceAdmin(admin.ModelAdmin):
                 f"HMAC secret for {obj.slug}: {secret} — copy it now, it is not shown again.",
             )
 
-    @admin.action(description="Rotate token (the old one keeps working for the overlap period)")
+    @admin.action(
+        description="Rotate token (the old one keeps working for the overlap period)",
+        permissions=["change"],
+    )
     def rotate_token(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
         for source in queryset:
             token = source_set_token(source=source, overlap=_overlap())
@@ -68,7 +71,10 @@ class SourceAdmin(admin.ModelAdmin):
                 f"{source.previous_token_valid_until:%Y-%m-%d %H:%M} UTC.",
             )
 
-    @admin.action(description="Rotate HMAC secret (the old one keeps working for the overlap)")
+    @admin.action(
+        description="Rotate HMAC secret (the old one keeps working for the overlap)",
+        permissions=["change"],
+    )
     def rotate_hmac_secret(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
         for source in queryset:
             secret = source_set_hmac_secret(source=source, overlap=_overlap())
@@ -101,7 +107,7 @@ class LeadAdmin(admin.ModelAdmin):
     show_full_result_count = False
     actions = ("reroute",)
 
-    @admin.action(description="Re-route (unassigned or failed leads)")
+    @admin.action(description="Re-route (unassigned or failed leads)", permissions=["reroute"])
     def reroute(self, request: HttpRequest, queryset: QuerySet[Lead]) -> None:
         from routing.services import LeadActionError, lead_reroute  # routing builds on leads
 
@@ -119,6 +125,9 @@ class LeadAdmin(admin.ModelAdmin):
             messages.success(request, f"{done} lead(s) sent through routing again.")
         for line in refused[:20]:
             messages.warning(request, line)
+
+    def has_reroute_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("leads.reroute_lead")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Lead | None = None) -> list[str]:
         return [f.name for f in Lead._meta.fields]

@@ -415,7 +415,9 @@ class RuleSetAdmin(admin.ModelAdmin):
     def get_inlines(self, request: HttpRequest, obj: RuleSet | None = None) -> Any:
         return (RuleInline,) if obj is not None else (RuleJsonInline,)
 
-    @admin.action(description="Publish the selected draft (when its test cases pass)")
+    @admin.action(
+        description="Publish the selected draft (when its test cases pass)", permissions=["change"]
+    )
     def publish(self, request: HttpRequest, queryset: QuerySet[RuleSet]) -> None:
         if queryset.count() != 1:
             self.message_user(request, "Select exactly one draft to publish.", messages.ERROR)

@@ -52,7 +52,9 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
 
     actions = ("send_test",)
 
-    @admin.action(description="Send a signed test message to the selected endpoints")
+    @admin.action(
+        description="Send a signed test message to the selected endpoints", permissions=["change"]
+    )
     def send_test(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
         for endpoint in queryset[:10]:
             self.message_user(request, endpoint_send_test(endpoint=endpoint))
@@ -122,7 +124,9 @@ class DeliveryAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    @admin.action(description="Retry the selected failed or waiting deliveries now")
+    @admin.action(
+        description="Retry the selected failed or waiting deliveries now", permissions=["change"]
+    )
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> None:
         count = deliveries_retry(delivery_ids=list(queryset.values_list("id", flat=True)))
         skipped = queryset.count() - count
