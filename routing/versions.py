@@ -191,9 +191,17 @@ def ruleset_publish_checked(
 
 @transaction.atomic
 def ruleset_rollback(*, ruleset: RuleSet, actor: Actor = None, note: str = "") -> RuleSet:
-    """Republish an older version as a new version (a copy), in one transaction."""
-    if ruleset.status == RuleSetStatus.PUBLISHED:
-        raise ValidationError(f"Version {ruleset.version} is already the live version.")
+    """Republish an archived version as a new version (a copy), in one transaction.
+
+    Only an archived version: a draft is published with ``ruleset_publish_checked``, which runs
+    the saved test cases first.
+    """
+    status = RuleSet.objects.filter(pk=ruleset.pk).values_list("status", flat=True).first()
+    if status != RuleSetStatus.ARCHIVED:
+        raise ValidationError(
+            f"Version {ruleset.version} is {status or 'deleted'}: only an archived version can "
+            "be rolled back to (publish a draft with Publish…)."
+        )
     copy = ruleset_copy(ruleset=ruleset, actor=actor)
     copy.note = f"Rollback to version {ruleset.version}" + (f": {note.strip()}" if note else "")
     RuleSet.objects.filter(pk=copy.pk).update(note=copy.note)

@@ -244,6 +244,13 @@ def rollback_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) -
     """Confirm and republish an older version as a new version."""
     _require(request, "change_ruleset")
     ruleset = get_object_or_404(RuleSet, pk=pk)
+    if ruleset.status != RuleSetStatus.ARCHIVED:
+        messages.error(
+            request,
+            f"Version {ruleset.version} is {ruleset.get_status_display().lower()}: only an "
+            "archived version can be rolled back to.",
+        )
+        return HttpResponseRedirect(_change_url(ruleset))
     error = ""
     if request.method == "POST":
         try:

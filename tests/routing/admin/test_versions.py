@@ -25,6 +25,7 @@ from routing.versions import (
     ruleset_diff,
     ruleset_new_draft,
     ruleset_replay,
+    ruleset_rollback,
     team_next_up,
 )
 from tests.leads.factories import LeadFactory
@@ -320,3 +321,26 @@ def test_reps_bulk_out_of_office_and_deactivate(client_revops, emea):
     assert all(rep.out_of_office_until.year == 2031 for rep in Rep.objects.all())
     client_revops.post(url, {"action": "deactivate", "_selected_action": ids[:1]})
     assert list(Rep.objects.order_by("email").values_list("active", flat=True)) == [False, True]
+
+
+def test_only_an_archived_version_can_be_rolled_back_to(client_revops, live, emea):
+    """A draft is published with Publish…, which runs the saved test cases and asks to confirm
+    failures; a roll back to it would skip that."""
+    draft = ruleset_new_draft(ruleset=live)
+    RoutingTestCase.objects.create(
+        name="German lead goes to EMEA",
+        lead={"email": "x@y.example", "country": "FR"},
+        expected_status=ExpectedStatus.ASSIGNED,
+        expected_team=emea,
+    )  # fails against every version: it must not be published without a confirmation
+    response = client_revops.post(
+        reverse("admin:routing_ruleset_rollback", args=[draft.pk]), {"note": "sneaky"}
+    )
+    assert response.status_code == 302
+    assert response["Location"] == reverse("admin:routing_ruleset_change", args=[draft.pk])
+    assert RuleSet.objects.get(status=RuleSetStatus.PUBLISHED) == live
+    assert RuleSet.objects.count() == 2
+    with pytest.raises(ValidationError, match="only an archived version"):
+        ruleset_rollback(ruleset=draft)
+    with pytest.raises(ValidationError, match="only an archived version"):
+        ruleset_rollback(ruleset=live)
