@@ -28,4 +28,7 @@ class RoutingConfig(AppConfig):
     verbose_name = "Routing"
 
     def ready(self) -> None:
+        from routing.editor.permissions import revops_group_after_migrate
+
         post_migrate.connect(config_triggers_ensure, sender=self)
+        post_migrate.connect(revops_group_after_migrate, sender=self)

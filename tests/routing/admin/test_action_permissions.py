@@ -83,3 +83,28 @@ def test_every_custom_action_names_its_permissions() -> None:
         and not getattr(func, "allowed_permissions", None)
     ]
     assert missing == []
+
+
+def test_migrate_creates_the_revops_group_with_its_permissions(db: Any) -> None:
+    """No seed_demo: migrate alone (post_migrate) makes the group, able to see who published."""
+    from django.contrib.auth.models import Group
+
+    from routing.editor.permissions import REVOPS_GROUP
+
+    group = Group.objects.get(name=REVOPS_GROUP)
+    perms = {
+        f"{app}.{codename}"
+        for app, codename in group.permissions.values_list("content_type__app_label", "codename")
+    }
+    assert {
+        "routing.change_rule",
+        "routing.change_ruleset",
+        "leads.change_source",
+        "leads.view_lead",
+        "audit.view_event",
+        "routing.view_alert",
+        "routing.view_webhookendpoint",
+        "routing.view_delivery",
+    } <= perms
+    read_only = {"routing.change_webhookendpoint", "routing.change_delivery", "leads.change_lead"}
+    assert not read_only & perms
