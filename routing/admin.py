@@ -39,6 +39,7 @@ from routing.models import (
     TeamMembership,
     Territory,
     ValueList,
+    VersionReadOnly,
 )
 from routing.rules_io import ruleset_add_draft
 from routing.selectors import names_in_use
@@ -334,6 +335,29 @@ class ValueListAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     readonly_fields = ("created_at", "updated_at")
 
 
+class RefuseFrozenVersions:
+    """Admin mixin: a version published between the form's check and the save is a message,
+    not a server error (``RuleSet``/``Rule`` ``save()`` and ``delete()`` refuse then)."""
+
+    def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            response: HttpResponse = super().changeform_view(request, *args, **kwargs)  # type: ignore[misc]
+        except VersionReadOnly as exc:
+            return self._refused(request, exc)
+        return response
+
+    def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            response: HttpResponse = super().delete_view(request, *args, **kwargs)  # type: ignore[misc]
+        except VersionReadOnly as exc:
+            return self._refused(request, exc)
+        return response
+
+    def _refused(self, request: HttpRequest, exc: VersionReadOnly) -> HttpResponse:
+        messages.error(request, " ".join(exc.messages))
+        return HttpResponseRedirect(request.get_full_path())
+
+
 def _editable(ruleset: RuleSet | None) -> bool:
     return ruleset is None or ruleset.is_editable
 
@@ -386,7 +410,7 @@ class RuleJsonInline(admin.TabularInline):
 
 
 @admin.register(RuleSet)
-class RuleSetAdmin(admin.ModelAdmin):
+class RuleSetAdmin(RefuseFrozenVersions, admin.ModelAdmin):
     list_display = (
         "version",
         "name",
@@ -482,13 +506,16 @@ class RuleSetAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: RuleSet, form: Any, change: bool) -> None:
         if change:
-            super().save_model(request, obj, form, change)
+            # Only what the form edits: a full-row save of this (possibly stale) object would
+            # write its status back over a publish that happened meanwhile. save() locks the
+            # row and refuses unless it is still a draft.
+            obj.save(update_fields=["name", "note"])
         else:
             ruleset_add_draft(ruleset=obj, actor=request.user)  # type: ignore[arg-type]
 
 
 @admin.register(Rule)
-class RuleAdmin(admin.ModelAdmin):
+class RuleAdmin(RefuseFrozenVersions, admin.ModelAdmin):
     """The rule editor: the condition as rows, the action as fields; lists in priority order."""
 
     form = RuleForm

@@ -979,7 +979,10 @@ def ruleset_publish(*, ruleset: RuleSet, actor: Actor = None) -> RuleSet:
     locked.status = RuleSetStatus.PUBLISHED
     locked.published_at = timezone.now()
     locked.published_by = _user(actor)
-    locked.save(update_fields=["status", "published_at", "published_by"])
+    # An update() of exactly these fields: save() refuses to change a ruleset's status.
+    RuleSet.objects.filter(pk=locked.pk).update(
+        status=locked.status, published_at=locked.published_at, published_by=locked.published_by
+    )
     event_record(
         type=EventType.RULES_PUBLISHED,
         actor=f"user:{actor.get_username()}" if actor is not None else "system",

@@ -344,3 +344,54 @@ def test_only_an_archived_version_can_be_rolled_back_to(client_revops, live, eme
         ruleset_rollback(ruleset=draft)
     with pytest.raises(ValidationError, match="only an archived version"):
         ruleset_rollback(ruleset=live)
+
+
+def test_a_stale_admin_save_of_a_draft_does_not_undo_a_publish(client_revops, revops, live):
+    """The draft's page was opened, then someone published the draft: saving the page's note
+    must neither write status "draft" back (leaving nothing published) nor fail with a 500."""
+    from django.contrib import admin
+    from django.test import RequestFactory
+
+    from routing.models import VersionReadOnly
+    from routing.versions import ruleset_publish_checked
+
+    draft = ruleset_new_draft(ruleset=live)
+    stale = RuleSet.objects.get(pk=draft.pk)
+    ruleset_publish_checked(ruleset=draft)
+    stale.note = "typo fixed"
+    request = RequestFactory().post("/")
+    request.user = revops
+    with pytest.raises(VersionReadOnly):
+        admin.site._registry[RuleSet].save_model(request, stale, None, change=True)
+    draft.refresh_from_db()
+    assert (draft.status, draft.note) == (
+        RuleSetStatus.PUBLISHED,
+        f"Copy of version {live.version}",
+    )
+
+
+def test_a_version_published_between_check_and_save_is_a_message(client_revops, live, monkeypatch):
+    from routing.admin import RuleSetAdmin
+    from routing.versions import ruleset_publish_checked
+
+    draft = ruleset_new_draft(ruleset=live)
+    url = reverse("admin:routing_ruleset_change", args=[draft.pk])
+    save_model = RuleSetAdmin.save_model
+
+    def published_meanwhile(self, request, obj, form, change):  # after the form's checks
+        ruleset_publish_checked(ruleset=RuleSet.objects.get(pk=obj.pk))
+        save_model(self, request, obj, form, change)
+
+    monkeypatch.setattr(RuleSetAdmin, "save_model", published_meanwhile)
+    data = {"name": "Renamed", "note": "x"}
+    for formset in client_revops.get(url).context["inline_admin_formsets"]:
+        management = formset.formset.management_form
+        data.update({management.add_prefix(k): v for k, v in management.initial.items()})
+        for form in formset.formset.forms:
+            data[form.add_prefix("id")] = form.instance.pk
+            data[form.add_prefix("ruleset")] = draft.pk
+    response = client_revops.post(url, data, follow=True)
+    assert response.status_code == 200
+    assert "only drafts can change" in response.content.decode()
+    draft.refresh_from_db()
+    assert draft.name == live.name  # (the publish, in the same test transaction, rolled back)
