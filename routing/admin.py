@@ -13,7 +13,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, F, QuerySet
 from django.forms import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
@@ -41,7 +41,7 @@ from routing.models import (
     ValueList,
     VersionReadOnly,
 )
-from routing.rules_io import ruleset_add_draft
+from routing.rules_io import AlreadyPublished, ruleset_add_draft
 from routing.selectors import names_in_use
 from routing.versions import (
     TestCasesFailing,
@@ -453,6 +453,9 @@ class RuleSetAdmin(RefuseFrozenVersions, admin.ModelAdmin):
             self.message_user(
                 request, f"Not published: {exc}. Use Publish… on the draft.", messages.ERROR
             )
+            return
+        except (AlreadyPublished, IntegrityError):
+            self.message_user(request, views.someone_else_published(), messages.ERROR)
             return
         except RuleErrors as exc:
             self.message_user(request, f"Not published: {exc}", messages.ERROR)

@@ -182,11 +182,7 @@ def ruleset_publish_checked(
     results = test_cases_run(ruleset=ruleset)
     if any(not result.passed for result in results) and not confirm_failing:
         raise TestCasesFailing(results)
-    if note.strip():
-        _refuse_unless_draft(ruleset)
-        ruleset.note = "\n".join(filter(None, [ruleset.note.strip(), note.strip()]))
-        RuleSet.objects.filter(pk=ruleset.pk).update(note=ruleset.note)
-    return ruleset_publish(ruleset=ruleset, actor=actor)
+    return ruleset_publish(ruleset=ruleset, actor=actor, note=note)
 
 
 @transaction.atomic

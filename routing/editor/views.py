@@ -12,6 +12,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -21,6 +22,7 @@ from routing.admin_jobs import admin_job_start_replay
 from routing.editor.forms import SimulateForm
 from routing.engine import RuleErrors
 from routing.models import AdminJob, AdminJobKind, Rule, RuleSet, RuleSetStatus
+from routing.rules_io import AlreadyPublished
 from routing.versions import (
     REPLAY_DEFAULT,
     TestCasesFailing,
@@ -72,6 +74,16 @@ def _latest_draft() -> RuleSet | None:
 
 def _published() -> RuleSet | None:
     return RuleSet.objects.filter(status=RuleSetStatus.PUBLISHED).first()
+
+
+def someone_else_published() -> str:
+    live = _published()
+    return (
+        f"Not published: someone else just published version {live.version}. "
+        "Check it, then start a new draft if yours is still needed."
+        if live is not None
+        else "Not published: someone else just changed the versions; try again."
+    )
 
 
 # --- Simulate -----------------------------------------------------------------------------------
@@ -219,6 +231,9 @@ def publish_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) ->
         except TestCasesFailing as exc:
             error = f"{exc}. Tick the box to publish anyway."
             failed = [result for result in exc.results if not result.passed]
+        except (AlreadyPublished, IntegrityError):
+            messages.error(request, someone_else_published())
+            return HttpResponseRedirect(_change_url(ruleset))
         except RuleErrors as exc:
             error = f"Not published: {exc}"
         else:
@@ -259,6 +274,9 @@ def rollback_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) -
                 actor=request.user,  # type: ignore[arg-type]
                 note=request.POST.get("note", ""),
             )
+        except IntegrityError:
+            messages.error(request, someone_else_published())
+            return HttpResponseRedirect(_change_url(ruleset))
         except (ValidationError, RuleErrors) as exc:
             error = " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
         else:
