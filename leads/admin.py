@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from audit.config_changes import AuditedConfigAdmin, actor_of, config_change_record, values_of
 from leads.models import Lead, Source
 from leads.services import source_set_hmac_secret, source_set_token
 
@@ -35,6 +36,12 @@ def _old_until(until: datetime | None) -> str:
     return f"The previous value keeps working until {until:%Y-%m-%d %H:%M} UTC."
 
 
+def _rotated(request: HttpRequest, source: Source, action: str, before: dict[str, Any]) -> None:
+    config_change_record(
+        actor=actor_of(request), obj=source, action=action, before=before, after=values_of(source)
+    )
+
+
 def _secrets_page(
     model_admin: admin.ModelAdmin[Any], request: HttpRequest, shown: list[NewSecret]
 ) -> TemplateResponse:
@@ -53,7 +60,7 @@ def _secrets_page(
 
 
 @admin.register(Source)
-class SourceAdmin(admin.ModelAdmin):
+class SourceAdmin(AuditedConfigAdmin, admin.ModelAdmin):
     list_display = ("slug", "name", "active", "auth_mode", "token_hint", "rate_limit_per_minute")
     list_filter = ("active", "auth_mode")
     search_fields = ("slug", "name")
@@ -104,7 +111,9 @@ class SourceAdmin(admin.ModelAdmin):
     def rotate_token(self, request: HttpRequest, queryset: QuerySet[Source]) -> TemplateResponse:
         shown = []
         for source in queryset:
+            before = values_of(source)
             token = source_set_token(source=source, overlap=_overlap())
+            _rotated(request, source, "rotate_token", before)
             shown.append(
                 NewSecret(
                     source.slug, "Token", token, _old_until(source.previous_token_valid_until)
@@ -121,7 +130,9 @@ class SourceAdmin(admin.ModelAdmin):
     ) -> TemplateResponse:
         shown = []
         for source in queryset:
+            before = values_of(source)
             secret = source_set_hmac_secret(source=source, overlap=_overlap())
+            _rotated(request, source, "rotate_hmac_secret", before)
             shown.append(
                 NewSecret(
                     source.slug,

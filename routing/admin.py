@@ -22,6 +22,12 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from audit.config_changes import (
+    AuditedConfigAdmin,
+    actor_of,
+    config_changes_record,
+    values_of,
+)
 from routing.editor import jobs, tables, views
 from routing.editor.forms import OutOfOfficeForm, RoutingTestCaseForm, RuleForm
 from routing.engine import MAX_TEAM_WEIGHT, RuleErrors
@@ -68,7 +74,7 @@ class RefuseDeletingWhatRulesUse:
 
 
 @admin.register(Rep)
-class RepAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
+class RepAdmin(AuditedConfigAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     in_use_kind = "reps"
     list_display = (
         "email",
@@ -94,7 +100,11 @@ class RepAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
         if form.is_valid():
             reps = list(queryset)
             until = form.cleaned_data["until"]
+            before = {rep.pk: values_of(rep) for rep in reps}
             count = reps_set_out_of_office(reps=reps, until=until)
+            config_changes_record(
+                actor=actor_of(request), objects=reps, action="set_out_of_office", before=before
+            )
             self.message_user(request, f"{count} rep(s) out of office.", messages.SUCCESS)
             if settings.REROUTE_OPEN_LEADS_ON_ABSENCE and until > timezone.now():
                 self._reroute(request, reps, f"out of office until {until:%Y-%m-%d %H:%M}")
@@ -113,7 +123,11 @@ class RepAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     @admin.action(description="Deactivate (no new leads)", permissions=["change"])
     def deactivate(self, request: HttpRequest, queryset: QuerySet[Rep]) -> None:
         reps = list(queryset)
+        before = {rep.pk: values_of(rep) for rep in reps}
         count = reps_deactivate(reps=reps)
+        config_changes_record(
+            actor=actor_of(request), objects=reps, action="deactivate", before=before
+        )
         if settings.REROUTE_OPEN_LEADS_ON_ABSENCE:
             self._reroute(request, reps, "deactivated")
             return
@@ -195,7 +209,7 @@ class TeamMembershipInline(admin.TabularInline):
 
 
 @admin.register(Team)
-class TeamAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
+class TeamAdmin(AuditedConfigAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     in_use_kind = "teams"
     list_display = ("name", "strategy", "respect_working_hours", "sla_minutes", "member_count")
     list_filter = ("strategy", "respect_working_hours")
@@ -222,7 +236,7 @@ class TeamAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
         )
 
 
-class CsvTableAdmin(admin.ModelAdmin):
+class CsvTableAdmin(AuditedConfigAdmin, admin.ModelAdmin):
     """Admin mixin: *Import CSV* and *Export CSV* pages (``routing.editor.tables``)."""
 
     csv_table: tables.Table = "territories"
@@ -328,7 +342,7 @@ class AdminJobAdmin(admin.ModelAdmin):
 
 
 @admin.register(ValueList)
-class ValueListAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
+class ValueListAdmin(AuditedConfigAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     in_use_kind = "value_lists"
     list_display = ("name", "updated_at")
     search_fields = ("name",)
@@ -410,7 +424,7 @@ class RuleJsonInline(admin.TabularInline):
 
 
 @admin.register(RuleSet)
-class RuleSetAdmin(RefuseFrozenVersions, admin.ModelAdmin):
+class RuleSetAdmin(AuditedConfigAdmin, RefuseFrozenVersions, admin.ModelAdmin):
     list_display = (
         "version",
         "name",
@@ -518,7 +532,7 @@ class RuleSetAdmin(RefuseFrozenVersions, admin.ModelAdmin):
 
 
 @admin.register(Rule)
-class RuleAdmin(RefuseFrozenVersions, admin.ModelAdmin):
+class RuleAdmin(AuditedConfigAdmin, RefuseFrozenVersions, admin.ModelAdmin):
     """The rule editor: the condition as rows, the action as fields; lists in priority order."""
 
     form = RuleForm
@@ -649,7 +663,7 @@ class RuleAdmin(RefuseFrozenVersions, admin.ModelAdmin):
 
 
 @admin.register(RoutingTestCase)
-class RoutingTestCaseAdmin(admin.ModelAdmin):
+class RoutingTestCaseAdmin(AuditedConfigAdmin, admin.ModelAdmin):
     form = RoutingTestCaseForm
     list_display = ("name", "expected_status", "expected_rep", "expected_team", "source")
     list_select_related = ("expected_rep", "expected_team", "source")

@@ -9,6 +9,13 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from audit.config_changes import (
+    AuditedConfigAdmin,
+    actor_of,
+    config_change_record,
+    config_changes_record,
+    values_of,
+)
 from routing.delivery.models import (
     Delivery,
     DeliveryAttempt,
@@ -31,7 +38,7 @@ class WebhookEndpointForm(forms.ModelForm):
 
 
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(admin.ModelAdmin):
+class WebhookEndpointAdmin(AuditedConfigAdmin, admin.ModelAdmin):
     form = WebhookEndpointForm
     list_display = ("name", "url", "active", "events", "secret_masked", "disabled_at")
     list_filter = ("active",)
@@ -57,7 +64,11 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     )
     def send_test(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
         for endpoint in queryset[:10]:
-            self.message_user(request, endpoint_send_test(endpoint=endpoint))
+            result = endpoint_send_test(endpoint=endpoint)
+            config_change_record(
+                actor=actor_of(request), obj=endpoint, action="send_test", extra={"result": result}
+            )
+            self.message_user(request, result)
 
     @admin.display(description="secret")
     def secret_masked(self, obj: WebhookEndpoint) -> str:
@@ -128,7 +139,12 @@ class DeliveryAdmin(admin.ModelAdmin):
         description="Retry the selected failed or waiting deliveries now", permissions=["change"]
     )
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> None:
-        count = deliveries_retry(delivery_ids=list(queryset.values_list("id", flat=True)))
+        chosen = list(queryset)
+        before = {delivery.pk: values_of(delivery) for delivery in chosen}
+        count = deliveries_retry(delivery_ids=[delivery.pk for delivery in chosen])
+        config_changes_record(
+            actor=actor_of(request), objects=chosen, action="retry_now", before=before
+        )
         skipped = queryset.count() - count
         self.message_user(request, f"{count} delivery(ies) queued for a new attempt.")
         if skipped:

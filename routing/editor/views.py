@@ -12,12 +12,13 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from audit.config_changes import actor_of, config_change_record, stored_values, values_of
 from routing.admin_jobs import admin_job_start_replay
 from routing.editor.forms import SimulateForm
 from routing.engine import RuleErrors
@@ -306,7 +307,15 @@ def new_draft_view(
     _require(request, "add_ruleset")
     origin = get_object_or_404(RuleSet, pk=pk) if pk is not None else None
     try:
-        draft = ruleset_new_draft(ruleset=origin, actor=request.user)  # type: ignore[arg-type]
+        with transaction.atomic():
+            draft = ruleset_new_draft(ruleset=origin, actor=request.user)  # type: ignore[arg-type]
+            config_change_record(
+                actor=actor_of(request),
+                obj=draft,
+                action="added",
+                after=values_of(draft),
+                extra={"rules": draft.rules.count()},
+            )
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
         return HttpResponseRedirect(reverse("admin:routing_ruleset_changelist"))
@@ -324,8 +333,17 @@ def rule_move_view(
     rule = get_object_or_404(Rule.objects.select_related("ruleset"), pk=pk)
     if direction not in ("up", "down"):
         raise PermissionDenied
+    before = values_of(rule)
     try:
-        rule_move(rule=rule, direction="up" if direction == "up" else "down")
+        with transaction.atomic():
+            rule_move(rule=rule, direction="up" if direction == "up" else "down")
+            config_change_record(
+                actor=actor_of(request),
+                obj=rule,
+                action=f"move_{direction}",
+                before=before,
+                after=stored_values(rule),
+            )
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     return HttpResponseRedirect(_change_url(rule.ruleset) + "#rules-group")
