@@ -13,6 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from audit.config_changes import AuditedConfigAdmin, actor_of, config_change_record, values_of
+from config.json_input import BoundedJsonAdmin
 from leads.models import Lead, Source
 from leads.services import source_set_hmac_secret, source_set_token
 
@@ -60,7 +61,7 @@ def _secrets_page(
 
 
 @admin.register(Source)
-class SourceAdmin(AuditedConfigAdmin, admin.ModelAdmin):
+class SourceAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
     list_display = ("slug", "name", "active", "auth_mode", "token_hint", "rate_limit_per_minute")
     list_filter = ("active", "auth_mode")
     search_fields = ("slug", "name")

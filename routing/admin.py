@@ -28,6 +28,7 @@ from audit.config_changes import (
     config_changes_record,
     values_of,
 )
+from config.json_input import BoundedJsonAdmin
 from routing.editor import jobs, tables, views
 from routing.editor.forms import OutOfOfficeForm, RoutingTestCaseForm, RuleForm
 from routing.engine import MAX_TEAM_WEIGHT, RuleErrors
@@ -74,7 +75,7 @@ class RefuseDeletingWhatRulesUse:
 
 
 @admin.register(Rep)
-class RepAdmin(AuditedConfigAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin):
+class RepAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     in_use_kind = "reps"
     list_display = (
         "email",
@@ -209,7 +210,7 @@ class TeamMembershipInline(admin.TabularInline):
 
 
 @admin.register(Team)
-class TeamAdmin(AuditedConfigAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin):
+class TeamAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     in_use_kind = "teams"
     list_display = ("name", "strategy", "respect_working_hours", "sla_minutes", "member_count")
     list_filter = ("strategy", "respect_working_hours")
@@ -236,7 +237,7 @@ class TeamAdmin(AuditedConfigAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin
         )
 
 
-class CsvTableAdmin(AuditedConfigAdmin, admin.ModelAdmin):
+class CsvTableAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
     """Admin mixin: *Import CSV* and *Export CSV* pages (``routing.editor.tables``)."""
 
     csv_table: tables.Table = "territories"
@@ -342,7 +343,9 @@ class AdminJobAdmin(admin.ModelAdmin):
 
 
 @admin.register(ValueList)
-class ValueListAdmin(AuditedConfigAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin):
+class ValueListAdmin(
+    AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin
+):
     in_use_kind = "value_lists"
     list_display = ("name", "updated_at")
     search_fields = ("name",)
@@ -424,7 +427,7 @@ class RuleJsonInline(admin.TabularInline):
 
 
 @admin.register(RuleSet)
-class RuleSetAdmin(AuditedConfigAdmin, RefuseFrozenVersions, admin.ModelAdmin):
+class RuleSetAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseFrozenVersions, admin.ModelAdmin):
     list_display = (
         "version",
         "name",
@@ -532,7 +535,7 @@ class RuleSetAdmin(AuditedConfigAdmin, RefuseFrozenVersions, admin.ModelAdmin):
 
 
 @admin.register(Rule)
-class RuleAdmin(AuditedConfigAdmin, RefuseFrozenVersions, admin.ModelAdmin):
+class RuleAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseFrozenVersions, admin.ModelAdmin):
     """The rule editor: the condition as rows, the action as fields; lists in priority order."""
 
     form = RuleForm
@@ -663,7 +666,7 @@ class RuleAdmin(AuditedConfigAdmin, RefuseFrozenVersions, admin.ModelAdmin):
 
 
 @admin.register(RoutingTestCase)
-class RoutingTestCaseAdmin(AuditedConfigAdmin, admin.ModelAdmin):
+class RoutingTestCaseAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
     form = RoutingTestCaseForm
     list_display = ("name", "expected_status", "expected_rep", "expected_team", "source")
     list_select_related = ("expected_rep", "expected_team", "source")

@@ -16,6 +16,7 @@ from audit.config_changes import (
     config_changes_record,
     values_of,
 )
+from config.json_input import BoundedJsonAdmin
 from routing.delivery.models import (
     Delivery,
     DeliveryAttempt,
@@ -38,7 +39,7 @@ class WebhookEndpointForm(forms.ModelForm):
 
 
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(AuditedConfigAdmin, admin.ModelAdmin):
+class WebhookEndpointAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
     form = WebhookEndpointForm
     list_display = ("name", "url", "active", "events", "secret_masked", "disabled_at")
     list_filter = ("active",)
