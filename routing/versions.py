@@ -134,10 +134,30 @@ def rules_reorder(*, ruleset: RuleSet, rule_ids: Sequence[int]) -> list[Rule]:
     return ordered
 
 
+# A last rule without a condition whose action always decides is the ruleset's catch-all.
+CATCH_ALL_ACTIONS = frozenset({"team", "rep", "exclude"})
+
+
 def rule_next_priority(*, ruleset: RuleSet) -> int:
-    """The priority a rule added at the end of ``ruleset`` gets (catch-all rules excepted)."""
-    top = Rule.objects.filter(ruleset=ruleset).aggregate(top=Max("priority"))["top"]
-    return PRIORITY_STEP if top is None else top + PRIORITY_STEP
+    """The priority a rule added to ``ruleset`` gets: last, or just before the catch-all.
+
+    The catch-all is a last rule without a condition that gives the lead to a team or a rep,
+    or excludes it: a rule after it would never decide. Without room below it (priorities
+    one apart), the new rule goes last after all (move it up).
+    """
+    rules = list(Rule.objects.filter(ruleset=ruleset).order_by("-priority")[:2])
+    if not rules:
+        return PRIORITY_STEP
+    last, below = rules[0], rules[1:]
+    kind = last.action.get("type") if isinstance(last.action, dict) else None
+    if last.when or kind not in CATCH_ALL_ACTIONS:
+        return last.priority + PRIORITY_STEP
+    floor = below[0].priority if below else None
+    if floor is None or last.priority - PRIORITY_STEP > floor:
+        return last.priority - PRIORITY_STEP
+    if last.priority - floor > 1:
+        return (last.priority + floor) // 2
+    return last.priority + PRIORITY_STEP
 
 
 def rule_first_priority(*, ruleset: RuleSet) -> int:
