@@ -30,6 +30,7 @@ class EventType(models.TextChoices):
     FAILED = "failed"
     RULES_PUBLISHED = "rules_published"
     CONFIG_IMPORTED = "config_imported"
+    CONFIG_CHANGED = "config_changed"
 
 
 # The chain of events that are not about one lead (rules published, configuration changes).

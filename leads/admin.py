@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
 
+from audit.config_changes import AuditedConfigAdmin, actor_of, config_change_record, values_of
+from config.json_input import BoundedJsonAdmin
 from leads.models import Lead, Source
 from leads.services import source_set_hmac_secret, source_set_token
 
@@ -18,8 +22,46 @@ def _overlap() -> timedelta:
     return timedelta(hours=settings.SOURCE_TOKEN_OVERLAP_HOURS)
 
 
+class NewSecret(NamedTuple):
+    """A token or secret just generated, shown once on the page that answers the request."""
+
+    slug: str
+    kind: str  # "Token", "HMAC secret"
+    value: str
+    old_until: str  # what happens to the previous value, in words ("" for a new source)
+
+
+def _old_until(until: datetime | None) -> str:
+    if until is None:
+        return "The previous value (if any) stopped working now."
+    return f"The previous value keeps working until {until:%Y-%m-%d %H:%M} UTC."
+
+
+def _rotated(request: HttpRequest, source: Source, action: str, before: dict[str, Any]) -> None:
+    config_change_record(
+        actor=actor_of(request), obj=source, action=action, before=before, after=values_of(source)
+    )
+
+
+def _secrets_page(
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, shown: list[NewSecret]
+) -> TemplateResponse:
+    """The new values in the response itself, never in a message (messages may be stored in
+    a cookie): copy them now, they are not shown again."""
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.model._meta,
+        "title": "Copy the new values now",
+        "shown": shown,
+        "changelist": reverse("admin:leads_source_changelist"),
+    }
+    response = TemplateResponse(request, "admin/leads/source/new_secrets.html", context)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
 @admin.register(Source)
-class SourceAdmin(admin.ModelAdmin):
+class SourceAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
     list_display = ("slug", "name", "active", "auth_mode", "token_hint", "rate_limit_per_minute")
     list_filter = ("active", "auth_mode")
     search_fields = ("slug", "name")
@@ -44,39 +86,63 @@ class SourceAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Source, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
+        shown: list[NewSecret] = []
         if not change:
             token = source_set_token(source=obj)
-            messages.warning(
-                request,
-                f"Token for {obj.slug}: {token} — copy it now, it is not shown again.",
-            )
+            shown.append(NewSecret(obj.slug, "Token", token, ""))
         if obj.requires_signature and not obj.hmac_secret:
             secret = source_set_hmac_secret(source=obj)
-            messages.warning(
-                request,
-                f"HMAC secret for {obj.slug}: {secret} — copy it now, it is not shown again.",
-            )
+            shown.append(NewSecret(obj.slug, "HMAC secret", secret, ""))
+        request._new_secrets = shown  # type: ignore[attr-defined]  # read by response_*
 
-    @admin.action(description="Rotate token (the old one keeps working for the overlap period)")
-    def rotate_token(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+    def _secrets_or(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        shown = getattr(request, "_new_secrets", None)
+        return _secrets_page(self, request, shown) if shown else response
+
+    def response_add(self, request: HttpRequest, obj: Source, post_url_continue: Any = None) -> Any:
+        return self._secrets_or(request, super().response_add(request, obj, post_url_continue))
+
+    def response_change(self, request: HttpRequest, obj: Source) -> Any:
+        return self._secrets_or(request, super().response_change(request, obj))
+
+    @admin.action(
+        description="Rotate token (the old one keeps working for the overlap period)",
+        permissions=["change"],
+    )
+    def rotate_token(self, request: HttpRequest, queryset: QuerySet[Source]) -> TemplateResponse:
+        shown = []
         for source in queryset:
+            before = values_of(source)
             token = source_set_token(source=source, overlap=_overlap())
-            messages.warning(
-                request,
-                f"New token for {source.slug}: {token} — copy it now, it is not shown again. "
-                "The old token works until "
-                f"{source.previous_token_valid_until:%Y-%m-%d %H:%M} UTC.",
+            _rotated(request, source, "rotate_token", before)
+            shown.append(
+                NewSecret(
+                    source.slug, "Token", token, _old_until(source.previous_token_valid_until)
+                )
             )
+        return _secrets_page(self, request, shown)
 
-    @admin.action(description="Rotate HMAC secret (the old one keeps working for the overlap)")
-    def rotate_hmac_secret(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+    @admin.action(
+        description="Rotate HMAC secret (the old one keeps working for the overlap)",
+        permissions=["change"],
+    )
+    def rotate_hmac_secret(
+        self, request: HttpRequest, queryset: QuerySet[Source]
+    ) -> TemplateResponse:
+        shown = []
         for source in queryset:
+            before = values_of(source)
             secret = source_set_hmac_secret(source=source, overlap=_overlap())
-            messages.warning(
-                request,
-                f"New HMAC secret for {source.slug}: {secret} — "
-                "copy it now, it is not shown again.",
+            _rotated(request, source, "rotate_hmac_secret", before)
+            shown.append(
+                NewSecret(
+                    source.slug,
+                    "HMAC secret",
+                    secret,
+                    _old_until(source.previous_hmac_valid_until),
+                )
             )
+        return _secrets_page(self, request, shown)
 
 
 @admin.register(Lead)
@@ -101,7 +167,7 @@ class LeadAdmin(admin.ModelAdmin):
     show_full_result_count = False
     actions = ("reroute",)
 
-    @admin.action(description="Re-route (unassigned or failed leads)")
+    @admin.action(description="Re-route (unassigned or failed leads)", permissions=["reroute"])
     def reroute(self, request: HttpRequest, queryset: QuerySet[Lead]) -> None:
         from routing.services import LeadActionError, lead_reroute  # routing builds on leads
 
@@ -119,6 +185,9 @@ class LeadAdmin(admin.ModelAdmin):
             messages.success(request, f"{done} lead(s) sent through routing again.")
         for line in refused[:20]:
             messages.warning(request, line)
+
+    def has_reroute_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("leads.reroute_lead")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Lead | None = None) -> list[str]:
         return [f.name for f in Lead._meta.fields]

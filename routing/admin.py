@@ -13,7 +13,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, F, QuerySet
 from django.forms import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
@@ -22,6 +22,13 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from audit.config_changes import (
+    AuditedConfigAdmin,
+    actor_of,
+    config_changes_record,
+    values_of,
+)
+from config.json_input import BoundedJsonAdmin
 from routing.editor import jobs, tables, views
 from routing.editor.forms import OutOfOfficeForm, RoutingTestCaseForm, RuleForm
 from routing.engine import MAX_TEAM_WEIGHT, RuleErrors
@@ -39,8 +46,9 @@ from routing.models import (
     TeamMembership,
     Territory,
     ValueList,
+    VersionReadOnly,
 )
-from routing.rules_io import ruleset_add_draft
+from routing.rules_io import AlreadyPublished, ruleset_add_draft
 from routing.selectors import names_in_use
 from routing.versions import (
     TestCasesFailing,
@@ -67,7 +75,7 @@ class RefuseDeletingWhatRulesUse:
 
 
 @admin.register(Rep)
-class RepAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
+class RepAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     in_use_kind = "reps"
     list_display = (
         "email",
@@ -93,7 +101,11 @@ class RepAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
         if form.is_valid():
             reps = list(queryset)
             until = form.cleaned_data["until"]
+            before = {rep.pk: values_of(rep) for rep in reps}
             count = reps_set_out_of_office(reps=reps, until=until)
+            config_changes_record(
+                actor=actor_of(request), objects=reps, action="set_out_of_office", before=before
+            )
             self.message_user(request, f"{count} rep(s) out of office.", messages.SUCCESS)
             if settings.REROUTE_OPEN_LEADS_ON_ABSENCE and until > timezone.now():
                 self._reroute(request, reps, f"out of office until {until:%Y-%m-%d %H:%M}")
@@ -112,7 +124,11 @@ class RepAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     @admin.action(description="Deactivate (no new leads)", permissions=["change"])
     def deactivate(self, request: HttpRequest, queryset: QuerySet[Rep]) -> None:
         reps = list(queryset)
+        before = {rep.pk: values_of(rep) for rep in reps}
         count = reps_deactivate(reps=reps)
+        config_changes_record(
+            actor=actor_of(request), objects=reps, action="deactivate", before=before
+        )
         if settings.REROUTE_OPEN_LEADS_ON_ABSENCE:
             self._reroute(request, reps, "deactivated")
             return
@@ -194,7 +210,7 @@ class TeamMembershipInline(admin.TabularInline):
 
 
 @admin.register(Team)
-class TeamAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
+class TeamAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin):
     in_use_kind = "teams"
     list_display = ("name", "strategy", "respect_working_hours", "sla_minutes", "member_count")
     list_filter = ("strategy", "respect_working_hours")
@@ -221,7 +237,7 @@ class TeamAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
         )
 
 
-class CsvTableAdmin(admin.ModelAdmin):
+class CsvTableAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
     """Admin mixin: *Import CSV* and *Export CSV* pages (``routing.editor.tables``)."""
 
     csv_table: tables.Table = "territories"
@@ -327,11 +343,36 @@ class AdminJobAdmin(admin.ModelAdmin):
 
 
 @admin.register(ValueList)
-class ValueListAdmin(RefuseDeletingWhatRulesUse, admin.ModelAdmin):
+class ValueListAdmin(
+    AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin
+):
     in_use_kind = "value_lists"
     list_display = ("name", "updated_at")
     search_fields = ("name",)
     readonly_fields = ("created_at", "updated_at")
+
+
+class RefuseFrozenVersions:
+    """Admin mixin: a version published between the form's check and the save is a message,
+    not a server error (``RuleSet``/``Rule`` ``save()`` and ``delete()`` refuse then)."""
+
+    def changeform_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            response: HttpResponse = super().changeform_view(request, *args, **kwargs)  # type: ignore[misc]
+        except VersionReadOnly as exc:
+            return self._refused(request, exc)
+        return response
+
+    def delete_view(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            response: HttpResponse = super().delete_view(request, *args, **kwargs)  # type: ignore[misc]
+        except VersionReadOnly as exc:
+            return self._refused(request, exc)
+        return response
+
+    def _refused(self, request: HttpRequest, exc: VersionReadOnly) -> HttpResponse:
+        messages.error(request, " ".join(exc.messages))
+        return HttpResponseRedirect(request.get_full_path())
 
 
 def _editable(ruleset: RuleSet | None) -> bool:
@@ -386,7 +427,7 @@ class RuleJsonInline(admin.TabularInline):
 
 
 @admin.register(RuleSet)
-class RuleSetAdmin(admin.ModelAdmin):
+class RuleSetAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseFrozenVersions, admin.ModelAdmin):
     list_display = (
         "version",
         "name",
@@ -415,7 +456,9 @@ class RuleSetAdmin(admin.ModelAdmin):
     def get_inlines(self, request: HttpRequest, obj: RuleSet | None = None) -> Any:
         return (RuleInline,) if obj is not None else (RuleJsonInline,)
 
-    @admin.action(description="Publish the selected draft (when its test cases pass)")
+    @admin.action(
+        description="Publish the selected draft (when its test cases pass)", permissions=["change"]
+    )
     def publish(self, request: HttpRequest, queryset: QuerySet[RuleSet]) -> None:
         if queryset.count() != 1:
             self.message_user(request, "Select exactly one draft to publish.", messages.ERROR)
@@ -427,6 +470,9 @@ class RuleSetAdmin(admin.ModelAdmin):
             self.message_user(
                 request, f"Not published: {exc}. Use Publish… on the draft.", messages.ERROR
             )
+            return
+        except (AlreadyPublished, IntegrityError):
+            self.message_user(request, views.someone_else_published(), messages.ERROR)
             return
         except RuleErrors as exc:
             self.message_user(request, f"Not published: {exc}", messages.ERROR)
@@ -480,13 +526,16 @@ class RuleSetAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: RuleSet, form: Any, change: bool) -> None:
         if change:
-            super().save_model(request, obj, form, change)
+            # Only what the form edits: a full-row save of this (possibly stale) object would
+            # write its status back over a publish that happened meanwhile. save() locks the
+            # row and refuses unless it is still a draft.
+            obj.save(update_fields=["name", "note"])
         else:
             ruleset_add_draft(ruleset=obj, actor=request.user)  # type: ignore[arg-type]
 
 
 @admin.register(Rule)
-class RuleAdmin(admin.ModelAdmin):
+class RuleAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseFrozenVersions, admin.ModelAdmin):
     """The rule editor: the condition as rows, the action as fields; lists in priority order."""
 
     form = RuleForm
@@ -617,7 +666,7 @@ class RuleAdmin(admin.ModelAdmin):
 
 
 @admin.register(RoutingTestCase)
-class RoutingTestCaseAdmin(admin.ModelAdmin):
+class RoutingTestCaseAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
     form = RoutingTestCaseForm
     list_display = ("name", "expected_status", "expected_rep", "expected_team", "source")
     list_select_related = ("expected_rep", "expected_team", "source")

@@ -1,7 +1,7 @@
 from typing import Any
 
 from django.apps import AppConfig
-from django.db.models.signals import post_migrate
+from django.db.models.signals import post_migrate, pre_migrate
 
 
 def config_triggers_ensure(using: str = "default", **kwargs: Any) -> None:
@@ -14,6 +14,7 @@ def config_triggers_ensure(using: str = "default", **kwargs: Any) -> None:
     from django.db import connections, transaction
 
     from routing.config_triggers import config_triggers_create, config_triggers_drop
+    from routing.version_triggers import version_triggers_create
 
     connection = connections[using]
     if "routing_configversion" not in connection.introspection.table_names():
@@ -21,6 +22,23 @@ def config_triggers_ensure(using: str = "default", **kwargs: Any) -> None:
     with transaction.atomic(using=using):
         config_triggers_drop(connection)
         config_triggers_create(connection)
+        version_triggers_create(connection)
+
+
+def version_triggers_lift(using: str = "default", **kwargs: Any) -> None:
+    """pre_migrate on SQLite: drop the triggers that freeze published versions.
+
+    A trigger of ``routing_rule`` names ``routing_ruleset`` in its body, and SQLite refuses the
+    rename that ends a migration rebuilding ``routing_ruleset`` while it exists. post_migrate
+    (``config_triggers_ensure``) makes them again.
+    """
+    from django.db import connections
+
+    from routing.version_triggers import version_triggers_drop
+
+    connection = connections[using]
+    if connection.vendor == "sqlite":
+        version_triggers_drop(connection)
 
 
 class RoutingConfig(AppConfig):
@@ -30,7 +48,11 @@ class RoutingConfig(AppConfig):
     def ready(self) -> None:
         from django.core import checks
 
+        from routing.editor.permissions import revops_group_after_migrate
+
+        pre_migrate.connect(version_triggers_lift, sender=self)
         post_migrate.connect(config_triggers_ensure, sender=self)
+        post_migrate.connect(revops_group_after_migrate, sender=self)
         checks.register(metrics_settle_check)
 
 

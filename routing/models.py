@@ -12,13 +12,14 @@ from __future__ import annotations
 import functools
 import re
 import zoneinfo
+from collections.abc import Iterable
 from typing import Any
 
 import pycountry
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone as dj_timezone
@@ -467,10 +468,34 @@ class RuleSetStatus(models.TextChoices):
     ARCHIVED = "archived", "Archived"
 
 
+class VersionReadOnly(ValidationError):
+    """A published or archived ruleset, or one of its rules, was about to be changed."""
+
+    def __init__(self, version: int | None, status: str) -> None:
+        super().__init__(
+            f"Version {version} is {status}: only drafts can change. Start a new draft from it."
+        )
+
+
+def _lock_drafts(ruleset_ids: Iterable[int | None]) -> None:
+    """Lock the rows of these rulesets (in id order) and refuse unless every one is a draft.
+
+    The lock waits for a publish of the same ruleset in flight, which locks the row first.
+    """
+    ids = sorted(pk for pk in ruleset_ids if pk is not None)
+    rows = RuleSet.objects.select_for_update().filter(pk__in=ids).order_by("pk")
+    for version, status in rows.values_list("version", "status"):
+        if status != RuleSetStatus.DRAFT:
+            raise VersionReadOnly(version, status)
+
+
 class RuleSet(models.Model):
     """One version of the routing rules: a draft, the published (live) one, or archived.
 
-    Only drafts change; publishing goes through ``routing.rules_io.ruleset_publish``.
+    Only drafts change. Publishing and archiving go through ``routing.rules_io.ruleset_publish``
+    (a queryset ``update()`` of the status fields): ``save()`` and ``delete()`` of a saved
+    ruleset refuse (VersionReadOnly) unless it is, and stays, a draft, and so does the database
+    (``routing.version_triggers``).
     """
 
     version = models.PositiveIntegerField(unique=True, editable=False)
@@ -520,6 +545,21 @@ class RuleSet(models.Model):
     def __str__(self) -> str:
         label = " ".join(filter(None, [f"v{self.version}" if self.version else "new", self.name]))
         return f"{label} ({self.get_status_display()})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self._state.adding or self.pk is None:
+            super().save(*args, **kwargs)
+            return
+        with transaction.atomic():
+            _lock_drafts({self.pk})
+            if self.status != RuleSetStatus.DRAFT:
+                raise VersionReadOnly(self.version, self.status)
+            super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        with transaction.atomic():
+            _lock_drafts({self.pk})
+            return super().delete(*args, **kwargs)
 
     @property
     def is_editable(self) -> bool:
@@ -571,6 +611,23 @@ class Rule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.priority}: {self.name}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Refuses (VersionReadOnly) unless the ruleset (before and after) is a draft."""
+        with transaction.atomic():
+            self._lock_rulesets()
+            super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        with transaction.atomic():
+            self._lock_rulesets()
+            return super().delete(*args, **kwargs)
+
+    def _lock_rulesets(self) -> None:
+        ids = {self.ruleset_id}
+        if not self._state.adding and self.pk is not None:
+            ids |= set(Rule.objects.filter(pk=self.pk).values_list("ruleset_id", flat=True))
+        _lock_drafts(ids)
 
     def to_data(self) -> dict[str, Any]:
         """The rule in the rules-as-code format (defaults left out, key order fixed)."""

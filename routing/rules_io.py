@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import yaml
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email, validate_slug
-from django.db import IntegrityError, models, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.db.models import Max
 from django.db.models.functions import Lower
 from django.utils import timezone
@@ -956,21 +956,42 @@ def ruleset_compile_errors(ruleset: RuleSet) -> list[RuleError]:
     return []
 
 
+PUBLISH_LOCK = "routing:publish"
+
+
+def _publish_lock() -> None:
+    """Serialise publishes (PostgreSQL; SQLite serialises all writers): the second of two
+    waits for the first to commit, then archives what it published."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [PUBLISH_LOCK])
+
+
+class AlreadyPublished(RuleErrors):
+    """The draft was published (or archived) by someone else meanwhile."""
+
+
 @transaction.atomic
-def ruleset_publish(*, ruleset: RuleSet, actor: Actor = None) -> RuleSet:
+def ruleset_publish(*, ruleset: RuleSet, actor: Actor = None, note: str = "") -> RuleSet:
     """Make a draft the live version, archiving the one published before; returns it.
 
-    Raises RuleErrors when it is not a draft or its rules no longer compile (a team renamed,
-    a value list deleted). Two publishes racing: the partial unique constraint lets one win.
+    ``note``, when given, is added to the version's note as its last line. Raises
+    AlreadyPublished (a RuleErrors) when it is no longer a draft, and RuleErrors when its rules
+    no longer compile (a team renamed, a value list deleted). Publishes are serialised: of two
+    at once, the second waits for the first, then archives it.
     """
+    _publish_lock()
     locked = RuleSet.objects.select_for_update().get(pk=ruleset.pk)
     if locked.status != RuleSetStatus.DRAFT:
-        raise RuleErrors(
+        raise AlreadyPublished(
             [RuleError("ruleset", f"version {locked.version} is {locked.status}, not a draft")]
         )
     errors = ruleset_compile_errors(locked)
     if errors:
         raise RuleErrors(errors)
+    if note.strip():
+        locked.note = "\n".join(filter(None, [locked.note.strip(), note.strip()]))
+        RuleSet.objects.filter(pk=locked.pk).update(note=locked.note)
     previous = RuleSet.objects.filter(status=RuleSetStatus.PUBLISHED).values_list(
         "version", flat=True
     )
@@ -979,7 +1000,10 @@ def ruleset_publish(*, ruleset: RuleSet, actor: Actor = None) -> RuleSet:
     locked.status = RuleSetStatus.PUBLISHED
     locked.published_at = timezone.now()
     locked.published_by = _user(actor)
-    locked.save(update_fields=["status", "published_at", "published_by"])
+    # An update() of exactly these fields: save() refuses to change a ruleset's status.
+    RuleSet.objects.filter(pk=locked.pk).update(
+        status=locked.status, published_at=locked.published_at, published_by=locked.published_by
+    )
     event_record(
         type=EventType.RULES_PUBLISHED,
         actor=f"user:{actor.get_username()}" if actor is not None else "system",

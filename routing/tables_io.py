@@ -154,6 +154,11 @@ def _rows(
                     number, None, f"{len(cells)} cells, but the header has {len(header)} columns"
                 )
                 continue
+            nul = [name for name, cell in zip(header, cells, strict=True) if "\x00" in cell]
+            for name in nul:
+                problems.add(number, name, "contains a NUL character (not text)")
+            if nul:
+                continue
             rows.append(
                 (number, {name: cell_in(cell) for name, cell in zip(header, cells, strict=True)})
             )

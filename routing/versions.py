@@ -134,10 +134,30 @@ def rules_reorder(*, ruleset: RuleSet, rule_ids: Sequence[int]) -> list[Rule]:
     return ordered
 
 
+# A last rule without a condition whose action always decides is the ruleset's catch-all.
+CATCH_ALL_ACTIONS = frozenset({"team", "rep", "exclude"})
+
+
 def rule_next_priority(*, ruleset: RuleSet) -> int:
-    """The priority a rule added at the end of ``ruleset`` gets (catch-all rules excepted)."""
-    top = Rule.objects.filter(ruleset=ruleset).aggregate(top=Max("priority"))["top"]
-    return PRIORITY_STEP if top is None else top + PRIORITY_STEP
+    """The priority a rule added to ``ruleset`` gets: last, or just before the catch-all.
+
+    The catch-all is a last rule without a condition that gives the lead to a team or a rep,
+    or excludes it: a rule after it would never decide. Without room below it (priorities
+    one apart), the new rule goes last after all (move it up).
+    """
+    rules = list(Rule.objects.filter(ruleset=ruleset).order_by("-priority")[:2])
+    if not rules:
+        return PRIORITY_STEP
+    last, below = rules[0], rules[1:]
+    kind = last.action.get("type") if isinstance(last.action, dict) else None
+    if last.when or kind not in CATCH_ALL_ACTIONS:
+        return last.priority + PRIORITY_STEP
+    floor = below[0].priority if below else None
+    if floor is None or last.priority - PRIORITY_STEP > floor:
+        return last.priority - PRIORITY_STEP
+    if last.priority - floor > 1:
+        return (last.priority + floor) // 2
+    return last.priority + PRIORITY_STEP
 
 
 def rule_first_priority(*, ruleset: RuleSet) -> int:
@@ -182,18 +202,22 @@ def ruleset_publish_checked(
     results = test_cases_run(ruleset=ruleset)
     if any(not result.passed for result in results) and not confirm_failing:
         raise TestCasesFailing(results)
-    if note.strip():
-        _refuse_unless_draft(ruleset)
-        ruleset.note = "\n".join(filter(None, [ruleset.note.strip(), note.strip()]))
-        RuleSet.objects.filter(pk=ruleset.pk).update(note=ruleset.note)
-    return ruleset_publish(ruleset=ruleset, actor=actor)
+    return ruleset_publish(ruleset=ruleset, actor=actor, note=note)
 
 
 @transaction.atomic
 def ruleset_rollback(*, ruleset: RuleSet, actor: Actor = None, note: str = "") -> RuleSet:
-    """Republish an older version as a new version (a copy), in one transaction."""
-    if ruleset.status == RuleSetStatus.PUBLISHED:
-        raise ValidationError(f"Version {ruleset.version} is already the live version.")
+    """Republish an archived version as a new version (a copy), in one transaction.
+
+    Only an archived version: a draft is published with ``ruleset_publish_checked``, which runs
+    the saved test cases first.
+    """
+    status = RuleSet.objects.filter(pk=ruleset.pk).values_list("status", flat=True).first()
+    if status != RuleSetStatus.ARCHIVED:
+        raise ValidationError(
+            f"Version {ruleset.version} is {status or 'deleted'}: only an archived version can "
+            "be rolled back to (publish a draft with Publish…)."
+        )
     copy = ruleset_copy(ruleset=ruleset, actor=actor)
     copy.note = f"Rollback to version {ruleset.version}" + (f": {note.strip()}" if note else "")
     RuleSet.objects.filter(pk=copy.pk).update(note=copy.note)

@@ -9,6 +9,14 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from audit.config_changes import (
+    AuditedConfigAdmin,
+    actor_of,
+    config_change_record,
+    config_changes_record,
+    values_of,
+)
+from config.json_input import BoundedJsonAdmin
 from routing.delivery.models import (
     Delivery,
     DeliveryAttempt,
@@ -31,7 +39,7 @@ class WebhookEndpointForm(forms.ModelForm):
 
 
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(admin.ModelAdmin):
+class WebhookEndpointAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
     form = WebhookEndpointForm
     list_display = ("name", "url", "active", "events", "secret_masked", "disabled_at")
     list_filter = ("active",)
@@ -52,10 +60,16 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
 
     actions = ("send_test",)
 
-    @admin.action(description="Send a signed test message to the selected endpoints")
+    @admin.action(
+        description="Send a signed test message to the selected endpoints", permissions=["change"]
+    )
     def send_test(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
         for endpoint in queryset[:10]:
-            self.message_user(request, endpoint_send_test(endpoint=endpoint))
+            result = endpoint_send_test(endpoint=endpoint)
+            config_change_record(
+                actor=actor_of(request), obj=endpoint, action="send_test", extra={"result": result}
+            )
+            self.message_user(request, result)
 
     @admin.display(description="secret")
     def secret_masked(self, obj: WebhookEndpoint) -> str:
@@ -122,9 +136,16 @@ class DeliveryAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    @admin.action(description="Retry the selected failed or waiting deliveries now")
+    @admin.action(
+        description="Retry the selected failed or waiting deliveries now", permissions=["change"]
+    )
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> None:
-        count = deliveries_retry(delivery_ids=list(queryset.values_list("id", flat=True)))
+        chosen = list(queryset)
+        before = {delivery.pk: values_of(delivery) for delivery in chosen}
+        count = deliveries_retry(delivery_ids=[delivery.pk for delivery in chosen])
+        config_changes_record(
+            actor=actor_of(request), objects=chosen, action="retry_now", before=before
+        )
         skipped = queryset.count() - count
         self.message_user(request, f"{count} delivery(ies) queued for a new attempt.")
         if skipped:

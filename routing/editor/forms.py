@@ -8,7 +8,6 @@ error onto the field that caused it and says where in words ("condition 2.1 (tit
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -17,6 +16,7 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.template.loader import render_to_string
 from django.utils.safestring import SafeString, mark_safe
 
+from config.json_input import json_loads_bounded
 from routing.engine.fields import CUSTOM_PREFIX, FIELD_NAMES, FieldKind, field_kind
 from routing.models import ExpectedStatus, Rep, RoutingTestCase, Rule, Team, ValueList
 
@@ -343,7 +343,7 @@ class SimulateForm(forms.Form):
         raw = (data.get("lead_json") or "").strip()
         if raw:
             try:
-                lead = json.loads(raw)
+                lead = json_loads_bounded(raw)
             except ValueError as exc:
                 self.add_error("lead_json", f"Not valid JSON: {exc}")
                 return data

@@ -12,15 +12,18 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from audit.config_changes import actor_of, config_change_record, stored_values, values_of
 from routing.admin_jobs import admin_job_start_replay
 from routing.editor.forms import SimulateForm
 from routing.engine import RuleErrors
 from routing.models import AdminJob, AdminJobKind, Rule, RuleSet, RuleSetStatus
+from routing.rules_io import AlreadyPublished
 from routing.versions import (
     REPLAY_DEFAULT,
     TestCasesFailing,
@@ -72,6 +75,16 @@ def _latest_draft() -> RuleSet | None:
 
 def _published() -> RuleSet | None:
     return RuleSet.objects.filter(status=RuleSetStatus.PUBLISHED).first()
+
+
+def someone_else_published() -> str:
+    live = _published()
+    return (
+        f"Not published: someone else just published version {live.version}. "
+        "Check it, then start a new draft if yours is still needed."
+        if live is not None
+        else "Not published: someone else just changed the versions; try again."
+    )
 
 
 # --- Simulate -----------------------------------------------------------------------------------
@@ -219,6 +232,9 @@ def publish_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) ->
         except TestCasesFailing as exc:
             error = f"{exc}. Tick the box to publish anyway."
             failed = [result for result in exc.results if not result.passed]
+        except (AlreadyPublished, IntegrityError):
+            messages.error(request, someone_else_published())
+            return HttpResponseRedirect(_change_url(ruleset))
         except RuleErrors as exc:
             error = f"Not published: {exc}"
         else:
@@ -244,6 +260,13 @@ def rollback_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) -
     """Confirm and republish an older version as a new version."""
     _require(request, "change_ruleset")
     ruleset = get_object_or_404(RuleSet, pk=pk)
+    if ruleset.status != RuleSetStatus.ARCHIVED:
+        messages.error(
+            request,
+            f"Version {ruleset.version} is {ruleset.get_status_display().lower()}: only an "
+            "archived version can be rolled back to.",
+        )
+        return HttpResponseRedirect(_change_url(ruleset))
     error = ""
     if request.method == "POST":
         try:
@@ -252,6 +275,9 @@ def rollback_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) -
                 actor=request.user,  # type: ignore[arg-type]
                 note=request.POST.get("note", ""),
             )
+        except IntegrityError:
+            messages.error(request, someone_else_published())
+            return HttpResponseRedirect(_change_url(ruleset))
         except (ValidationError, RuleErrors) as exc:
             error = " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
         else:
@@ -281,7 +307,15 @@ def new_draft_view(
     _require(request, "add_ruleset")
     origin = get_object_or_404(RuleSet, pk=pk) if pk is not None else None
     try:
-        draft = ruleset_new_draft(ruleset=origin, actor=request.user)  # type: ignore[arg-type]
+        with transaction.atomic():
+            draft = ruleset_new_draft(ruleset=origin, actor=request.user)  # type: ignore[arg-type]
+            config_change_record(
+                actor=actor_of(request),
+                obj=draft,
+                action="added",
+                after=values_of(draft),
+                extra={"rules": draft.rules.count()},
+            )
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
         return HttpResponseRedirect(reverse("admin:routing_ruleset_changelist"))
@@ -299,8 +333,17 @@ def rule_move_view(
     rule = get_object_or_404(Rule.objects.select_related("ruleset"), pk=pk)
     if direction not in ("up", "down"):
         raise PermissionDenied
+    before = values_of(rule)
     try:
-        rule_move(rule=rule, direction="up" if direction == "up" else "down")
+        with transaction.atomic():
+            rule_move(rule=rule, direction="up" if direction == "up" else "down")
+            config_change_record(
+                actor=actor_of(request),
+                obj=rule,
+                action=f"move_{direction}",
+                before=before,
+                after=stored_values(rule),
+            )
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     return HttpResponseRedirect(_change_url(rule.ruleset) + "#rules-group")

@@ -9,7 +9,16 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import ProtectedError
 
-from routing.models import Account, Rep, RuleSet, RuleSetStatus, Team, TeamMembership, Territory
+from routing.models import (
+    Account,
+    Rep,
+    Rule,
+    RuleSet,
+    RuleSetStatus,
+    Team,
+    TeamMembership,
+    Territory,
+)
 from tests.routing.factories import (
     AccountFactory,
     RepFactory,
@@ -19,6 +28,7 @@ from tests.routing.factories import (
     TeamMembershipFactory,
     TerritoryFactory,
     ValueListFactory,
+    publish_as_is,
 )
 
 pytestmark = pytest.mark.django_db
@@ -259,8 +269,9 @@ def test_rule_clean_validates_the_rule_with_a_path() -> None:
 
 
 def test_published_rulesets_and_their_rules_cannot_be_changed_through_clean() -> None:
-    live = RuleSetFactory(published=True)
+    live = RuleSetFactory()
     rule = RuleFactory(ruleset=live)
+    publish_as_is(live)
     live.note = "edited"
     with pytest.raises(ValidationError, match="only drafts can change"):
         live.full_clean()
@@ -308,3 +319,107 @@ def test_saving_a_team_or_rep_from_a_stale_form_never_rewinds_the_rotation():
     ana.refresh_from_db()
     assert (team.rotation_state, team.sla_minutes) == (moved, 30)
     assert (ana.last_assigned_at, ana.name) == (now, "Ana Renamed")
+
+
+# --- Published and archived versions are frozen (models and database) --------------------------
+
+
+@pytest.fixture
+def frozen() -> tuple[RuleSet, RuleSet]:
+    """An archived version and the published one, each with one rule."""
+    old = RuleSetFactory()
+    RuleFactory(ruleset=old, name="Old")
+    live = RuleSetFactory()
+    RuleFactory(ruleset=live, name="Live")
+    publish_as_is(old)
+    RuleSet.objects.filter(pk=old.pk).update(status=RuleSetStatus.ARCHIVED)
+    old.status = RuleSetStatus.ARCHIVED
+    return old, publish_as_is(live)
+
+
+def _refused() -> Any:
+    """Refused by the model (VersionReadOnly) or, past it, by the database (IntegrityError)."""
+    return pytest.raises((ValidationError, IntegrityError), match="only drafts can change")
+
+
+def test_the_models_refuse_to_change_a_published_or_archived_version(frozen: Any) -> None:
+    for ruleset in frozen:
+        rule = ruleset.rules.get()
+        rule.name = "Edited"
+        with _refused(), transaction.atomic():
+            rule.save()
+        with _refused(), transaction.atomic():
+            rule.delete()
+        with _refused(), transaction.atomic():
+            Rule.objects.create(ruleset=ruleset, name="New", priority=99, action={"type": "tag"})
+        ruleset.note = "edited"
+        with _refused(), transaction.atomic():
+            ruleset.save()
+        with _refused(), transaction.atomic():
+            ruleset.delete()
+    draft = RuleSetFactory()
+    draft.status = RuleSetStatus.PUBLISHED  # publishing is ruleset_publish's, not save()'s
+    with _refused(), transaction.atomic():
+        draft.save()
+    rule = RuleFactory(ruleset=RuleSetFactory())  # a draft's rules change freely
+    rule.name = "Renamed"
+    rule.save()
+    rule.ruleset.note = "fine"
+    rule.ruleset.save()
+    rule.delete()
+    assert sorted(Rule.objects.values_list("name", flat=True)) == ["Live", "Old"]
+
+
+def _database_refuses() -> Any:
+    return pytest.raises(IntegrityError, match="only drafts can change")
+
+
+def test_the_database_refuses_to_change_a_published_or_archived_version(frozen: Any) -> None:
+    for ruleset in frozen:
+        with _database_refuses(), transaction.atomic():
+            Rule.objects.filter(ruleset=ruleset).update(name="Edited")
+        with _database_refuses(), transaction.atomic():
+            Rule.objects.bulk_create(
+                [Rule(ruleset=ruleset, name="New", priority=99, action={"type": "tag"})]
+            )
+        with _database_refuses(), transaction.atomic():
+            ruleset.rules.all().delete()
+        with _database_refuses(), transaction.atomic():
+            RuleSet.objects.filter(pk=ruleset.pk).update(note="edited")
+        with _database_refuses(), transaction.atomic():
+            RuleSet.objects.filter(pk=ruleset.pk).delete()
+        with _database_refuses(), transaction.atomic():
+            RuleSet.objects.filter(pk=ruleset.pk).update(status=RuleSetStatus.DRAFT)
+    old, live = frozen
+    with _database_refuses(), transaction.atomic():
+        RuleSet.objects.filter(pk=old.pk).update(status=RuleSetStatus.PUBLISHED)
+    draft_rule = RuleFactory()
+    with _database_refuses(), transaction.atomic():  # a draft's rule moved into a frozen version
+        Rule.objects.filter(pk=draft_rule.pk).update(ruleset=live)
+    # What publishing does: the live version archived, a draft published.
+    RuleSet.objects.filter(pk=live.pk).update(status=RuleSetStatus.ARCHIVED)
+    publish_as_is(draft_rule.ruleset)
+    assert dict(RuleSet.objects.values_list("pk", "status")) == {
+        old.pk: RuleSetStatus.ARCHIVED,
+        live.pk: RuleSetStatus.ARCHIVED,
+        draft_rule.ruleset_id: RuleSetStatus.PUBLISHED,
+    }
+    assert sorted(Rule.objects.values_list("name", flat=True)) == sorted(
+        ["Live", "Old", draft_rule.name]
+    )
+
+
+def test_deleting_the_user_who_made_and_published_a_version_is_allowed() -> None:
+    from django.contrib.auth.models import User
+
+    user = User.objects.create_user("pub")
+    draft = RuleSetFactory(created_by=user)
+    RuleSet.objects.filter(pk=draft.pk).update(published_by=user)
+    live = publish_as_is(draft)
+    user.delete()  # SET_NULL on a frozen version: allowed
+    live.refresh_from_db()
+    assert (live.status, live.created_by, live.published_by) == (
+        RuleSetStatus.PUBLISHED,
+        None,
+        None,
+    )

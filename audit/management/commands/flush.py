@@ -17,6 +17,7 @@ from django.core.management.commands import flush
 from django.db import connections, transaction
 
 from audit.triggers import triggers_create, triggers_drop
+from routing.version_triggers import version_triggers_create, version_triggers_drop
 
 
 class Command(flush.Command):
@@ -31,8 +32,11 @@ class Command(flush.Command):
             super().handle(**options)
             return
         with transaction.atomic(using=connection.alias):
+            # The published ruleset versions are frozen too (SQLite flushes with DELETE).
             triggers_drop(connection)
+            version_triggers_drop(connection)
             super().handle(**options)
             # post_migrate (sent by flush) may have put them back already: drop, then create.
             triggers_drop(connection)
             triggers_create(connection)
+            version_triggers_create(connection)

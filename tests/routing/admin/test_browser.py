@@ -75,7 +75,10 @@ def test_revops_builds_a_rule_with_rows_and_simulates_it(
                 {"field": "employees", "op": "gte", "value": 1000},
             ]
         }
-        assert rule.priority > 1000  # added at the end, after the catch-all: move it up
+        assert rule.priority < 1000  # added just before the catch-all, where it can decide
+        expect(page.locator("#rules-group tbody tr").first).to_contain_text("Big DACH")
+        page.locator("#rules-group tr:has-text('Catch-all') .rule-up").click()  # and back
+        expect(page.locator("#rules-group tbody tr").first).to_contain_text("Catch-all")
         page.locator("#rules-group tr:has-text('Big DACH') .rule-up").click()
         expect(page.locator("#rules-group tbody tr").first).to_contain_text("Big DACH")
         assert list(draft.rules.order_by("priority").values_list("name", flat=True)) == [

@@ -205,3 +205,21 @@ def test_people_outside_revops_cannot_open_the_editor(live, db):
         reverse("admin:routing_ruleset_publish", args=[live.pk]),
     ):
         assert client.get(url).status_code == 403, url
+
+
+def test_a_new_rule_goes_before_the_catch_all(live: RuleSet) -> None:
+    from routing.versions import rule_next_priority
+
+    draft = ruleset_new_draft(ruleset=live)  # Germany (10), with a condition: new rules go last
+    assert rule_next_priority(ruleset=draft) == 20
+    Rule.objects.create(
+        ruleset=draft, name="Catch-all", priority=1000, action={"type": "team", "team": "EMEA SDR"}
+    )
+    assert rule_next_priority(ruleset=draft) == 990
+    Rule.objects.create(ruleset=draft, name="Just before", priority=995, action={"type": "tag"})
+    Rule.objects.filter(ruleset=draft, name="Just before").update(priority=999)
+    assert rule_next_priority(ruleset=draft) == 1010  # no room: last, to be moved up
+    Rule.objects.filter(ruleset=draft, name="Just before").update(priority=990)
+    assert rule_next_priority(ruleset=draft) == 995
+    Rule.objects.filter(ruleset=draft, name="Catch-all").update(action={"type": "territory"})
+    assert rule_next_priority(ruleset=draft) == 1010  # a territory rule may not decide

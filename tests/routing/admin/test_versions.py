@@ -25,6 +25,7 @@ from routing.versions import (
     ruleset_diff,
     ruleset_new_draft,
     ruleset_replay,
+    ruleset_rollback,
     team_next_up,
 )
 from tests.leads.factories import LeadFactory
@@ -320,3 +321,77 @@ def test_reps_bulk_out_of_office_and_deactivate(client_revops, emea):
     assert all(rep.out_of_office_until.year == 2031 for rep in Rep.objects.all())
     client_revops.post(url, {"action": "deactivate", "_selected_action": ids[:1]})
     assert list(Rep.objects.order_by("email").values_list("active", flat=True)) == [False, True]
+
+
+def test_only_an_archived_version_can_be_rolled_back_to(client_revops, live, emea):
+    """A draft is published with Publish…, which runs the saved test cases and asks to confirm
+    failures; a roll back to it would skip that."""
+    draft = ruleset_new_draft(ruleset=live)
+    RoutingTestCase.objects.create(
+        name="German lead goes to EMEA",
+        lead={"email": "x@y.example", "country": "FR"},
+        expected_status=ExpectedStatus.ASSIGNED,
+        expected_team=emea,
+    )  # fails against every version: it must not be published without a confirmation
+    response = client_revops.post(
+        reverse("admin:routing_ruleset_rollback", args=[draft.pk]), {"note": "sneaky"}
+    )
+    assert response.status_code == 302
+    assert response["Location"] == reverse("admin:routing_ruleset_change", args=[draft.pk])
+    assert RuleSet.objects.get(status=RuleSetStatus.PUBLISHED) == live
+    assert RuleSet.objects.count() == 2
+    with pytest.raises(ValidationError, match="only an archived version"):
+        ruleset_rollback(ruleset=draft)
+    with pytest.raises(ValidationError, match="only an archived version"):
+        ruleset_rollback(ruleset=live)
+
+
+def test_a_stale_admin_save_of_a_draft_does_not_undo_a_publish(client_revops, revops, live):
+    """The draft's page was opened, then someone published the draft: saving the page's note
+    must neither write status "draft" back (leaving nothing published) nor fail with a 500."""
+    from django.contrib import admin
+    from django.test import RequestFactory
+
+    from routing.models import VersionReadOnly
+    from routing.versions import ruleset_publish_checked
+
+    draft = ruleset_new_draft(ruleset=live)
+    stale = RuleSet.objects.get(pk=draft.pk)
+    ruleset_publish_checked(ruleset=draft)
+    stale.note = "typo fixed"
+    request = RequestFactory().post("/")
+    request.user = revops
+    with pytest.raises(VersionReadOnly):
+        admin.site._registry[RuleSet].save_model(request, stale, None, change=True)
+    draft.refresh_from_db()
+    assert (draft.status, draft.note) == (
+        RuleSetStatus.PUBLISHED,
+        f"Copy of version {live.version}",
+    )
+
+
+def test_a_version_published_between_check_and_save_is_a_message(client_revops, live, monkeypatch):
+    from routing.admin import RuleSetAdmin
+    from routing.versions import ruleset_publish_checked
+
+    draft = ruleset_new_draft(ruleset=live)
+    url = reverse("admin:routing_ruleset_change", args=[draft.pk])
+    save_model = RuleSetAdmin.save_model
+
+    def published_meanwhile(self, request, obj, form, change):  # after the form's checks
+        ruleset_publish_checked(ruleset=RuleSet.objects.get(pk=obj.pk))
+        save_model(self, request, obj, form, change)
+
+    monkeypatch.setattr(RuleSetAdmin, "save_model", published_meanwhile)
+    data = {"name": "Renamed", "note": "x"}
+    for formset in client_revops.get(url).context["inline_admin_formsets"]:
+        management = formset.formset.management_form
+        data.update({management.add_prefix(k): v for k, v in management.initial.items()})
+        for form in formset.formset.forms:
+            data[form.add_prefix("id")] = form.instance.pk
+            data[form.add_prefix("ruleset")] = draft.pk
+    response = client_revops.post(url, data, follow=True)
+    assert response.status_code == 200
+    assert "only drafts can change" in response.content.decode()
+    draft.refresh_from_db()
+    assert draft.name == live.name  # (the publish, in the same test transaction, rolled back)

@@ -96,3 +96,26 @@ def test_send_test_posts_a_signed_test_message(
         secret=endpoint.secret, headers=dict(request.headers), body=request.get_data()
     )
     assert not Delivery.objects.exists()
+
+
+def test_endpoint_changes_and_test_sends_are_audited_without_the_secret(
+    admin_client: Client, endpoint: WebhookEndpoint, httpserver: HTTPServer
+) -> None:
+    from audit.models import Event, EventType
+
+    httpserver.expect_request("/hook").respond_with_data("ok")
+    admin_client.post(
+        reverse("admin:routing_webhookendpoint_change", args=[endpoint.pk]),
+        {"name": "CRM 2", "url": endpoint.url, "active": "on", "events": ["lead.assigned"]},
+    )
+    admin_client.post(
+        reverse("admin:routing_webhookendpoint_changelist"),
+        {"action": "send_test", "_selected_action": [endpoint.pk]},
+    )
+    events = {
+        e.data["action"]: e
+        for e in Event.objects.filter(type=EventType.CONFIG_CHANGED, actor="user:admin")
+    }
+    assert events["changed"].data["changes"]["name"] == {"before": "CRM", "after": "CRM 2"}
+    assert "send_test" in events
+    assert endpoint.secret not in str([e.data for e in events.values()])

@@ -24,7 +24,7 @@ from routing.monitoring.models import Alert, AlertKind, AlertStatus, SlaBreach, 
 from routing.monitoring.sla import assignment_sla_breach, sla_check
 from routing.services import assignment_touch, lead_process
 from tests.leads.factories import LeadFactory
-from tests.routing.factories import RuleSetFactory, make_rep, team_with
+from tests.routing.factories import RuleSetFactory, make_rep, publish_as_is, team_with
 from tests.routing.monitoring.conftest import hook_bodies
 
 
@@ -40,7 +40,7 @@ def _setup(
 ) -> tuple[list[Rep], Team]:
     members = [make_rep() for _ in range(reps)]
     team = team_with(members, manager=manager)
-    ruleset = RuleSetFactory(published=True)
+    ruleset = RuleSetFactory()
     Rule.objects.create(
         ruleset=ruleset,
         priority=10,
@@ -49,6 +49,7 @@ def _setup(
         sla_minutes=sla,
         on_sla_breach=policy,
     )
+    publish_as_is(ruleset)
     return members, team
 
 
