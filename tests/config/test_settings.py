@@ -75,6 +75,9 @@ def test_a_worker_drops_a_broken_database_connection_around_each_task(monkeypatc
     from config.celery import drop_broken_db_connections
 
     connection.ensure_connection()
+    # A persistent connection (CONN_MAX_AGE None; the SQLite default of 0 closes after every
+    # task, as after every request, which is what obsolete means there).
+    monkeypatch.setattr(connection, "close_at", None)
     healthy = connection.connection
     drop_broken_db_connections(task=None)
     assert connection.connection is healthy  # a healthy connection is kept (no reconnect)
