@@ -49,7 +49,7 @@ migrate: setup
 	$(PY) manage.py migrate --noinput
 
 seed: migrate
-	$(PY) manage.py seed_demo
+	$(PY) manage.py seed_demo --base-url http://$(HOST):$(PORT)
 
 # collectstatic takes seconds even when nothing changed, so `make run` skips it while the manifest
 # in the default STATIC_ROOT (var/static) is newer than everything the collected files come from:
@@ -72,11 +72,13 @@ run: migrate
 	@echo ""
 	@echo "  LeadRouter is starting (web, worker, beat). Ctrl-C stops them all."
 	@echo "    Admin:      http://$(HOST):$(PORT)/admin/"
-	@if [ -f var/demo-login.txt ]; then echo "    Logins:"; sed 's/^/      /' var/demo-login.txt; fi
+	@if [ -f var/demo-login.txt ]; then echo "    Logins:"; sed 's/^/      /' var/demo-login.txt; \
+	  echo "    Demo source tokens and an API token: var/demo.json"; fi
 	@echo "    API docs:   http://$(HOST):$(PORT)/api/v1/docs/"
 	@echo "    Readiness:  http://$(HOST):$(PORT)/readyz"
 	@echo ""
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HOST=$(HOST) PORT=$(PORT) \
+	  CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT=$${CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT:-3} \
 	  LEADROUTER_URL=http://$(if $(filter 0.0.0.0,$(HOST)),127.0.0.1,$(HOST)):$(PORT) \
 	  $(VENV)/bin/honcho start -f Procfile
 

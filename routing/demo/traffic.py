@@ -486,12 +486,14 @@ def summary_lines(posted: PostResult, outcomes: dict[str, Outcome] | None) -> li
         return lines
     known = [outcomes[s.lead_id] for s in accepted if s.lead_id in outcomes]
     statuses = Counter(o.status for o in known)
-    teams = Counter(o.team for o in known if o.team)
+    owned = [o for o in known if o.to_assigned is not None or o.rep]
+    teams = Counter(o.team for o in owned if o.team)
+    to_rep = sum(1 for o in owned if not o.team)  # a rep, territory-rep or account-owner rule
     waiting = len(accepted) - sum(statuses[s] for s in FINAL)
-    lines.append(
-        "assigned per team: "
-        + (", ".join(f"{team} {n}" for team, n in sorted(teams.items())) or "none")
-    )
+    per_team = [f"{team} {n}" for team, n in sorted(teams.items())]
+    if to_rep:
+        per_team.append(f"straight to a named rep {to_rep}")
+    lines.append("assigned per team: " + (", ".join(per_team) or "none"))
     lines.append(
         f"duplicates {statuses['duplicate']} (sticky to the original's owner), "
         f"excluded {statuses['excluded']}, unassigned {statuses['unassigned']}, "

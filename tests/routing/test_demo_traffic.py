@@ -124,6 +124,11 @@ def test_simulated_traffic_over_http_is_summarised(
     per_team = Counter(o.team for o in outcomes.values() if o.team)
     for team, n in per_team.items():
         assert f"{team} {n}" in text
+    # Every lead with an owner is counted once: in its team, or as going straight to a rep.
+    owned = [o for o in outcomes.values() if o.rep]
+    to_rep = sum(1 for o in owned if not o.team)
+    assert sum(per_team.values()) + to_rep == len(owned)
+    assert (f"straight to a named rep {to_rep}" in text) == (to_rep > 0)
 
 
 @pytest.mark.django_db

@@ -32,7 +32,7 @@ def _snapshot() -> dict[str, object]:
         "territories": Territory.objects.count(),
         "accounts": Account.objects.count(),
         "rulesets": list(RuleSet.objects.values_list("version", "status")),
-        "cases": RoutingTestCase.objects.count(),
+        "cases": list(RoutingTestCase.objects.order_by("name").values_list("name", "updated_at")),
         "users": get_user_model().objects.count(),
     }
 
