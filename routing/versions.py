@@ -12,7 +12,7 @@ import difflib
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from django.conf import settings
@@ -468,6 +468,15 @@ def _after(config: LiveConfig, lead: Lead, snap: Any, now: datetime) -> Outcome:
         snap.rotation[decision.rotation_update.team_id] = decision.rotation_update
     decision = replace(decision, rotation_update=None)
     rep = snap.reps.get(decision.rep_id) if decision.rep_id is not None else None
+    if rep is not None:
+        # And the rep's load: the next lead sees this one among their open and today's leads
+        # (caps and least_loaded depend on it; without this, one least-loaded rep took them all).
+        snap.reps[rep.id] = replace(
+            rep,
+            open_count=rep.open_count + 1,
+            assigned_today=rep.assigned_today + 1,
+            last_assigned_at=now,
+        )
     team = config.teams.get(decision.team_id) if decision.team_id is not None else None
     return Outcome(
         status=_OUTCOME_STATUS.get(decision.outcome, LeadStatus.UNASSIGNED),
@@ -529,7 +538,9 @@ def ruleset_replay(
             assigned = lead.active_assignments  # type: ignore[attr-defined]  # prefetched
             active = assigned[0] if assigned else None
             before = _before(lead, active)
-            after = _after(config, lead, snap, now)
+            # A microsecond apart per lead, so "assigned least recently" orders the replayed
+            # assignments as routing them one after another would.
+            after = _after(config, lead, snap, now + timedelta(microseconds=considered))
             if before.rep:
                 before_counts[before.owner_label] += 1
             if after.rep:

@@ -163,6 +163,23 @@ def test_replay_lists_the_leads_that_would_change_and_counts_per_rep(client_revo
     assert emea.rotation_state == {}
 
 
+def test_replay_counts_each_replayed_lead_against_its_new_owner(live, emea):
+    """Routing the leads one after another raises each owner's load for the next lead: a
+    least-loaded team spreads them, and a cap stops a rep (one rep took all 30 before)."""
+    ana = Rep.objects.get(email="ana@x.example")
+    reps = [make_rep(email=f"ll{i}@x.example", name=f"LL{i}") for i in range(3)]
+    Rep.objects.filter(pk=reps[2].pk).update(max_open=1)
+    team_with(reps, name="Least loaded", strategy="least_loaded")
+    for i in range(9):
+        _processed_lead(ana, emea, country=f"D{i}")
+    draft = ruleset_new_draft(ruleset=live)
+    Rule.objects.filter(ruleset=draft).update(action={"type": "team", "team": "Least loaded"})
+    Rule.objects.filter(ruleset=draft).update(when=None)
+    result = ruleset_replay(ruleset=draft, limit=500)
+    after = {rep: a for rep, _b, a, _d in result.per_rep if a}
+    assert after == {"LL0 <ll0@x.example>": 4, "LL1 <ll1@x.example>": 4, "LL2 <ll2@x.example>": 1}
+
+
 def test_publish_with_failing_test_cases_needs_a_confirmation(client_revops, revops, live, emea):
     draft = ruleset_new_draft(ruleset=live)
     Rule.objects.filter(ruleset=draft).update(action={"type": "exclude", "reason": "paused"})
