@@ -227,6 +227,7 @@ class Stack:
         self.web: ManagedProcess | None = None
         self.sweeper: ManagedProcess | None = None
         self.workers: list[Worker] = []
+        self.beats: dict[str, ManagedProcess] = {}
         self.base = f"http://127.0.0.1:{self.web_port}"
 
     def start_redis(self) -> None:
@@ -285,8 +286,15 @@ class Stack:
         worker.start()
         return worker
 
+    def beat(self, name: str, **extra: str) -> ManagedProcess:
+        """A ``celery -A config beat`` (the database scheduler), with ``extra`` in its env."""
+        args = [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO"]
+        self.beats[name] = start(args, dict(self.env, **extra))
+        return self.beats[name]
+
     def logs(self) -> str:
         parts = [f"--- {w.name}\n{w.text()[-3000:]}" for w in self.workers]
+        parts += [f"--- beat {n}\n{b.text()[-1500:]}" for n, b in self.beats.items()]
         if self.sweeper:
             parts.append(f"--- sweeper\n{self.sweeper.text()[-1500:]}")
         if self.web:
@@ -302,7 +310,7 @@ class Stack:
             Path(keep).mkdir(parents=True, exist_ok=True)
             for worker in self.workers:
                 (Path(keep) / f"{worker.name}.log").write_text(worker.text())
-        for proc in (self.sweeper, self.web):
+        for proc in (self.sweeper, self.web, *self.beats.values()):
             if proc is not None:
                 with contextlib.suppress(Exception):
                     proc.stop()
