@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import http.client
+import select
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -14,8 +19,9 @@ from audit.models import Event
 from routing.delivery import egress
 from routing.delivery.admin import WebhookEndpointForm
 from routing.delivery.models import DeliveryStatus, WebhookEndpoint
-from routing.delivery.services import delivery_attempt
+from routing.delivery.services import delivery_attempt, endpoint_send_test
 from routing.models import Assignment
+from routing.monitoring.alerts import notify_webhook
 from tests.routing.delivery.conftest import webhook_delivery
 
 _real_getaddrinfo = socket.getaddrinfo
@@ -132,6 +138,7 @@ def test_allow_private_lets_loopback_through() -> None:
         "http://127.0.0.1:6379/",
         "http://169.254.169.254/",
         "http://localhost/",
+        "http://[::1]/",
         "http://2130706433/",
         "http://[::ffff:127.0.0.1]/",
         "http://internal.example.com/",
@@ -221,3 +228,195 @@ def test_the_pinned_request_sends_the_original_host_header(httpserver: HTTPServe
     assert response.status == 200
     ((request, _),) = httpserver.log
     assert request.headers["Host"] == f"localhost:{httpserver.port}"
+
+
+# --- At send, nothing connects (the guide's "0 packets to internal ports") ------------------------
+
+
+class Trap:
+    """Listening sockets on 127.0.0.1 and [::1], one port, that count every connection made to
+    them: a TCP handshake that completed sits in the backlog until accepted, so ``connections``
+    (which drains it) misses none, however short-lived. Stands in for tcpdump on ``lo``."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        for _ in range(20):  # a port free on both loopbacks
+            v4 = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            v4.bind(("127.0.0.1", 0))
+            self.port = int(v4.getsockname()[1])
+            v6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                v6.bind(("::1", self.port))
+            except OSError:
+                v4.close()
+                v6.close()
+                continue
+            break
+        else:
+            raise AssertionError("no port free on both 127.0.0.1 and ::1")
+        self.sockets = [v4, v6]
+        for sock in self.sockets:
+            sock.listen(64)
+            sock.setblocking(False)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _accept_all(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                    return
+                raise
+            conn.close()
+            with self._lock:
+                self.accepted += 1
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            ready, _, _ = select.select(self.sockets, [], [], 0.05)
+            for sock in ready:
+                with contextlib.suppress(OSError):
+                    self._accept_all(sock)
+
+    def connections(self) -> int:
+        """Connections made so far, the backlog drained first."""
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                self._accept_all(sock)
+        with self._lock:
+            return self.accepted
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for sock in self.sockets:
+            sock.close()
+
+
+@pytest.fixture
+def trap() -> Iterator[Trap]:
+    found = Trap()
+    yield found
+    found.close()
+
+
+@pytest.fixture
+def connects(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every address this process tries to connect a socket to (for the targets no listener of
+    the test can stand in for: the machine's Redis on 6379, the metadata address)."""
+    tried: list[Any] = []
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+
+    def connect(self: socket.socket, address: Any) -> None:
+        tried.append(address)
+        real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        tried.append(address)
+        return real_connect_ex(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    return tried
+
+
+# (URL, the address a connection would go to). {port} is the trap's.
+INTERNAL = [
+    ("http://127.0.0.1:6379/", ("127.0.0.1", 6379)),
+    ("http://127.0.0.1:{port}/hook", ("127.0.0.1", "{port}")),
+    ("http://169.254.169.254/latest/meta-data/", ("169.254.169.254", 80)),
+    ("http://localhost:{port}/hook", ("localhost", "{port}")),
+    ("http://[::1]:{port}/hook", ("::1", "{port}")),
+]
+
+
+def _targets(tried: list[Any], host: str, port: int) -> list[Any]:
+    hosts = {"127.0.0.1", "::1"} if host == "localhost" else {host}
+    return [a for a in tried if isinstance(a, tuple) and a[0] in hosts and a[1] == port]
+
+
+def _send_everywhere(url: str, assignment: Assignment, settings: Any) -> None:
+    """Every outbound path at send, with ``url`` stored past the save check (saved while the
+    private-URL setting was on, or edited in the database): a delivery attempt, the admin's
+    signed test message, and the alert webhook. Each refuses."""
+    endpoint = WebhookEndpoint.objects.create(name="CRM", url=url)
+    delivery = webhook_delivery(assignment, endpoint)
+    assert delivery_attempt(delivery_id=delivery.pk) == "failed"
+    delivery.refresh_from_db()
+    assert delivery.status == DeliveryStatus.FAILED
+    attempt = delivery.attempt_log.get()
+    assert attempt.outcome == "refused", attempt.error
+    assert attempt.status_code is None
+    assert "refused" in endpoint_send_test(endpoint=endpoint)
+    settings.ALERT_WEBHOOK_URL = url
+    settings.ALERT_ALLOW_PRIVATE_URLS = False
+    assert notify_webhook(text="x", payload={}) is False
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("template", "target"), INTERNAL)
+def test_internal_urls_are_refused_at_save_and_at_send_and_nothing_connects(
+    template: str,
+    target: tuple[str, Any],
+    assignment: Assignment,
+    published: list[int],
+    trap: Trap,
+    connects: list[Any],
+    settings: Any,
+) -> None:
+    url = template.format(port=trap.port)
+    port = trap.port if target[1] == "{port}" else int(target[1])
+    settings.DELIVERY_ALLOW_PRIVATE_URLS = False
+
+    with pytest.raises(ValidationError) as invalid:  # at save
+        WebhookEndpoint(name="x", url=url).full_clean()
+    assert "url" in invalid.value.message_dict
+
+    _send_everywhere(url, assignment, settings)  # at send
+    assert _targets(connects, target[0], port) == []
+    assert trap.connections() == 0
+
+    if port == trap.port:  # the control: allowed, the same URL does reach the trap
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            egress.post(url, body=b"{}", headers={}, timeout=2, allow_private=True)
+        assert trap.connections() >= 1
+        assert _targets(connects, target[0], port) != []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("rebound_to", ["127.0.0.1", "::1", "169.254.169.254"])
+def test_dns_rebinding_public_at_save_internal_at_send_connects_to_nothing(
+    rebound_to: str,
+    assignment: Assignment,
+    published: list[int],
+    dns: dict[str, list[str]],
+    trap: Trap,
+    connects: list[Any],
+    settings: Any,
+) -> None:
+    """The name is public when saved (the save check passes, as it must), then answers an
+    internal address: refused at send (the name is resolved again, at the product's one point
+    of resolution, ``socket.getaddrinfo`` in egress.url_resolve), and no socket is opened."""
+    settings.DELIVERY_ALLOW_PRIVATE_URLS = False
+    url = f"http://rebind.example.com:{trap.port}/hook"
+    dns["rebind.example.com"] = ["93.184.216.34"]
+    WebhookEndpoint(name="x", url=url).full_clean()  # public at save: accepted
+
+    dns["rebind.example.com"] = [rebound_to]
+    with pytest.raises(ValidationError):  # saving it again now is refused too
+        WebhookEndpoint(name="y", url=url).full_clean()
+    _send_everywhere(url, assignment, settings)
+    assert [a for a in connects if isinstance(a, tuple) and a[1] == trap.port] == []
+    assert trap.connections() == 0
+
+    if rebound_to in ("127.0.0.1", "::1"):  # the control: allowed, the name reaches the trap
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            egress.post(url, body=b"{}", headers={}, timeout=2, allow_private=True)
+        assert trap.connections() >= 1
+        assert _targets(connects, rebound_to, trap.port) != []
