@@ -178,6 +178,7 @@ def scoped(settings: Any) -> None:
     settings.HISTORY_SCOPE_TO_MANAGED_TEAMS = True
 
 
+@pytest.mark.slow  # ~2,500 requests through the test client: 20-60 s on the 2-core box
 @pytest.mark.usefixtures("scoped")
 @pytest.mark.parametrize("staff", [False, True], ids=["manager", "staff-manager"])
 def test_manager_a_enumerating_team_b_ids_gets_403_or_404_and_no_rows(staff: bool) -> None:
