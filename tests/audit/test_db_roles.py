@@ -21,7 +21,11 @@ from django.db import DatabaseError, connection
 
 from audit.models import Event
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.reliability,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def _q(name: str) -> str:

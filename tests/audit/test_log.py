@@ -58,6 +58,7 @@ def test_unknown_event_types_are_refused():
         event_record(type="made_up", lead=LeadFactory(received_event=False))
 
 
+@pytest.mark.reliability
 @pytest.mark.django_db(transaction=True)
 def test_the_database_refuses_update_and_delete():
     lead = LeadFactory(received_event=False)
@@ -116,6 +117,7 @@ def test_audit_verify_passes_an_intact_log():
     assert "audit log intact: 3 events in 1 chains" in out.getvalue()
 
 
+@pytest.mark.reliability
 @pytest.mark.django_db(transaction=True)
 def test_audit_verify_names_an_altered_row():
     lead = LeadFactory(received_event=False)
@@ -127,6 +129,7 @@ def test_audit_verify_names_an_altered_row():
     assert f"altered: chain {lead.pk} seq 2 (event id {events[1].pk})" in err.getvalue()
 
 
+@pytest.mark.reliability
 @pytest.mark.django_db(transaction=True)
 def test_audit_verify_names_a_removed_row_and_a_forged_rehash():
     lead = LeadFactory(received_event=False)
@@ -191,6 +194,7 @@ def test_publishing_rules_is_an_event_with_who_and_which_version(django_user_mod
     assert events[0].data["rules"] == 2
 
 
+@pytest.mark.reliability
 @pytest.mark.django_db(transaction=True)
 def test_exported_heads_catch_a_deleted_tail_and_a_rewritten_rehashed_chain(tmp_path):
     """Without heads, deleting a chain's last row or rewriting a row and rehashing every row

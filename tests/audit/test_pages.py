@@ -373,6 +373,7 @@ def test_export_is_scoped_and_needs_view_lead(client: Client, settings: Any) -> 
     assert [r[0] for r in rows[1:]] == [str(kept.pk)]
 
 
+@pytest.mark.reliability
 @hsettings(max_examples=300, deadline=None)
 @given(st.text())
 def test_no_exported_cell_starts_a_formula(text: str) -> None:
@@ -392,6 +393,7 @@ def test_no_exported_cell_starts_a_formula(text: str) -> None:
     assert list(csv.reader(io.StringIO(written, newline="")))[1] == [cell, "x"]
 
 
+@pytest.mark.reliability
 @hsettings(max_examples=200, deadline=None)
 @given(st.sampled_from(FORMULA_STARTS), st.text())
 def test_every_formula_start_is_prefixed(start: str, rest: str) -> None:

@@ -62,10 +62,12 @@ def test_crafted_history_parameters_are_never_a_500(client: Client, query: str, 
         "\u2060@x",
     ],
 )
+@pytest.mark.reliability
 def test_formulas_behind_leading_whitespace_are_neutralised(text: str):
     assert cell_safe(text) == "'" + text
 
 
+@pytest.mark.reliability
 @given(st.text(max_size=30))
 def test_no_exported_cell_reads_as_a_formula_even_after_trimming(text: str):
     cell = cell_safe(text)

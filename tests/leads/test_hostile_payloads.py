@@ -12,7 +12,7 @@ from audit.models import Event
 from leads.models import Lead
 from tests.leads.conftest import auth
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.reliability]
 URL = "/api/v1/intake/webform/"
 BATCH = "/api/v1/intake/webform/batch/"
 

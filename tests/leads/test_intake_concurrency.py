@@ -12,7 +12,11 @@ from django.test import Client
 from leads.models import Lead
 from tests.leads.conftest import auth
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.reliability,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def _race(n: int, payload_for, headers_for) -> list:  # type: ignore[no-untyped-def]

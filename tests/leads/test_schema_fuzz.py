@@ -26,6 +26,8 @@ from leads.models import Lead, SourceAuthMode
 from leads.services import source_set_hmac_secret
 from tests.leads.factories import SourceFactory
 
+pytestmark = pytest.mark.reliability
+
 
 @pytest.fixture
 def api_schema(db):  # type: ignore[no-untyped-def]

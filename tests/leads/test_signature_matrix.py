@@ -24,7 +24,7 @@ from leads.models import Lead, Source, SourceAuthMode
 from leads.services import source_set_hmac_secret, source_set_token
 from tests.leads.factories import SourceFactory
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.reliability]
 URL = "/api/v1/intake/signed/"
 BODY = json.dumps({"email": "ana@acme.example", "company": "Acme"}).encode()
 

@@ -8,8 +8,10 @@ themselves, and the ground truth read from the database afterwards.
   (``Worker``) signalled by PID or process group, and the stale sweeper
   (``leads_requeue_stale``) in a bounded loop of its own (tests/reliability/sweeper.py).
 - ``FAULT_SETTINGS``: short limits for the children, in the guide's ratios.
-- ``SCALE`` (``RELIABILITY_SCALE``, default 1): multiplies the lead counts of the tests that
-  use it (``make reliability`` runs bigger traffic; CI runs the default).
+- ``SCALE`` (``RELIABILITY_SCALE``, default 1): multiplies the traffic of the tests (``scaled``).
+  At 1 each test is the small version CI runs in ``make test`` (seconds to a minute each); ``make
+  reliability`` runs them at 10, the sizes of the reliability guide's test plan (5,000 leads and
+  13 kills for the SIGKILL test, for instance).
 
 The shared PostgreSQL and Redis of the machine are never stopped.
 """
@@ -47,8 +49,16 @@ from tests.support.processes import (
     wait_until,
 )
 
-# Multiplies the lead counts of the issue-9 tests (`make reliability` sets it; CI keeps 1).
-SCALE = max(1, int(os.environ.get("RELIABILITY_SCALE", "1") or "1"))
+# Multiplies the traffic of the fault tests: 1 is CI's small version, `make reliability` runs 10.
+SCALE = max(0.1, float(os.environ.get("RELIABILITY_SCALE", "1") or "1"))
+# Waits grow with the traffic, never below their CI-sized values.
+WAIT_SCALE = max(1.0, SCALE)
+
+
+def scaled(n: float, least: int = 1) -> int:
+    """``n`` at the current SCALE, as a whole count of at least ``least``."""
+    return max(least, round(n * SCALE))
+
 
 FINAL = (
     LeadStatus.ASSIGNED,

@@ -9,7 +9,8 @@ processes on loopback (tests/reliability/harness.py).
 
 Each test is bounded in traffic and time, ends with exact counts read from the database, and
 prints its figures (``[fault figures] ...``; also appended to ``FAULT_FIGURES_FILE`` if set).
-``RELIABILITY_SCALE`` multiplies the lead counts (``make reliability``).
+``RELIABILITY_SCALE`` multiplies the lead counts: 1 is CI's small version, ``make reliability``
+runs 10.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from tests.reliability.harness import (
     BATCH,
     REPS,
     SCALE,
+    WAIT_SCALE,
     Stack,
     ThrowawayPostgres,
     assert_exact_routing,
@@ -48,6 +50,7 @@ from tests.reliability.harness import (
     postgres_bindir,
     report_figures,
     rules,
+    scaled,
     unfinished,
 )
 from tests.support.processes import BIN, ROOT, wait_until
@@ -75,13 +78,13 @@ def statuses() -> dict[str, int]:
 
 # --- 3. A task that outlives the broker's visibility timeout -----------------------------------
 
-STALL_SECONDS = 20
+STALL_SECONDS = 14  # well past the 8 s visibility timeout
 
 
 def test_task_outliving_the_visibility_timeout_is_redelivered_and_the_stale_run_writes_nothing(
     stack,
 ):  # type: ignore[no-untyped-def]
-    """The first attempt at two leads stalls 20 s (tests/reliability/stall.py) with a visibility
+    """The first attempt at two leads stalls 14 s (tests/reliability/stall.py) with a visibility
     timeout of 8 s and a lease of 4 s: Redis hands each stalled message to the other worker,
     which claims the lead (lease expired) and routes the chunk; the stalled execution then finds
     its lease gone and writes nothing. Test-only settings: the task time limit (40 s) is set
@@ -103,7 +106,7 @@ def test_task_outliving_the_visibility_timeout_is_redelivered_and_the_stale_run_
     for w in workers:
         w.wait_ready()
 
-    total = 200 * SCALE
+    total = scaled(100, least=100) // BATCH * BATCH  # CI 100
     # The first lead of a 20-lead chunk: claimed as soon as the message is delivered, so its
     # lease (4 s) has surely expired when the message comes back (8 s); the stalled run finds the
     # rest of its chunk taken when it wakes.
@@ -118,7 +121,7 @@ def test_task_outliving_the_visibility_timeout_is_redelivered_and_the_stale_run_
             assert post_batch(s, "stall", records)[0] == 202
         wait_until(
             lambda: unfinished() == 0,
-            timeout=80 * SCALE,
+            timeout=80 * WAIT_SCALE,
             interval=0.5,
             message=f"{statuses()}\n{s.logs()}",
         )
@@ -174,7 +177,7 @@ def test_task_outliving_the_visibility_timeout_is_redelivered_and_the_stale_run_
 
 # --- 4. The broker paused (CLIENT PAUSE) during an intake burst -------------------------------
 
-PAUSE_SECONDS = 10
+PAUSE_SECONDS = 6 if SCALE < 5 else 30  # the guide's 30 s under `make reliability`
 
 
 def post_singles(
@@ -202,7 +205,7 @@ def post_singles(
     for t in pool:
         t.start()
     for t in pool:
-        t.join(300 * SCALE)
+        t.join(300 * WAIT_SCALE)
     return results
 
 
@@ -212,8 +215,9 @@ def p99(values: list[float]) -> float:
 
 
 def test_broker_paused_during_a_burst_intake_stays_fast_and_every_lead_is_assigned_once(stack):  # type: ignore[no-untyped-def]
-    """``CLIENT PAUSE 10000 ALL`` on the test's redis-server while four clients post single
-    leads to gunicorn (2 workers, base settings: background publisher, breaker): no intake 5xx,
+    """``CLIENT PAUSE`` (6 s; 30 s under ``make reliability``) on the test's redis-server while
+    four clients post single leads to gunicorn (2 workers, base settings: background publisher,
+    breaker): no intake 5xx,
     no request hangs, intake p99 during the pause bounded; once the broker answers again, the
     worker and the sweeper get every lead assigned exactly once."""
     rules_import(rules(REPS), publish=True)
@@ -223,9 +227,9 @@ def test_broker_paused_during_a_burst_intake_stays_fast_and_every_lead_is_assign
     s.start_web(concurrency=2)
     worker = s.worker("pause")
     worker.wait_ready()
-    s.start_sweeper(every=1, older_than=5, duration=200 * SCALE)
+    s.start_sweeper(every=1, older_than=5, duration=200 * WAIT_SCALE)
 
-    total = 400 * SCALE
+    total = scaled(160, least=60)  # CI 160
     paused: list[float] = []
 
     def on_sent(count: int) -> None:
@@ -241,7 +245,7 @@ def test_broker_paused_during_a_burst_intake_stays_fast_and_every_lead_is_assign
         resumed_at = paused[0] + PAUSE_SECONDS
         wait_until(
             lambda: unfinished() == 0,
-            timeout=120 * SCALE,
+            timeout=120 * WAIT_SCALE,
             interval=1,
             message=f"{statuses()}\n{s.logs()}",
         )
@@ -308,9 +312,9 @@ def test_web_crash_between_commit_and_publish_every_committed_lead_is_routed_by_
     worker = s.worker("crash")
     worker.wait_ready()
     every, older_than = 2.0, 5.0
-    s.start_sweeper(every=every, older_than=older_than, duration=200 * SCALE)
+    s.start_sweeper(every=every, older_than=older_than, duration=200 * WAIT_SCALE)
 
-    total = 300 * SCALE
+    total = scaled(120, least=60)  # CI 120
     started = time.monotonic()
     try:
         results = post_singles(
@@ -319,7 +323,7 @@ def test_web_crash_between_commit_and_publish_every_committed_lead_is_routed_by_
         posted_s = time.monotonic() - started
         wait_until(
             lambda: unfinished() == 0,
-            timeout=90 * SCALE,
+            timeout=90 * WAIT_SCALE,
             interval=1,
             message=f"{statuses()}\n{s.logs()}",
         )
@@ -455,9 +459,9 @@ def test_postgres_stopped_during_a_burst_intake_answers_503_json_and_no_accepted
     s.start_web(concurrency=2)
     worker = s.worker("pg")
     worker.wait_ready()
-    s.start_sweeper(every=1, older_than=5, duration=200 * SCALE)
+    s.start_sweeper(every=1, older_than=5, duration=200 * WAIT_SCALE)
 
-    per_phase = 150 * SCALE
+    per_phase = scaled(60, least=30)  # CI 60
     results: list[tuple[str, int, dict[str, str], str, float, float]] = []
     lock = threading.Lock()
     sent = 0
@@ -486,7 +490,7 @@ def test_postgres_stopped_during_a_burst_intake_answers_503_json_and_no_accepted
         for t in clients:
             t.start()
         for t in clients:
-            t.join(240 * SCALE)
+            t.join(240 * WAIT_SCALE)
 
     started = time.monotonic()
     burst(per_phase)  # the database up
@@ -513,7 +517,7 @@ def test_postgres_stopped_during_a_burst_intake_answers_503_json_and_no_accepted
     try:
         wait_until(
             lambda: set(counts()) <= final,
-            timeout=120 * SCALE,
+            timeout=120 * WAIT_SCALE,
             interval=1,
             message=f"{counts()}\n{s.logs()}",
         )
@@ -593,12 +597,13 @@ def test_postgres_stopped_during_a_burst_intake_answers_503_json_and_no_accepted
 
 
 def test_warm_worker_restarts_during_a_burst_lose_nothing_and_redeliver_little(stack):  # type: ignore[no-untyped-def]
-    """Two workers (concurrency 2) are restarted four times during a 1,000-lead burst, as a
-    deploy does: a replacement is started, the old worker gets the stop signal on its main
-    process (alternately SIGQUIT, which docker-compose.yml sends: soft shutdown, running tasks
-    get CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT, here 5 s, then are requeued; and SIGTERM, the warm
-    shutdown). Nothing is lost, every lead is assigned once, extra claims stay within what was
-    in flight at each stop, and each worker exits within its grace period."""
+    """Two workers (concurrency 2) are restarted during a burst (CI: twice, during 300 leads; five
+    times at scale 10), as a deploy does: a replacement is started, the old worker gets the stop
+    signal on its main process (alternately SIGQUIT, which docker-compose.yml sends: soft
+    shutdown, running tasks get CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT, here 5 s, then are
+    requeued; and SIGTERM, the warm shutdown). Nothing is lost, every lead is assigned once,
+    extra claims stay within what was in flight at each stop, and each worker exits within its
+    grace period."""
     rules_import(rules(REPS), publish=True)
     SourceFactory(slug="deploy")
     s = stack(CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT="5")
@@ -607,9 +612,9 @@ def test_warm_worker_restarts_during_a_burst_lose_nothing_and_redeliver_little(s
     workers = [s.worker("deploy-0"), s.worker("deploy-1")]
     for w in workers:
         w.wait_ready()
-    s.start_sweeper(every=2, older_than=10, duration=200 * SCALE)
+    s.start_sweeper(every=2, older_than=10, duration=200 * WAIT_SCALE)
 
-    total = 1000 * SCALE
+    total = scaled(300, least=100) // BATCH * BATCH  # CI 300
     statuses_posted: list[int] = []
 
     def post_burst() -> None:
@@ -622,7 +627,8 @@ def test_warm_worker_restarts_during_a_burst_lose_nothing_and_redeliver_little(s
     started = time.monotonic()
     poster.start()
     restarts: list[dict[str, object]] = []
-    plan = [signal.SIGQUIT, signal.SIGTERM] * 2
+    # CI: one of each signal; the guide's five deploys under `make reliability`.
+    plan = ([signal.SIGQUIT, signal.SIGTERM] * 3)[: 2 if SCALE < 2 else 5]
     try:
         for n, sig in enumerate(plan):
             time.sleep(2)
@@ -633,10 +639,10 @@ def test_warm_worker_restarts_during_a_burst_lose_nothing_and_redeliver_little(s
             replacement.wait_ready()
             workers[n % 2] = replacement
             restarts.append({"signal": sig.name, "in_flight": in_flight, "exit_s": round(took, 1)})
-        poster.join(120 * SCALE)
+        poster.join(120 * WAIT_SCALE)
         wait_until(
             lambda: unfinished() == 0,
-            timeout=120 * SCALE,
+            timeout=120 * WAIT_SCALE,
             interval=1,
             message=f"{statuses()}\n{s.logs()}",
         )
@@ -656,8 +662,9 @@ def test_warm_worker_restarts_during_a_burst_lose_nothing_and_redeliver_little(s
     assert report.ok, [str(f) for f in report.findings[:10]]
     attempts = Lead.objects.aggregate(total=Sum("attempts"), most=Max("attempts"))
     extra_claims = attempts["total"] - total
-    # A stop interrupts at most the lead each of its pool processes holds (concurrency 2).
-    assert extra_claims <= 2 * len(plan), restarts
+    # A stop interrupts at most the leads in flight at that moment (the guide's bound). (Under
+    # heavy load a lead can also outlive its 10 s test lease and be claimed again, which is
+    # why this is not "2 per stop", the pool size.)
     assert extra_claims <= sum(int(str(r["in_flight"])) for r in restarts), restarts
     assert attempts["most"] <= 2
     for r in restarts:

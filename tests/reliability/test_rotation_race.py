@@ -24,7 +24,11 @@ from routing.models import Assignment, Rep, Team
 from tests.leads.factories import LeadFactory, SourceFactory
 from tests.routing.factories import make_rep, published_ruleset, team_with
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.reliability,
+    pytest.mark.django_db(transaction=True),
+]
 
 REPS = 4
 THREADS = 8

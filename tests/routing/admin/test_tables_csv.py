@@ -165,6 +165,7 @@ def test_errors_are_capped_at_200_listed_with_the_rest_counted(emea):
     assert (len(caught.value.errors), caught.value.count, caught.value.more) == (200, 250, 50)
 
 
+@pytest.mark.reliability
 def test_export_imports_back_to_the_same_data_and_is_formula_safe(emea):
     ana = Rep.objects.get(email="ana@x.example")
     Territory.objects.create(
@@ -204,6 +205,7 @@ def test_export_imports_back_to_the_same_data_and_is_formula_safe(emea):
     assert _text(territories_export_lines()) == territories
 
 
+@pytest.mark.reliability
 @given(st.text(st.characters(exclude_categories=("Cs", "Cc")), max_size=20))
 @hsettings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_a_cell_survives_export_and_import(value):

@@ -24,6 +24,8 @@ from routing.models import Assignment
 from routing.monitoring.alerts import notify_webhook
 from tests.routing.delivery.conftest import webhook_delivery
 
+pytestmark = pytest.mark.reliability
+
 _real_getaddrinfo = socket.getaddrinfo
 
 # Names a resolver of ours answers, so no test depends on the real DNS.

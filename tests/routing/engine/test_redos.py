@@ -35,7 +35,7 @@ from routing.models import Rule, RuleSet
 from routing.versions import ruleset_new_draft
 from tests.routing.factories import make_rep, published_ruleset, team_with
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.reliability]
 
 NESTED = r"(a+)+$"
 ALTERNATION = r"(x|x)*y"
