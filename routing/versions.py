@@ -30,9 +30,11 @@ from routing.decisions import (
     RulesetNotFound,
     SourceNotFound,
     _decide,
+    _Snapshot,
     _snapshot,
     lead_facts,
     live_config,
+    local_midnight,
     simulate,
 )
 from routing.engine import RepState, RotationState, RuleErrors, TeamSpec, choose_member
@@ -488,6 +490,25 @@ def _after(config: LiveConfig, lead: Lead, snap: Any, now: datetime) -> Outcome:
     )
 
 
+def _release(snap: _Snapshot, active: Assignment | None, now: datetime) -> None:
+    """Take a replayed lead's own assignment off its holder's load before it is decided again:
+    routed anew, the lead would not be among its holder's open leads (nor today's, if it was
+    assigned today). Without this a rep at their cap "lost" every lead they hold on a replay of
+    unchanged rules. Counts that were not read (no cap, not least-loaded) stay at 0."""
+    if active is None or active.rep_id is None:
+        return
+    rep = snap.reps.get(active.rep_id)
+    if rep is None:
+        return
+    open_count = rep.open_count
+    if active.touched_at is None:
+        open_count = max(0, open_count - 1)
+    assigned_today = rep.assigned_today
+    if active.assigned_at >= local_midnight(now, rep.timezone):
+        assigned_today = max(0, assigned_today - 1)
+    snap.reps[rep.id] = replace(rep, open_count=open_count, assigned_today=assigned_today)
+
+
 def _replayed_leads(ids: Sequence[Any]) -> list[Lead]:
     """The leads of ``ids`` with their source and current assignment, in the order of ``ids``."""
     leads = (
@@ -538,6 +559,7 @@ def ruleset_replay(
             assigned = lead.active_assignments  # type: ignore[attr-defined]  # prefetched
             active = assigned[0] if assigned else None
             before = _before(lead, active)
+            _release(snap, active, now)
             # A microsecond apart per lead, so "assigned least recently" orders the replayed
             # assignments as routing them one after another would.
             after = _after(config, lead, snap, now + timedelta(microseconds=considered))

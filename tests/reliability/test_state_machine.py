@@ -577,12 +577,14 @@ class RoutingMachine(RuleBasedStateMachine):
         )[-limit:]
         assert result.considered == len(processed)
         turn: dict[int, tuple[int | None, int | None]] = {}
-        # Today's open counts, as ruleset_replay starts from. They include the replayed leads
-        # themselves, so a lead held by a rep at its cap replays as going elsewhere even under
-        # the same rules. The model mirrors that double count; it is recorded, not endorsed.
+        # Today's open counts, as ruleset_replay starts from; each replayed lead is decided as
+        # if new, so its own open assignment comes off its holder's load first (before that
+        # fix, found by this machine, a rep at their cap "lost" their leads on any replay).
         load = self._loads()
         after: Counter[str] = Counter()
         for lead in processed:
+            if lead.owner is not None and not lead.touched:
+                load[lead.owner] = max(0, load[lead.owner] - 1)
             pick = self.decide(lead.country, turn, load, variant)
             if pick.turn is not None:
                 turn[pick.turn[0]] = (pick.turn[1], pick.turn[2])

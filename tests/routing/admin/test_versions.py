@@ -180,6 +180,19 @@ def test_replay_counts_each_replayed_lead_against_its_new_owner(live, emea):
     assert after == {"LL0 <ll0@x.example>": 4, "LL1 <ll1@x.example>": 4, "LL2 <ll2@x.example>": 1}
 
 
+def test_replaying_the_same_rules_changes_nothing_for_a_rep_at_their_cap(live, emea):
+    """A replayed lead is routed again as if it were new: its own open assignment no longer
+    counts against its holder. Ana (cap 1) holds one open lead; replaying the live rules must
+    leave it with her, not report it as moving because she is "full" with that very lead."""
+    ana = Rep.objects.get(email="ana@x.example")
+    Rep.objects.filter(pk=ana.pk).update(max_open=1, max_per_day=1)
+    _processed_lead(ana, emea)
+    result = ruleset_replay(ruleset=live, limit=500)
+    assert result.considered == 1
+    assert [(row.before.rep, row.after.rep, row.changed) for row in result.rows] == []
+    assert {rep: (b, a) for rep, b, a, _d in result.per_rep} == {"Ana <ana@x.example>": (1, 1)}
+
+
 def test_publish_with_failing_test_cases_needs_a_confirmation(client_revops, revops, live, emea):
     draft = ruleset_new_draft(ruleset=live)
     Rule.objects.filter(ruleset=draft).update(action={"type": "exclude", "reason": "paused"})
