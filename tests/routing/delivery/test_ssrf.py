@@ -274,9 +274,11 @@ class Trap:
                 if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
                     return
                 raise
-            conn.close()
+            # Counted before the close: the close is what ends the client's request, and a
+            # count made after it raced the test's next read (a flaky 0 under load).
             with self._lock:
                 self.accepted += 1
+            conn.close()
 
     def _serve(self) -> None:
         while not self._stop.is_set():
