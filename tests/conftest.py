@@ -83,3 +83,48 @@ def _fresh_live_config() -> Iterator[None]:
     clear_live_config_cache()
     yield
     clear_live_config_cache()
+
+
+# Fixtures through which a test reaches the database, the broker or the cache: a test that uses
+# none of them (and has no django_db or service mark) cannot behave differently on PostgreSQL
+# and Redis than on the embedded defaults.
+_SERVICE_FIXTURES = {
+    "db",
+    "transactional_db",
+    "client",
+    "admin_client",
+    "admin_user",
+    "django_user_model",
+    "live_server",
+    "broker_is_redis",
+    "settings",
+}
+_SERVICE_MARKS = ("django_db", "postgres", "redis", "worker", "browser", "reliability")
+
+
+# The modules of code that is free of Django by design: the decision core and normalisation.
+_PURE_MODULES = (
+    "tests/routing/engine/",
+    "tests/leads/test_normalize.py",
+    "tests/routing/admin/test_describe.py",
+    "tests/routing/delivery/test_backoff.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``LEADROUTER_SKIP_SERVICE_FREE=1`` (CI's PostgreSQL + Redis run only): deselect the tests
+    of the Django-free code (_PURE_MODULES) that use no database, broker, cache or settings. The
+    embedded run has just run them, and they cannot give another answer on PostgreSQL and Redis;
+    CI saves their time (a third of the suite's tests, mostly Hypothesis properties)."""
+    if os.environ.get("LEADROUTER_SKIP_SERVICE_FREE") != "1":
+        return
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        uses = set(getattr(item, "fixturenames", ()))
+        marked = any(item.get_closest_marker(m) is not None for m in _SERVICE_MARKS)
+        pure = item.nodeid.startswith(_PURE_MODULES)
+        (dropped if pure and not marked and not uses & _SERVICE_FIXTURES else keep).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

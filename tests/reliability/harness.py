@@ -402,9 +402,15 @@ def assert_exact_routing(routed_leads: int) -> None:
 
 
 def assert_one_received_event_each(leads: int) -> None:
+    """One ``received`` event per lead, one outcome event per lead in a final state (``assigned``
+    or ``failed``, as its status), and no other event on any lead: nothing doubled by a retry."""
     received = Event.objects.filter(type="received").values("lead").annotate(n=Count("id"))
     assert received.count() == leads
     assert received.aggregate(m=Max("n"))["m"] == 1
+    statuses = Counter(Lead.objects.values_list("status", flat=True))
+    outcomes = {status: n for status, n in statuses.items() if status in ("assigned", "failed")}
+    on_leads = Counter(Event.objects.filter(lead__isnull=False).values_list("type", flat=True))
+    assert dict(on_leads) == {"received": leads, **outcomes}, (on_leads, statuses)
 
 
 LOG_SIGNS = {

@@ -321,6 +321,8 @@ def test_two_beats_handle_every_breach_once_and_in_time(  # type: ignore[no-unty
 
     report = audit_verify()
     assert report.ok, [str(f) for f in report.findings[:10]]
+    # The two beats' checks did run at the same time (else this proves nothing about duplicates).
+    assert _overlapping(check_runs) > 0, check_runs
     report_figures(
         "duplicate_beat",
         {

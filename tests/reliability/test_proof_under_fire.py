@@ -340,14 +340,10 @@ def test_web_crash_between_commit_and_publish_every_committed_lead_is_routed_by_
     assert Lead.objects.count() == total
     emails = list(Lead.objects.values_list("raw_payload__email", flat=True))
     assert len(set(emails)) == total
-    doomed = {
-        lead.raw_payload["email"]
-        for lead in Lead.objects.all()
-        if crash.doomed(lead.pk, CRASH_ONE_IN)
-    }
+    doomed = {email for email in emails if crash.doomed(email, CRASH_ONE_IN)}
     assert dropped == doomed  # exactly the leads whose commit was followed by the crash
     assert web_log.count(crash.MARKER) == len(doomed)
-    assert len(doomed) >= total // CRASH_ONE_IN // 3  # the fault did happen, about 5 %
+    assert len(doomed) == total // CRASH_ONE_IN  # the fault did happen: exactly 5 %
     assert statuses() == {"assigned": total}
     assert_exact_routing(total)
     assert_one_received_event_each(total)
@@ -666,6 +662,8 @@ def test_warm_worker_restarts_during_a_burst_lose_nothing_and_redeliver_little(s
     # heavy load a lead can also outlive its 10 s test lease and be claimed again, which is
     # why this is not "2 per stop", the pool size.)
     assert extra_claims <= sum(int(str(r["in_flight"])) for r in restarts), restarts
+    # The stops met work in flight (else the test proves nothing about deploys).
+    assert sum(int(str(r["in_flight"])) for r in restarts) > 0, restarts
     assert attempts["most"] <= 2
     for r in restarts:
         assert float(r["exit_s"]) < 5 + 15, restarts  # the soft timeout plus start-up slack
