@@ -93,8 +93,10 @@ def test_web_worker_and_beat_run_together_and_stop_on_ctrl_c(tmp_path, settings)
     try:
         waited = wait_until(
             lambda: _status(f"{base}/readyz") == 200,
-            timeout=60,
-            message=f"/readyz never answered 200:\n{stack.text()[-4000:]}",
+            # migrate, seed_demo and collectstatic (a fresh clone has no static yet) run first;
+            # on CI's two busy cores that has taken more than a minute.
+            timeout=150,
+            message=lambda: f"/readyz never answered 200:\n{stack.text()[-4000:]}",
         )
         print(f"first 200 from /readyz after {waited:.1f}s")
 
@@ -102,7 +104,7 @@ def test_web_worker_and_beat_run_together_and_stop_on_ctrl_c(tmp_path, settings)
         wait_until(
             lambda: "Three things to try" in stack.text(),
             timeout=30,
-            message=f"no first-steps hints:\n{stack.text()[-4000:]}",
+            message=lambda: f"no first-steps hints:\n{stack.text()[-4000:]}",
         )
         assert f"{base}/dashboard/" in stack.text()
         assert "make spike" in stack.text()
@@ -111,7 +113,7 @@ def test_web_worker_and_beat_run_together_and_stop_on_ctrl_c(tmp_path, settings)
         wait_until(
             lambda: QueueHeartbeat.objects.count() == 4,
             timeout=90,
-            message=f"beat -> worker heartbeats missing:\n{stack.text()[-4000:]}",
+            message=lambda: f"beat -> worker heartbeats missing:\n{stack.text()[-4000:]}",
         )
 
         # The stack is web, worker and beat (plus make and honcho), each found by its
@@ -144,7 +146,7 @@ def test_web_worker_and_beat_run_together_and_stop_on_ctrl_c(tmp_path, settings)
                 not in (LeadStatus.RECEIVED, LeadStatus.PROCESSING)
             ),
             timeout=60,
-            message=f"lead {lead_id} never reached a final status:\n{stack.text()[-4000:]}",
+            message=lambda: f"lead {lead_id} never reached a final status:\n{stack.text()[-4000:]}",
         )
         print(f"lead processed {waited:.1f}s after the 202")
         lead = Lead.objects.get(id=lead_id)

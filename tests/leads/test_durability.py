@@ -106,7 +106,7 @@ def test_leads_accepted_during_an_outage_are_processed_once_the_broker_is_back(
                 ).exists()
             ),
             timeout=60,
-            message=f"leads not processed:\n{worker.text()[-3000:]}",
+            message=lambda: f"leads not processed:\n{worker.text()[-3000:]}",
         )
     for lead in Lead.objects.filter(id__in=ids):
         assert lead.status == LeadStatus.UNASSIGNED

@@ -281,7 +281,7 @@ class Stack:
         wait_until(
             lambda: http_get(f"{self.base}/healthz") == 200,
             timeout=60,
-            message=f"gunicorn did not start:\n{self.web.text()[-3000:]}",
+            message=lambda: f"gunicorn did not start:\n{self.web.text()[-3000:]}",
         )
 
     def start_sweeper(self, *, every: float, older_than: float, duration: float) -> None:

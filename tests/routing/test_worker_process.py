@@ -19,7 +19,7 @@ def test_a_worker_with_no_flags_consumes_every_declared_queue():
         wait_until(
             lambda: QueueHeartbeat.objects.filter(worker__contains="@test-").count() == len(queues),
             timeout=60,
-            message=f"not every queue was drained:\n{worker.text()[-3000:]}",
+            message=lambda: f"not every queue was drained:\n{worker.text()[-3000:]}",
         )
     seen = dict(QueueHeartbeat.objects.exclude(worker="").values_list("queue", "worker"))
     assert set(seen) == set(queues)

@@ -132,16 +132,25 @@ def free_port() -> int:
 
 
 def wait_until(
-    predicate: Callable[[], object], timeout: float, interval: float = 0.2, message: str = ""
+    predicate: Callable[[], object],
+    timeout: float,
+    interval: float = 0.2,
+    message: str | Callable[[], str] = "",
 ) -> float:
-    """Poll ``predicate`` until it is truthy; return the seconds it took."""
+    """Poll ``predicate`` until it is truthy; return the seconds it took.
+
+    ``message`` may be a callable, so that a process's output is read when the wait fails, not
+    when it starts (an f-string argument is evaluated before the first poll, when the output is
+    usually still empty).
+    """
     start_at = time.monotonic()
     deadline = start_at + timeout
     while time.monotonic() < deadline:
         if predicate():
             return time.monotonic() - start_at
         time.sleep(interval)
-    raise AssertionError(message or f"condition not met within {timeout}s")
+    text = message() if callable(message) else message
+    raise AssertionError(text or f"condition not met within {timeout}s")
 
 
 def processes_with_env(name: str, value: str) -> dict[int, str]:

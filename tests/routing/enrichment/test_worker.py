@@ -79,7 +79,7 @@ def test_two_worker_processes_enrich_every_lead_within_the_shared_rate(provider)
             all_finished,
             timeout=120,
             interval=0.5,
-            message=f"leads still pending:\n{one.text()[-3000:]}\n{two.text()[-3000:]}",
+            message=lambda: f"leads still pending:\n{one.text()[-3000:]}\n{two.text()[-3000:]}",
         )
     statuses = dict(
         Lead.objects.values_list("enrichment_status").annotate(n=Count("id")).order_by()

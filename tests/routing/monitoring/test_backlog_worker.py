@@ -70,7 +70,7 @@ def test_a_stopped_worker_opens_one_backlog_alert_and_a_draining_worker_resolves
         wait_until(
             refreshed_while_draining,
             timeout=120,
-            message=f"the worker did not drain:\n{worker.text()[-4000:]}",
+            message=lambda: f"the worker did not drain:\n{worker.text()[-4000:]}",
         )
     report = backlog_check()
     assert report.received == 0

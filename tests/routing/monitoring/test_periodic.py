@@ -90,7 +90,7 @@ def test_beat_itself_reports_a_queue_nobody_drains_with_no_worker_running() -> N
                 kind=AlertKind.WORKER, subject="routing", status=AlertStatus.OPEN
             ).exists(),
             timeout=60,
-            message=f"beat did not raise the worker alert:\n{beat.text()[-4000:]}",
+            message=lambda: f"beat did not raise the worker alert:\n{beat.text()[-4000:]}",
         )
     finally:
         beat.stop()
