@@ -544,7 +544,7 @@ def _default_sla() -> int | None:
 
 def _lock_team(team_id: int) -> RotationState:
     state = (
-        Team.objects.select_for_update()
+        Team.objects.select_for_update(no_key=True)
         .filter(pk=team_id)
         .values_list("rotation_state", flat=True)
         .first()
@@ -562,7 +562,7 @@ def _lock_rep(config: LiveConfig, rep_id: int, now: datetime) -> RepState | None
     assignment to this rep. A rep without caps (and outside least_loaded teams) needs no count.
     """
     plain = [name for name in _REP_COLUMNS if name not in ("open_count", "assigned_today")]
-    row = Rep.objects.select_for_update().filter(pk=rep_id).values(*plain).first()
+    row = Rep.objects.select_for_update(no_key=True).filter(pk=rep_id).values(*plain).first()
     if row is None:
         return None
     if (

@@ -189,7 +189,7 @@ def _assign_sticky(lead: Lead, now: datetime) -> Assignment | None:
     """
     if lead.duplicate_of_id is None:
         return None
-    original = Lead.objects.select_for_update().filter(pk=lead.duplicate_of_id).first()
+    original = Lead.objects.select_for_update(no_key=True).filter(pk=lead.duplicate_of_id).first()
     if original is None:
         return None
     if original.status in (LeadStatus.RECEIVED, LeadStatus.PROCESSING):
@@ -262,7 +262,9 @@ def _record_assigned(
 def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
     with transaction.atomic(durable=True):
         lead = (
-            Lead.objects.select_for_update()
+            # The lead's row only (`of`), and NO KEY: the source row stays unlocked, so the
+            # intake's foreign key checks on it (FOR KEY SHARE at COMMIT) never wait for routing.
+            Lead.objects.select_for_update(of=("self",), no_key=True)
             .select_related("source")
             .filter(id=lead_uuid, status=LeadStatus.PROCESSING, claimed_until=lease)
             .first()
@@ -341,7 +343,7 @@ class LeadActionError(Exception):
 
 
 def _locked_lead(lead_id: uuid.UUID | str) -> Lead:
-    lead = Lead.objects.select_for_update().filter(pk=lead_id).first()
+    lead = Lead.objects.select_for_update(no_key=True).filter(pk=lead_id).first()
     if lead is None:
         raise LeadActionError("not_found", "No such lead.", 404)
     return lead
@@ -569,7 +571,11 @@ def rep_reroute_open_leads(
     )
     for lead_id in lead_ids:
         with transaction.atomic():
-            lead = Lead.objects.select_for_update().select_related("source").get(pk=lead_id)
+            lead = (
+                Lead.objects.select_for_update(of=("self",), no_key=True)
+                .select_related("source")
+                .get(pk=lead_id)
+            )
             current = _current_assignment(lead)
             if current is None or current.rep_id != rep_id or current.touched_at is not None:
                 continue  # moved or touched meanwhile

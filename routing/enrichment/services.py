@@ -142,7 +142,7 @@ class _Claim:
     def locked_lead(self) -> Lead | None:
         """The lead under a row lock, if this claim still holds it (else None: writes nothing)."""
         lead = (
-            Lead.objects.select_for_update()
+            Lead.objects.select_for_update(no_key=True)
             .filter(
                 _PARKED,
                 id=self.lead_id,

@@ -351,7 +351,7 @@ def _breach_locked(assignment_id: int, now: datetime) -> SlaBreach | None:
     lead_id = Assignment.objects.filter(pk=assignment_id).values_list("lead_id", flat=True).first()
     if lead_id is None:
         return None
-    lead = Lead.objects.select_for_update().filter(pk=lead_id).first()
+    lead = Lead.objects.select_for_update(no_key=True).filter(pk=lead_id).first()
     if lead is None:
         return None
     assignment = (
@@ -429,7 +429,9 @@ def _reassign_within_team(
     team = config.teams.get(current.team_id) if config is not None else None
     if config is None or team is None:
         return None, "no published ruleset knows its team"
-    Team.objects.select_for_update().filter(pk=team.id).values_list("pk", flat=True).first()
+    Team.objects.select_for_update(no_key=True).filter(pk=team.id).values_list(
+        "pk", flat=True
+    ).first()
     had = set(Assignment.objects.filter(lead=lead).values_list("rep_id", flat=True))
     snap = _snapshot(config, now)
     order = {rep_id: position for position, (rep_id, _weight) in enumerate(team.members)}
