@@ -57,9 +57,13 @@ def managed_team_ids(user: Any) -> list[int] | None:
     return list(Team.objects.filter(manager_id=user.pk).values_list("pk", flat=True))
 
 
-def leads_visible_to(user: Any) -> QuerySet[Lead]:
-    """The leads ``user`` may open: all, or those currently owned within the teams they manage."""
-    leads = Lead.objects.all()
+def leads_visible_to(user: Any, leads: QuerySet[Lead] | None = None) -> QuerySet[Lead]:
+    """The leads ``user`` may open: all, or those currently owned within the teams they manage.
+
+    ``leads`` narrows a queryset of the caller's (the lead admin passes its own); by default all
+    leads.
+    """
+    leads = Lead.objects.all() if leads is None else leads
     teams = managed_team_ids(user)
     if teams is None:
         return leads

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.contrib import admin, messages
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -193,15 +193,9 @@ class LeadAdmin(admin.ModelAdmin):
         """Scoped like the history pages: a manager who is also staff, under
         HISTORY_SCOPE_TO_MANAGED_TEAMS, finds here only the leads owned within their teams
         (another team's lead is "not found", as on /history/<id>/)."""
-        from audit.selectors import managed_team_ids  # audit builds on leads
-        from routing.models import Assignment  # routing builds on leads
+        from audit.selectors import leads_visible_to  # audit builds on leads
 
-        leads = super().get_queryset(request)
-        teams = managed_team_ids(request.user)
-        if teams is None:
-            return leads
-        owned = Assignment.objects.filter(lead=OuterRef("pk"), active=True, team_id__in=teams)
-        return leads.filter(Exists(owned))
+        return leads_visible_to(request.user, super().get_queryset(request))
 
     def get_readonly_fields(self, request: HttpRequest, obj: Lead | None = None) -> list[str]:
         return [f.name for f in Lead._meta.fields]

@@ -538,7 +538,7 @@ def leads_release_abandoned_enrichment(*, now: datetime, batch_size: int = 500) 
             enrichment_next_at__lt=now - timedelta(seconds=wait),
         ).order_by("enrichment_next_at")
         if connection.features.has_select_for_update_skip_locked:
-            stuck = stuck.select_for_update(skip_locked=True)
+            stuck = stuck.select_for_update(skip_locked=True, no_key=True)
         for lead in stuck[:batch_size]:
             record = dict(lead.enrichment) if isinstance(lead.enrichment, dict) else {}
             record["http"] = {**record.get("http", {}), "status": "failed", "reason": reason}
@@ -593,7 +593,7 @@ def leads_requeue_stale(
                 .order_by("queued_at")
             )
             if connection.features.has_select_for_update_skip_locked:
-                stale = stale.select_for_update(skip_locked=True)
+                stale = stale.select_for_update(skip_locked=True, no_key=True)
             ids = list(stale.values_list("id", flat=True)[:batch_size])
             # The rows are old and committed, so publishing inside this transaction is safe;
             # it lets the stamp cover exactly what reached the broker.

@@ -349,7 +349,13 @@ _LOGGED_OUTCOME = {"refused": "refused", "gone": "gone"}
 def _attempt_record(*, delivery_id: int, number: int, result: _Result, ms: int) -> str | None:
     """Log the attempt and move the delivery on (delivered, retry at, failed, cancelled)."""
     now = timezone.now()
-    delivery = Delivery.objects.select_for_update().select_related("assignment").get(pk=delivery_id)
+    # The delivery's row only, NO KEY: the assignment is only read here, and locking it would
+    # queue this (after the send) behind a touch, an SLA check or a reassignment of it.
+    delivery = (
+        Delivery.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("assignment")
+        .get(pk=delivery_id)
+    )
     outcome = result.outcome
     next_at: datetime | None = None
     if outcome == "retry":

@@ -472,7 +472,7 @@ def enrichment_sweep_due(*, now: datetime | None = None, batch_size: int | None 
             _PARKED, enrichment_status=EnrichmentStatus.PENDING, enrichment_next_at__lte=now
         ).order_by("enrichment_next_at")
         if connection.features.has_select_for_update_skip_locked:
-            due = due.select_for_update(skip_locked=True)
+            due = due.select_for_update(skip_locked=True, no_key=True)
         ids = list(due.values_list("id", flat=True)[:budget])
         if ids:
             free = max(
@@ -498,7 +498,7 @@ def _hand_back_stragglers(*, now: datetime, batch_size: int) -> int:
             enrichment_next_at__lte=now,
         ).order_by("enrichment_next_at")
         if connection.features.has_select_for_update_skip_locked:
-            finished = finished.select_for_update(skip_locked=True)
+            finished = finished.select_for_update(skip_locked=True, no_key=True)
         ids = list(finished.values_list("id", flat=True)[:batch_size])
         published = leads_enqueue(ids) if ids else 0
         if published:
