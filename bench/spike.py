@@ -143,6 +143,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--drain-timeout", type=float, default=1800.0)
+    parser.add_argument(
+        "--baseline-leads",
+        type=int,
+        default=None,
+        help="requests for the bare-view baseline, offered at the spike's rate (default --leads; "
+        "a long memory run needs no 100,000-request baseline)",
+    )
     args = parser.parse_args()
 
     database_url = os.environ.get(
@@ -202,28 +209,40 @@ def main() -> int:
             "web": _rss_kib(server.pid),
             "workers": sum(_rss_kib(p.pid) for p in workers.procs),
         }
-        base = offered_load(port, "/bench/bare/", args.leads, args.seconds)
-        spike = offered_load(port, "/api/v1/intake/webinar/", args.leads, args.seconds)
-        count = (
-            "from leads.models import Lead; "
-            "print(Lead.objects.exclude(status__in=['received','processing']).count(), "
-            "Lead.objects.count())"
+        base_leads = min(args.baseline_leads or args.leads, args.leads)
+        base = offered_load(
+            port, "/bench/bare/", base_leads, args.seconds * base_leads / args.leads
         )
+        samples: list[tuple[float, int, int, int]] = []
+        spike = offered_load(port, "/api/v1/intake/webinar/", args.leads, args.seconds)
+        # Polled over one plain connection: a `manage.py shell` per poll would take a second of
+        # the CPU the workers are draining with.
+        import psycopg
+
         deadline = time.monotonic() + args.drain_timeout
         routed = total = 0
-        while time.monotonic() < deadline:
-            out = subprocess.run(
-                [*manage, "shell", "-c", count],
-                cwd=ROOT,
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout.split()
-            routed, total = int(out[-2]), int(out[-1])
-            if routed == total:
-                break
-            time.sleep(1)
+        next_sample = time.monotonic() + 60
+        with psycopg.connect(database_url, autocommit=True) as db:
+            while time.monotonic() < deadline:
+                row = db.execute(
+                    "SELECT count(*) FILTER (WHERE status NOT IN ('received', 'processing')), "
+                    "count(*) FROM leads_lead"
+                ).fetchone()
+                assert row is not None
+                routed, total = int(row[0]), int(row[1])
+                if time.monotonic() >= next_sample:
+                    next_sample += 60
+                    samples.append(
+                        (
+                            time.monotonic() - spike["started"],
+                            routed,
+                            _rss_kib(server.pid),
+                            sum(_rss_kib(p.pid) for p in workers.procs),
+                        )
+                    )
+                if routed == total:
+                    break
+                time.sleep(2)
         drained = time.monotonic() - spike["started"]
         rss_after = {
             "web": _rss_kib(server.pid),
@@ -278,6 +297,13 @@ def main() -> int:
     for name in ("web", "workers"):
         before, after = rss_before[name] / 1024, rss_after[name] / 1024
         print(f"| {name} | {before:.0f} MiB | {after:.0f} MiB | {after / max(before, 1e-9):.2f} |")
+    if samples:
+        print("\nWhile draining (after the posting ended), once a minute:\n")
+        print("| since first post | leads routed | web RSS | workers RSS |")
+        print("| ---: | ---: | ---: | ---: |")
+        for since, done, web_kib, workers_kib in samples:
+            web_mib, workers_mib = web_kib / 1024, workers_kib / 1024
+            print(f"| {since:.0f} s | {done:,} | {web_mib:.0f} MiB | {workers_mib:.0f} MiB |")
     ok = spike["errors"] == 0 and routed == total == spike["accepted"] + warm and twice == "0"
     return 0 if ok else 1
 
