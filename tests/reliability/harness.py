@@ -25,12 +25,14 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ from django.db.models import Count, Max
 
 from audit.models import Event
 from leads.models import Lead, LeadStatus
+from routing.delivery import signing
 from routing.models import Assignment, TeamMembership
 from tests.support.processes import (
     BIN,
@@ -85,8 +88,14 @@ FAULT_SETTINGS = {
     # The sweeper's (and gunicorn's) publishing pause after a broker failure: short here so a
     # test waits seconds, not the default 30 s, once the broker is back.
     "BROKER_BREAKER_SECONDS": "2",
-    # Routing is under test, not the rep's e-mail: no delivery work competing for the 2 cores.
+    # No e-mail to the reps: the SIGKILL test's webhooks to a CRM stand-in are the delivery work.
     "DELIVERY_EMAIL_ENABLED": "0",
+    # That CRM listens on loopback. A delivery attempt cut short by a kill is sent again once
+    # its lease is over (production: the 10 s timeout + 50 s).
+    "DELIVERY_ALLOW_PRIVATE_URLS": "1",
+    "DELIVERY_TIMEOUT_SECONDS": "5",
+    "DELIVERY_LEASE_SECONDS": "15",
+    "DELIVERY_REDISPATCH_SECONDS": "15",
     "LOG_LEVEL": "INFO",
 }
 
@@ -284,9 +293,12 @@ class Stack:
             message=lambda: f"gunicorn did not start:\n{self.web.text()[-3000:]}",
         )
 
-    def start_sweeper(self, *, every: float, older_than: float, duration: float) -> None:
+    def start_sweeper(
+        self, *, every: float, older_than: float, duration: float, deliveries: bool = False
+    ) -> None:
         args = [str(BIN / "python"), "-m", "tests.reliability.sweeper"]
         args += ["--every", str(every), "--older-than", str(older_than), "--for", str(duration)]
+        args += ["--deliveries"] if deliveries else []
         self.sweeper = start(args, self.env)
         self.sweeper.wait_for_output("sweeper ready", timeout=60)
 
@@ -401,16 +413,17 @@ def assert_exact_routing(routed_leads: int) -> None:
     assert sorted(Counter(routed).values()) == [low] * (REPS - extra) + [low + 1] * extra
 
 
-def assert_one_received_event_each(leads: int) -> None:
+def assert_one_received_event_each(leads: int, also: dict[str, int] | None = None) -> None:
     """One ``received`` event per lead, one outcome event per lead in a final state (``assigned``
-    or ``failed``, as its status), and no other event on any lead: nothing doubled by a retry."""
+    or ``failed``, as its status), ``also`` (e.g. ``{"delivered": n}``), and no other event on any
+    lead: nothing doubled by a retry."""
     received = Event.objects.filter(type="received").values("lead").annotate(n=Count("id"))
     assert received.count() == leads
     assert received.aggregate(m=Max("n"))["m"] == 1
     statuses = Counter(Lead.objects.values_list("status", flat=True))
     outcomes = {status: n for status, n in statuses.items() if status in ("assigned", "failed")}
     on_leads = Counter(Event.objects.filter(lead__isnull=False).values_list("type", flat=True))
-    assert dict(on_leads) == {"received": leads, **outcomes}, (on_leads, statuses)
+    assert dict(on_leads) == {"received": leads, **outcomes, **(also or {})}, (on_leads, statuses)
 
 
 LOG_SIGNS = {
@@ -437,6 +450,120 @@ def report_figures(name: str, figures: dict[str, object]) -> None:
     if out:
         with open(out, "a") as fh:
             fh.write(line + "\n")
+
+
+# --- A CRM stand-in ------------------------------------------------------------------------------
+
+
+class WebhookReceiver:
+    """A CRM on loopback: it records every webhook's ``webhook-id`` and lead, checks its
+    Standard Webhooks signature, and answers 200 after ``delay`` seconds. A CRM that honours
+    Standard Webhooks acts once per ``webhook-id``: ``effects()`` counts those, per lead.
+
+    ``hold_next()`` keeps the next request waiting (unanswered) and says which client port sent
+    it, so that a test can kill the process in the middle of that send."""
+
+    def __init__(self, delay: float = 0.05) -> None:
+        self.received: list[tuple[str, str]] = []  # (webhook-id, lead id), in arrival order
+        self.bodies: dict[str, set[bytes]] = {}  # webhook-id -> the bodies sent with it
+        self.bad_signatures = 0
+        self.secret = ""  # the endpoint's, once it exists
+        self._lock = threading.Lock()
+        self._armed = False
+        self._held = threading.Event()
+        self._release = threading.Event()
+        self.held_port: int | None = None
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                message_id = self.headers.get("webhook-id", "")
+                expected = signing.signature(
+                    secret=receiver.secret,
+                    message_id=message_id,
+                    timestamp=int(self.headers.get("webhook-timestamp") or 0),
+                    body=body,
+                )
+                with receiver._lock:
+                    receiver.received.append((message_id, json.loads(body)["data"]["lead"]["id"]))
+                    receiver.bodies.setdefault(message_id, set()).add(body)
+                    if self.headers.get("webhook-signature") != expected:
+                        receiver.bad_signatures += 1
+                    hold, receiver._armed = receiver._armed, False
+                if hold:
+                    receiver.held_port = self.client_address[1]
+                    receiver._held.set()
+                    receiver._release.wait(60)
+                time.sleep(delay)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        # A sender killed mid-request leaves a broken pipe: expected here, not worth a traceback.
+        self._server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/crm/leads"
+
+    def hold_next(self, timeout: float) -> int | None:
+        """Hold the next request unanswered; the client port that sent it (None: none came)."""
+        self._held.clear()
+        self._release.clear()
+        with self._lock:
+            self._armed = True
+        if self._held.wait(timeout):
+            return self.held_port
+        with self._lock:
+            self._armed = False
+        return None
+
+    def release(self) -> None:
+        self._release.set()
+
+    def effects(self) -> Counter[str]:
+        """Per lead, how many distinct webhooks (by ``webhook-id``) reached the CRM."""
+        with self._lock:
+            return Counter(lead for _, lead in set(self.received))
+
+    def message_ids(self) -> set[str]:
+        with self._lock:
+            return {message for message, _ in self.received}
+
+    def resends(self) -> int:
+        """Requests beyond the first of each ``webhook-id`` (at-least-once sends)."""
+        with self._lock:
+            return len(self.received) - len({message for message, _ in self.received})
+
+    def close(self) -> None:
+        self._release.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def pid_with_socket(local_port: int, pids: list[int]) -> int | None:
+    """Which of ``pids`` holds the loopback TCP socket bound to ``local_port`` (Linux /proc)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == local_port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").glob("*"):
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) in inodes:
+                    return pid
+    return None
 
 
 # --- A throwaway PostgreSQL cluster --------------------------------------------------------------

@@ -376,7 +376,8 @@ def test_web_crash_between_commit_and_publish_every_committed_lead_is_routed_by_
 
 # --- 6. PostgreSQL stopped during a burst -------------------------------------------------------
 
-PG_DOWN_SECONDS = 6
+# CI 6 s; the guide's 30 s at scale 10 (`make reliability`).
+PG_DOWN_SECONDS = min(30, max(6, round(3 * SCALE)))
 
 
 def post_answer(url: str, body: object, token: str) -> tuple[int, dict[str, str], str, float]:
@@ -425,9 +426,10 @@ def test_postgres_stopped_during_a_burst_intake_answers_503_json_and_no_accepted
 ):  # type: ignore[no-untyped-def]
     """A PostgreSQL cluster of the test's own (initdb + pg_ctl on a free port; never the
     machine's) is stopped with ``pg_ctl stop -m fast`` in the middle of a burst of single leads
-    and started again 6 s later. Every intake answer is 202, or 503 JSON with ``Retry-After``
-    (never an HTML 500, never a hang); every accepted lead ends assigned exactly once; no lead
-    the intake refused exists (so no message was published for a row that is not there)."""
+    and started again PG_DOWN_SECONDS later (CI 6 s, 30 s at scale 10). Every intake answer is
+    202, or 503 JSON with ``Retry-After`` (never an HTML 500, never a hang); every accepted lead
+    ends assigned exactly once; no lead the intake refused exists (so no message was published
+    for a row that is not there)."""
     pg = throwaway_postgres
     url = pg.create_database("leadrouter")
     s = stack(DATABASE_URL=url)
@@ -493,7 +495,8 @@ def test_postgres_stopped_during_a_burst_intake_answers_503_json_and_no_accepted
     before = len(results)
     stopped_at = time.monotonic()
     pg.stop("fast")
-    burst(4 * per_phase, until=stopped_at + PG_DOWN_SECONDS)  # the database down (6 s)
+    burst(4 * per_phase, until=stopped_at + PG_DOWN_SECONDS)  # the database down
+    time.sleep(max(0.0, stopped_at + PG_DOWN_SECONDS - time.monotonic()))  # down that long
     pg.start()
     restarted_at = time.monotonic()
     during = results[before:]
