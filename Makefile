@@ -10,7 +10,7 @@ PORT ?= 8000
 export UV_PYTHON_DOWNLOADS ?= never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: setup run test test-services reliability lint format migrate seed spike traffic bench clean help
+.PHONY: setup run test test-services reliability lint format migrate seed spike traffic bench bench-memory clean help
 
 help:
 	@echo "make run     set up and run web + worker + beat (embedded SQLite and broker by default)"
@@ -20,6 +20,8 @@ help:
 	@echo "             CI's traffic (needs DATABASE_URL and REDIS_URL)"
 	@echo "make spike   (with make run up) post a webinar spike of SPIKE=400 demo leads"
 	@echo "make traffic (with make run up) post COUNT=200 demo leads at RATE=5 per second"
+	@echo "make bench   every benchmark in bench/ (needs PostgreSQL and Redis; docs/benchmarks.md)"
+	@echo "make bench-memory  RSS of web and workers after 100,000 leads (45 minutes)"
 
 # Bootstrap uv into a virtualenv of its own. Where `python3 -m venv` does not work (Debian and
 # Ubuntu without python3-venv), install it with `pip install --user` instead (the retry covers
@@ -121,6 +123,12 @@ format: setup
 
 bench: setup
 	$(PY) -m bench
+
+# Memory after 100,000 leads: the spike at the webinar's rate for ten minutes, RSS of web and
+# workers before, once a minute while draining, and after (45 minutes on 2 cores).
+bench-memory: setup
+	$(PY) -m bench.spike --leads 100000 --seconds 600 --workers 2 --baseline-leads 10000 \
+	  --drain-timeout 4000
 
 clean:
 	rm -rf $(VENV) .tools var .pytest_cache .mypy_cache .ruff_cache

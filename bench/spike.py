@@ -12,7 +12,9 @@ worker processes, then, in one run:
   keep-alive connections, evenly paced) against a bare DRF view in the same gunicorn: accept
   latency p50 / p99 and errors;
 - **spike**: the offered load against the single-lead intake, as a webinar platform posting its
-  attendee list: accepted, errors (any answer but 202), accept latency p50 / p99 and its ratio
+  attendee list: accepted, errors (any answer but 202), the rate reached, accept latency p50 /
+  p99 from the send and from the request's slot in the schedule (which counts the wait of
+  requests that went out late because every client was busy), the latter's ratio
   to the baseline's, and the time from the first post until every lead is routed ("drain");
 - **memory**: the resident set size (RSS, summed over each process tree) of the web server and of
   the workers before the spike and after it, and the ratio.
@@ -70,6 +72,7 @@ def offered_load(port: int, path: str, leads: int, seconds: float) -> dict[str, 
     interval = seconds / leads
     start = time.monotonic() + 0.5
     latencies: list[float] = []
+    from_schedule: list[float] = []
     errors: list[str] = []
     ids: list[str] = []
     lock = threading.Lock()
@@ -77,7 +80,8 @@ def offered_load(port: int, path: str, leads: int, seconds: float) -> dict[str, 
     def client(k: int) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         for i in range(k, leads, CLIENTS):
-            delay = start + i * interval - time.monotonic()
+            due = start + i * interval
+            delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             body = json.dumps(
@@ -110,9 +114,13 @@ def offered_load(port: int, path: str, leads: int, seconds: float) -> dict[str, 
                 with lock:
                     errors.append(type(exc).__name__)
                 continue
-            took = time.monotonic() - sent
+            answered = time.monotonic()
             with lock:
-                latencies.append(took)
+                latencies.append(answered - sent)
+                # From the request's slot in the schedule: a request that went out late (every
+                # client busy with earlier ones) waited that long too, as a webinar platform's
+                # queue would have (measuring from the send alone hides it).
+                from_schedule.append(answered - due)
                 if status != 202:
                     errors.append(str(status))
                 elif path != "/bench/bare/":
@@ -132,6 +140,9 @@ def offered_load(port: int, path: str, leads: int, seconds: float) -> dict[str, 
         "accepted": len(ids),
         "p50_ms": _percentile(latencies, 0.5) * 1000,
         "p99_ms": _percentile(latencies, 0.99) * 1000,
+        "sched_p50_ms": _percentile(from_schedule, 0.5) * 1000,
+        "sched_p99_ms": _percentile(from_schedule, 0.99) * 1000,
+        "rate": leads / elapsed,
         "elapsed": elapsed,
         "started": start,
     }
@@ -272,16 +283,21 @@ def main() -> int:
         f"(concurrency 1), PostgreSQL + Redis; {args.leads:,} leads offered evenly over "
         f"{args.seconds:g} s by {CLIENTS} keep-alive clients\n"
     )
-    print("| path | sent | errors | p50 | p99 | p99 ratio to bare DRF |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     print(
-        f"| bare DRF view (baseline) | {base['sent']:,} | {base['errors']} | "
-        f"{base['p50_ms']:.1f} ms | {base['p99_ms']:.1f} ms | 1.00 |"
+        "| path | sent | errors | rate reached | p50 from send | p99 from send "
+        "| p50 from schedule | p99 from schedule | p99 from schedule, ratio to bare DRF |"
     )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, run in (("bare DRF view (baseline)", base), ("single-lead intake (spike)", spike)):
+        print(
+            f"| {name} | {run['sent']:,} | {run['errors']} | {run['rate']:.0f}/s | "
+            f"{run['p50_ms']:.1f} ms | {run['p99_ms']:.1f} ms | {run['sched_p50_ms']:.1f} ms | "
+            f"{run['sched_p99_ms']:.1f} ms | "
+            f"{run['sched_p99_ms'] / max(base['sched_p99_ms'], 1e-9):.2f} |"
+        )
     print(
-        f"| single-lead intake (spike) | {spike['sent']:,} | {spike['errors']} | "
-        f"{spike['p50_ms']:.1f} ms | {spike['p99_ms']:.1f} ms | "
-        f"{spike['p99_ms'] / max(base['p99_ms'], 1e-9):.2f} |"
+        f"\noffered {args.leads / args.seconds:.0f}/s; latency from send is the server's answer "
+        "time; from schedule it includes the wait of requests that went out late"
     )
     if spike["error_kinds"]:
         print(f"\nerrors: {spike['error_kinds']}")

@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -505,8 +506,14 @@ class WebhookReceiver:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        # A sender killed mid-request leaves a broken pipe: expected here, not worth a traceback.
-        self._server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
+        # A sender killed mid-request leaves a broken pipe: expected there, not worth a
+        # traceback. Every handler error is kept by type, for the test to check.
+        self.handler_errors: list[str] = []
+
+        def handle_error(request: object, client_address: object) -> None:
+            self.handler_errors.append(type(sys.exc_info()[1]).__name__)
+
+        self._server.handle_error = handle_error  # type: ignore[method-assign,assignment]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 

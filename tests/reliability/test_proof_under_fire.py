@@ -260,6 +260,10 @@ def test_broker_paused_during_a_burst_intake_stays_fast_and_every_lead_is_assign
     assert len(during) >= 20, len(during)  # the pause did fall into the burst
     slowest = max(sec for _, _, _, sec in results)
     assert p99(during) < 2.0, sorted(during)[-10:]
+    if SCALE >= 5:
+        # At the guide's size (30 s pause) its bound holds: kickoff p99 < 300 ms during the
+        # fault. CI's small run shares 2 cores with the other lane, hence 2 s above.
+        assert p99(during) < 0.3, sorted(during)[-10:]
     assert slowest < 5.0  # nothing hung (the client would wait 30 s)
     assert Lead.objects.count() == total
     assert statuses() == {"assigned": total}

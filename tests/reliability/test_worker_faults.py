@@ -160,7 +160,7 @@ def test_sigkilled_workers_lose_no_lead_and_assign_none_twice(stack, crm):  # ty
         finished_at = time.monotonic()
         delivered_in = wait_until(
             lambda: not Delivery.objects.exclude(status=DeliveryStatus.DELIVERED).exists(),
-            timeout=60 * WAIT_SCALE,
+            timeout=120 * WAIT_SCALE,
             interval=1,
             message=lambda: (
                 f"{Counter(Delivery.objects.values_list('status', flat=True))}\n{s.logs()}"
@@ -205,6 +205,10 @@ def test_sigkilled_workers_lose_no_lead_and_assign_none_twice(stack, crm):  # ty
     double_effects = sum(n - 1 for n in effects.values())
     assert double_effects == 0, [lead for lead, n in effects.items() if n > 1][:5]
     assert crm.bad_signatures == 0
+    # The stand-in's own failures: only the killed sender's broken connection is expected.
+    assert set(crm.handler_errors) <= {"BrokenPipeError", "ConnectionResetError"}, (
+        crm.handler_errors
+    )
     assert all(len(bodies) == 1 for bodies in crm.bodies.values())
     assert len(sends_killed) == 1, "no kill caught a webhook send in flight"
     assert crm.resends() >= 1
@@ -294,6 +298,9 @@ def test_broker_stopped_mid_burst_intake_answers_and_every_lead_is_processed(sta
             message=f"{Counter(Lead.objects.values_list('status', flat=True))}\n{s.logs()}",
         )
         recovered_in = time.monotonic() - restarted_at
+        if SCALE >= 5:
+            # The guide: every lead assigned within 3 minutes of the broker's recovery.
+            assert recovered_in <= 180, recovered_in
     finally:
         worker.stop()
     connection.close()
