@@ -201,7 +201,10 @@ def test_negative_control_python_re_would_blow_the_per_lead_bound(
             }
         ],
     }
-    facts = LeadFacts(fields={"title": "a" * 20 + "!"})
+    # 22 a's: 2**22 backtracking paths for `re`, several times the bound even on a fast idle
+    # core (20 took only 76 ms once in CI, against 211-399 ms usually).
+    value = "a" * 22 + "!"
+    facts = LeadFacts(fields={"title": value})
 
     def timed(ruleset: Any) -> float:
         started = time.perf_counter()
@@ -217,7 +220,7 @@ def test_negative_control_python_re_would_blow_the_per_lead_bound(
     monkeypatch.setattr(engine_operators, "re2", backtracking)
     with_re = timed(compile_ruleset(rules, value_lists={}, known_teams={}, known_reps={}))
     print(
-        f"[redos figures] control input=21 chars "
+        f"[redos figures] control input={len(value)} chars "
         f"re_ms={with_re * 1000:.1f} re2_us={with_re2 * 1e6:.1f}"
     )
     assert with_re > 2 * PER_LEAD_MAX_SECONDS, with_re
