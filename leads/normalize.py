@@ -64,6 +64,8 @@ FLAG_DISPOSABLE_EMAIL = "disposable_email"
 FLAG_INVALID_PHONE = "invalid_phone"
 FLAG_UNKNOWN_COUNTRY = "unknown_country"
 FLAG_UNKNOWN_REGION = "unknown_region"
+# A JSON object or array where a canonical field's value belongs: kept in custom, never as text.
+FLAG_STRUCTURED_VALUE = "structured_value"
 
 TEXT_MAX_LENGTH = 255
 EMAIL_MAX_LENGTH = 320
@@ -319,6 +321,9 @@ def _fill_names(
     unused = []
     for pair in full_names:
         used = False
+        if _is_structured(pair[1]):
+            unused.append(pair)
+            continue
         for field, part in zip(("first_name", "last_name"), _split_full_name(pair[1]), strict=True):
             if part is not None and missing(field):
                 fill(field, part)
@@ -343,7 +348,14 @@ def map_fields(
     for target, pairs in candidates.items():
         if target == FULL_NAME:
             continue
-        winner = next((i for i, (_, value) in enumerate(pairs) if not _is_blank(value)), 0)
+        winner = next(
+            (
+                i
+                for i, (_, value) in enumerate(pairs)
+                if not _is_blank(value) and not _is_structured(value)
+            ),
+            0,
+        )
         for i, (key, value) in enumerate(pairs):
             if i == winner:
                 canonical[target], winner_keys[target] = value, key
@@ -362,18 +374,47 @@ def map_fields(
     return canonical, custom
 
 
+def _is_structured(value: Any) -> bool:
+    return isinstance(value, dict | list | tuple)
+
+
+# A name that reads like a sentence ("webhook for Web Form Fill-out") is not a person's name.
+_NAME_MAX_WORDS = 4
+_NAME_MAX_CHARS = 80
+
+
+def _looks_like_a_name(value: Any) -> bool:
+    text = _to_text(value)
+    if "\n" in text.strip() or "\r" in text.strip():
+        return False
+    cleaned = _clean_text(text, 10 * TEXT_MAX_LENGTH)
+    return (
+        bool(cleaned)
+        and len(cleaned) <= _NAME_MAX_CHARS
+        and len(cleaned.split()) <= (_NAME_MAX_WORDS)
+    )
+
+
 def is_a_lead(canonical: Mapping[str, Any]) -> bool:
-    """The kickoff's minimal check: an e-mail, or a phone, or a company and a name."""
+    """The kickoff's minimal check: an e-mail, or a phone, or a company and a name.
+
+    A JSON object or array is no value here, and a name that reads like a sentence does not
+    make a company a lead.
+    """
     if not isinstance(canonical, Mapping):
         return False
 
     def present(field: str) -> bool:
-        return not _is_blank(canonical.get(field))
+        value = canonical.get(field)
+        return not _is_structured(value) and not _is_blank(value)
+
+    def named(field: str) -> bool:
+        return present(field) and _looks_like_a_name(canonical.get(field))
 
     return (
         present("email")
         or present("phone")
-        or (present("company") and (present("first_name") or present("last_name")))
+        or (present("company") and (named("first_name") or named("last_name")))
     )
 
 
@@ -690,9 +731,11 @@ class NormalizedLead:
 
 def _pick(pairs: list[_Pair], *normalisers: Callable[[Any], Any]) -> tuple[Any, list[_Pair], bool]:
     """(value, losing pairs, anything non-blank seen): the first pair that the first normaliser
-    accepts, else that the second accepts, and so on."""
+    accepts, else that the second accepts, and so on. Structured values are never taken."""
     for normalise in normalisers:
         for i, (_, value) in enumerate(pairs):
+            if _is_structured(value):
+                continue
             result = normalise(value)
             if result is not None:
                 return result, pairs[:i] + pairs[i + 1 :], True
@@ -718,6 +761,8 @@ def normalize(raw: Mapping[str, Any], field_map: Mapping[str, str] | None = None
     fields: dict[str, Any] = {}
     flags: set[str] = set()
     losers: list[_Pair] = []
+    if any(_is_structured(value) and value for pairs in candidates.values() for _, value in pairs):
+        flags.add(FLAG_STRUCTURED_VALUE)
 
     def take(field: str, *normalisers: Callable[[Any], Any], flag: str | None = None) -> Any:
         value, lost, seen = _pick(candidates.get(field, []), *normalisers)

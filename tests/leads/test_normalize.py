@@ -836,8 +836,9 @@ def test_map_fields_never_loses_a_key(raw, field_map):
     assert len(mapped_keys) <= len(canonical)
 
 
-_BLANKS: tuple[Any, ...] = (None, "", "   ", "\x00", "\t\n", [], {})
-_NON_BLANKS: tuple[Any, ...] = ("x", "a@b.com", " Acme ", 0, 42, False, ["x"], {"a": 1})
+# A JSON object or array is no value for the kickoff's rule (issue 16: no junk from structure).
+_BLANKS: tuple[Any, ...] = (None, "", "   ", "\x00", "\t\n", [], {}, ["x"], {"a": 1})
+_NON_BLANKS: tuple[Any, ...] = ("x", "a@b.com", " Acme ", 0, 42, False)
 
 
 @_property
