@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -14,8 +15,10 @@ from django.urls import reverse
 
 from audit.config_changes import AuditedConfigAdmin, actor_of, config_change_record, values_of
 from config.json_input import BoundedJsonAdmin
-from leads.models import Lead, Source
+from leads.inbox import refused_dismiss, refused_reaccept
+from leads.models import Lead, RefusedPayload, RefusedState, Source, SourceAuthMode
 from leads.services import source_set_hmac_secret, source_set_token
+from leads.sources import kind_choices, kind_get
 
 
 def _overlap() -> timedelta:
@@ -60,10 +63,78 @@ def _secrets_page(
     return response
 
 
+class SourceForm(forms.ModelForm):
+    """The source's kind as a choice of the built-in kinds, and the vendor's secret write-only."""
+
+    kind = forms.ChoiceField(
+        choices=kind_choices,
+        initial="generic",
+        required=False,
+        help_text="The tool that posts here: its payload is decoded with no field map by hand. "
+        "docs/revops.md has a recipe per tool.",
+    )
+    new_vendor_secret = forms.CharField(
+        required=False,
+        label="Vendor secret",
+        strip=True,
+        max_length=512,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="The secret the tool signs its requests with (auth mode 'vendor'), as the "
+        "tool shows it. Never shown again; leave blank to keep the current one.",
+    )
+
+    class Meta:
+        model = Source
+        fields = (
+            "slug",
+            "name",
+            "active",
+            "kind",
+            "kind_options",
+            "auth_mode",
+            "allow_query_token",
+            "field_map",
+            "rate_limit_per_minute",
+        )
+
+    def clean_kind(self) -> str:
+        return self.cleaned_data.get("kind") or "generic"
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("auth_mode") == SourceAuthMode.VENDOR:
+            kind = kind_get(data.get("kind"))
+            if kind.verify is None:
+                self.add_error(
+                    "auth_mode", f"The {kind.label} kind has no signature of its own to check."
+                )
+            has_secret = bool(data.get("new_vendor_secret")) or bool(
+                self.instance.pk and self.instance.vendor_secret
+            )
+            if not has_secret:
+                self.add_error("new_vendor_secret", "Enter the secret the tool signs with.")
+        return data
+
+    def save(self, commit: bool = True) -> Source:
+        secret = self.cleaned_data.get("new_vendor_secret")
+        if secret:
+            self.instance.vendor_secret = secret
+        return super().save(commit=commit)
+
+
 @admin.register(Source)
 class SourceAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
-    list_display = ("slug", "name", "active", "auth_mode", "token_hint", "rate_limit_per_minute")
-    list_filter = ("active", "auth_mode")
+    form = SourceForm
+    list_display = (
+        "slug",
+        "name",
+        "kind",
+        "active",
+        "auth_mode",
+        "token_hint",
+        "rate_limit_per_minute",
+    )
+    list_filter = ("active", "kind", "auth_mode")
     search_fields = ("slug", "name")
     readonly_fields = (
         "token_hint",
@@ -76,8 +147,11 @@ class SourceAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
         "slug",
         "name",
         "active",
+        "kind",
+        "kind_options",
         "auth_mode",
         "allow_query_token",
+        "new_vendor_secret",
         "field_map",
         "rate_limit_per_minute",
         *readonly_fields,
@@ -205,3 +279,73 @@ class LeadAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Lead | None = None) -> bool:
         return False
+
+
+@admin.register(RefusedPayload)
+class RefusedPayloadAdmin(admin.ModelAdmin):
+    """The refused inbox: fix the source's kind or map, then re-accept (audited, idempotent)."""
+
+    list_display = ("id", "source", "received_at", "status_code", "reason", "state", "lead")
+    list_filter = ("state", "reason", "source")
+    list_select_related = ("source",)
+    date_hierarchy = "received_at"
+    show_full_result_count = False
+    actions = ("reaccept", "dismiss")
+    readonly_fields = (
+        "source",
+        "received_at",
+        "content_type",
+        "headers",
+        "body_text",
+        "batch_index",
+        "status_code",
+        "reason",
+        "message",
+        "state",
+        "lead",
+        "handled_at",
+        "handled_by",
+    )
+    fields = readonly_fields
+
+    @admin.display(description="Body (as sent)")
+    def body_text(self, obj: RefusedPayload) -> str:
+        raw = bytes(obj.body or b"")
+        text = raw[:200_000].decode("utf-8", "replace")
+        return text + ("\n… (cut at 200,000 bytes)" if len(raw) > 200_000 else "")
+
+    @admin.action(description="Re-accept as leads (read by the source as it is now)")
+    def reaccept(self, request: HttpRequest, queryset: QuerySet[RefusedPayload]) -> None:
+        actor = actor_of(request)
+        done, already, failed = 0, 0, []
+        for refused_id in queryset.order_by("received_at", "id").values_list("id", flat=True):
+            outcome = refused_reaccept(refused_id=refused_id, actor=actor)
+            if outcome.error:
+                failed.append(f"#{refused_id}: {outcome.error}")
+            elif outcome.already:
+                already += 1
+            else:
+                done += 1
+        if done:
+            messages.success(request, f"{done} payload(s) re-accepted as leads.")
+        if already:
+            messages.info(request, f"{already} payload(s) were already re-accepted.")
+        for line in failed[:20]:
+            messages.warning(request, line)
+        if len(failed) > 20:
+            messages.warning(request, f"… and {len(failed) - 20} more still refused.")
+
+    @admin.action(description="Dismiss (not leads)")
+    def dismiss(self, request: HttpRequest, queryset: QuerySet[RefusedPayload]) -> None:
+        count = refused_dismiss(
+            refused_ids=queryset.filter(state=RefusedState.OPEN).values_list("id", flat=True),
+            actor=actor_of(request),
+        )
+        messages.success(request, f"{count} payload(s) dismissed.")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The actions need "change"; the page itself stays read-only (readonly_fields).
+        return request.user.has_perm("leads.change_refusedpayload")

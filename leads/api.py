@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -30,21 +30,25 @@ from rest_framework.views import APIView
 
 from config.errors import error_body
 from leads import selectors
+from leads.inbox import refused_record, refused_record_batch
+from leads.intake import (
+    inbound_of,
+    intake_limits,
+    records_read,
+    vendor_signature_check,
+)
 from leads.models import LeadStatus, Source
 from leads.parsing import (
     IntakeError,
     Limits,
-    decode_utf8,
     media_type,
     parse_csv,
-    parse_form,
     parse_json,
 )
 from leads.services import Accepted, lead_ingest, lead_ingest_batch
 from leads.source_auth import check_rate_limit, check_signature, check_token
-
-FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
-
+from leads.sources import kind_get
+from leads.sources.base import Reply
 
 # --- Schema helpers --------------------------------------------------------------------------
 
@@ -113,11 +117,7 @@ def _error_responses(*codes: int) -> dict[int, OpenApiResponse]:
 
 
 def _limits() -> Limits:
-    return Limits(
-        max_depth=settings.INTAKE_MAX_JSON_DEPTH,
-        max_keys=settings.INTAKE_MAX_KEYS,
-        max_string=settings.INTAKE_MAX_STRING_CHARS,
-    )
+    return intake_limits()
 
 
 def _error_response(error: IntakeError) -> Response:
@@ -127,7 +127,7 @@ def _error_response(error: IntakeError) -> Response:
 
 
 def _admit(request: HttpRequest, slug: str, *, max_bytes: int) -> Source:
-    """Source, size and token checks: everything decided before the body is read."""
+    """Source and size checks: everything decided before the body is read."""
     source = selectors.source_for_intake(slug=slug)
     if source is None:
         raise IntakeError(404, "source_not_found", f"No active source {slug[:64]!r}.")
@@ -144,8 +144,31 @@ def _admit(request: HttpRequest, slug: str, *, max_bytes: int) -> Source:
             raise IntakeError(
                 413, "body_too_large", f"The body is over the limit of {max_bytes} bytes."
             )
-    check_token(request, source, now=timezone.now())
     return source
+
+
+def _reply(reply: Reply) -> HttpResponse:
+    return HttpResponse(reply.body, status=reply.status, content_type=reply.content_type)
+
+
+def _handshake(request: HttpRequest, source: Source) -> HttpResponse | None:
+    """The kind's answer to a vendor's verification request (a GET challenge), if this is one."""
+    kind = kind_get(source.kind)
+    if kind.handshake is None:
+        return None
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        raise IntakeError(413, "body_too_large", "The body is too large.") from None
+    try:
+        reply = kind.handshake(
+            inbound_of(request, body),
+            source.vendor_secret,
+            source.kind_options if isinstance(source.kind_options, dict) else {},
+        )
+    except Exception:  # a handshake that cannot read the request is no handshake
+        return None
+    return _reply(reply) if reply is not None else None
 
 
 def _authenticated_body(request: HttpRequest, source: Source) -> bytes:
@@ -158,7 +181,9 @@ def _authenticated_body(request: HttpRequest, source: Source) -> bytes:
         body = request.body
     except RequestDataTooBig:
         raise IntakeError(413, "body_too_large", "The body is too large.") from None
-    check_signature(request, source, body, now=timezone.now())
+    now = timezone.now()
+    check_signature(request, source, body, now=now)
+    vendor_signature_check(source, inbound_of(request, body), now=now)
     return body
 
 
@@ -246,20 +271,70 @@ class IntakeView(APIView):
             )
         ],
     )
-    def post(self, request: Request, slug: str) -> Response:
+    def post(self, request: Request, slug: str) -> Response | HttpResponse:
+        django_request = request._request
+        source: Source | None = None
+        body = b""
         try:
-            source = _admit(request._request, slug, max_bytes=settings.INTAKE_MAX_BODY_BYTES)
+            source = _admit(django_request, slug, max_bytes=settings.INTAKE_MAX_BODY_BYTES)
+            handshake = _handshake(django_request, source)
+            if handshake is not None:
+                return handshake
+            check_token(django_request, source, now=timezone.now())
             header_key = self._idempotency_key(request)
-            body = _authenticated_body(request._request, source)
+            body = _authenticated_body(django_request, source)
             check_rate_limit(source, now=timezone.now())
-            record = self._read(request._request, body)
-            accepted = lead_ingest(source=source, record=record, idempotency_key=header_key)
         except IntakeError as error:
             return _error_response(error)
-        headers = {"Location": f"/api/v1/leads/{accepted.lead_id}/"}
-        if accepted.replayed:
+        # Authenticated from here on: what is refused is kept in the refused inbox.
+        try:
+            records = records_read(source, django_request, body)
+            if len(records) == 1:
+                accepted = [
+                    lead_ingest(source=source, record=records[0], idempotency_key=header_key)
+                ]
+            else:
+                outcomes = lead_ingest_batch(source=source, records=records, limits=_limits())
+                refused_record_batch(
+                    source=source,
+                    meta=django_request.META,
+                    refusals=[
+                        (index, records[index], outcome)
+                        for index, outcome in enumerate(outcomes)
+                        if isinstance(outcome, IntakeError)
+                    ],
+                )
+                accepted = [outcome for outcome in outcomes if isinstance(outcome, Accepted)]
+                if not accepted:
+                    raise next(o for o in outcomes if isinstance(o, IntakeError))
+        except IntakeError as error:
+            if len(body) <= settings.INTAKE_MAX_BODY_BYTES:
+                refused_record(source=source, meta=django_request.META, body=body, error=error)
+            return _error_response(error)
+        kind = kind_get(source.kind)
+        if kind.acknowledge is not None:
+            return _reply(kind.acknowledge([str(item.lead_id) for item in accepted]))
+        first = accepted[0]
+        headers = {"Location": f"/api/v1/leads/{first.lead_id}/"}
+        if first.replayed:
             headers["Idempotent-Replayed"] = "true"
-        return Response(_accepted_body(accepted.lead_id), status=202, headers=headers)
+        return Response(_accepted_body(first.lead_id), status=202, headers=headers)
+
+    @extend_schema(exclude=True)
+    def get(self, request: Request, slug: str) -> Response | HttpResponse:
+        """A vendor's verification request (Meta's hub.challenge, Mailchimp's ping)."""
+        try:
+            source = _admit(request._request, slug, max_bytes=settings.INTAKE_MAX_BODY_BYTES)
+            handshake = _handshake(request._request, source)
+        except IntakeError as error:
+            return _error_response(error)
+        if handshake is not None:
+            return handshake
+        return Response(
+            error_body("method_not_allowed", "POST leads to this URL."),
+            status=405,
+            headers={"Allow": "POST"},
+        )
 
     @staticmethod
     def _idempotency_key(request: Request) -> str | None:
@@ -274,22 +349,6 @@ class IntakeView(APIView):
                 "Idempotency-Key must be 1 to 255 printable characters.",
             )
         return key
-
-    @staticmethod
-    def _read(request: HttpRequest, body: bytes) -> dict[str, Any]:
-        kind = media_type(request)
-        if kind == "application/json" or kind.endswith("+json"):
-            value = parse_json(body, _limits())
-            if not isinstance(value, dict):
-                raise IntakeError(400, "invalid_body", "The body must be a JSON object.")
-            return value
-        if kind in FORM_TYPES:
-            return parse_form(request, _limits())
-        raise IntakeError(
-            415,
-            "unsupported_media_type",
-            "Send application/json, application/x-www-form-urlencoded or multipart/form-data.",
-        )
 
 
 class IntakeBatchView(APIView):
@@ -322,14 +381,30 @@ class IntakeBatchView(APIView):
         },
     )
     def post(self, request: Request, slug: str) -> Response:
+        django_request = request._request
         try:
-            source = _admit(request._request, slug, max_bytes=settings.INTAKE_MAX_BATCH_BODY_BYTES)
-            body = _authenticated_body(request._request, source)
-            records = self._read(request._request, body)
+            source = _admit(django_request, slug, max_bytes=settings.INTAKE_MAX_BATCH_BODY_BYTES)
+            check_token(django_request, source, now=timezone.now())
+            body = _authenticated_body(django_request, source)
+        except IntakeError as error:
+            return _error_response(error)
+        try:
+            records = self._read(django_request, body)
             check_rate_limit(source, now=timezone.now(), records=len(records))
             outcomes = lead_ingest_batch(source=source, records=records, limits=_limits())
         except IntakeError as error:
+            if len(body) <= settings.INTAKE_MAX_BODY_BYTES:
+                refused_record(source=source, meta=django_request.META, body=body, error=error)
             return _error_response(error)
+        refused_record_batch(
+            source=source,
+            meta=django_request.META,
+            refusals=[
+                (index, records[index], outcome)
+                for index, outcome in enumerate(outcomes)
+                if isinstance(outcome, IntakeError)
+            ],
+        )
         results: list[dict[str, Any]] = []
         accepted = 0
         for index, outcome in enumerate(outcomes):
@@ -360,7 +435,7 @@ class IntakeBatchView(APIView):
                 raise IntakeError(413, "batch_too_large", f"A batch holds at most {limit} records.")
             records = value
         elif kind in ("text/csv", "application/csv"):
-            records = parse_csv(decode_utf8(body), max_records=limit, limits=limits)
+            records = parse_csv(body, max_records=limit, limits=limits)
         elif kind == "multipart/form-data":
             try:
                 upload = request.FILES.get("file")
@@ -370,7 +445,7 @@ class IntakeBatchView(APIView):
                 ) from None
             if upload is None:
                 raise IntakeError(400, "invalid_body", "Upload the CSV in the form field 'file'.")
-            records = parse_csv(decode_utf8(upload.read()), max_records=limit, limits=limits)
+            records = parse_csv(upload.read(), max_records=limit, limits=limits)
         else:
             raise IntakeError(
                 415,

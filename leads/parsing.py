@@ -208,34 +208,222 @@ def parse_form(request: HttpRequest, limits: Limits) -> dict[str, Any]:
     return record
 
 
-def parse_csv(text: str, *, max_records: int, limits: Limits) -> list[dict[str, Any]]:
-    """CSV with a header row into records; blank cells are left out of the record."""
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+# --- CSV --------------------------------------------------------------------------------------
+#
+# CSV arrives from spreadsheets and webinar tools, not from programs: Excel in Germany or France
+# writes ";" and Windows-1252, "Unicode text" is UTF-16 with tabs, and Zoom, GoToWebinar and ON24
+# reports open with title rows (and Zoom's with host and panelist sections) before the people.
+# So the reading guesses the encoding, the delimiter and the header row, each checked against
+# the rows that follow, and stays strict about everything else.
+
+_CSV_DELIMITERS = (",", ";", "\t", "|")  # on a tie, the earlier one wins
+_CSV_SAMPLE_CHARS = 64 * 1024
+_CSV_HEADER_SCAN_ROWS = 500  # preamble and host/panelist sections come before the people
+_CSV_SHAPE_ROWS = 20
+# A section title row ("Attendee Details") that announces the people we want.
+_CSV_PEOPLE_SECTION = ("attendee", "registrant", "participant", "teilnehmer", "registr")
+
+
+def _plausible_cp1252(text: str) -> bool:
+    """Whether Windows-1252 text reads like words rather than misread binary or UTF-16.
+
+    In real Latin-script text an accented letter sits in a word with unaccented ones ("Müller",
+    "Größe") or stands alone ("à"); a word made only of non-ASCII letters ("ÿþ") is a byte order
+    mark or binary read as text.
+    """
+    word: list[str] = []
+    for ch in text + " ":
+        if ch.isalpha():
+            word.append(ch)
+            continue
+        if len(word) > 1 and not any(c.isascii() for c in word):
+            return False
+        word = []
+    return True
+
+
+def decode_csv(body: bytes) -> str:
+    """A CSV upload as text: UTF-8 (BOM or not), UTF-16 with a BOM, else Windows-1252.
+
+    Only the CSV paths fall back like this; JSON and form bodies stay strictly UTF-8.
+    """
+    if body.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            return body.decode("utf-16")  # the BOM picks the byte order and is dropped
+        except UnicodeDecodeError:
+            raise _bad("The CSV has a UTF-16 byte order mark but is not valid UTF-16.") from None
     try:
-        header = next(reader, None)
-        if not header or not any(h.strip() for h in header):
-            raise _bad("The CSV has no header row.")
-        names = [h.strip() for h in header]
-        if len(set(names)) != len(names):
-            raise _bad("The CSV header repeats a column name.")
-        if len(names) > limits.max_keys:
-            raise _bad(f"The CSV has more than {limits.max_keys} columns.")
-        records: list[dict[str, Any]] = []
+        return body.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        utf8_error = exc.start
+    try:
+        text = body.decode("cp1252")
+    except UnicodeDecodeError:
+        text = ""
+    if text and _plausible_cp1252(text):
+        return text
+    raise _bad(
+        f"The CSV is neither UTF-8 (byte {utf8_error}), UTF-16 with a byte order mark, "
+        "nor Windows-1252 text."
+    )
+
+
+def _csv_rows(text: str, delimiter: str, *, strict: bool) -> list[list[str]]:
+    """Rows of ``text``; with ``strict=False`` (a sample, maybe cut mid-row) the rows read
+    before the first error."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    rows: list[list[str]] = []
+    try:
         for row in reader:
-            if not any(cell.strip() for cell in row):
-                continue
-            if len(records) >= max_records:
-                raise IntakeError(
-                    413, "batch_too_large", f"A batch holds at most {max_records} records."
-                )
-            record: dict[str, Any] = {
-                name: cell for name, cell in zip(names, row, strict=False) if cell != ""
-            }
-            if len(row) > len(names):
-                record["_extra_cells"] = row[len(names) :]
-            records.append(record)
+            rows.append(row)
     except csv.Error as exc:
-        raise _bad(f"The CSV could not be read: {exc}") from None
+        if strict:
+            raise _bad(f"The CSV could not be read: {exc}") from None
+    return rows
+
+
+def _filled(row: list[str]) -> list[str]:
+    return [cell.strip() for cell in row if cell.strip()]
+
+
+def _width(row: list[str]) -> int:
+    """The row's length without trailing blank cells (spreadsheets pad rows with them)."""
+    width = len(row)
+    while width and not row[width - 1].strip():
+        width -= 1
+    return width
+
+
+def _canonical_cells(row: list[str]) -> int:
+    from leads.normalize import canonical_key  # leads.normalize is Django-free and heavy
+
+    return sum(1 for cell in row if cell.strip() and canonical_key(cell.strip()) is not None)
+
+
+def _is_title(row: list[str]) -> bool:
+    """A title or section row: one filled cell, the first ("Attendee Details")."""
+    filled = _filled(row)
+    return len(filled) == 1 and bool(row) and row[0].strip() == filled[0]
+
+
+def _consistent_rows(rows: list[list[str]], header_at: int) -> int:
+    """How many of the rows after the header have its shape (until the section ends)."""
+    width = _width(rows[header_at])
+    count = 0
+    for row in rows[header_at + 1 : header_at + 1 + _CSV_SHAPE_ROWS]:
+        if not _filled(row):
+            continue
+        if _is_title(row) and width > 1 and _width(row) <= 1:
+            break
+        if 1 <= _width(row) <= width:
+            count += 1
+    return count
+
+
+@dataclass(frozen=True)
+class _Header:
+    index: int
+    canonical: int
+    consistent: int
+    people_section: bool
+
+
+def _find_header(rows: list[list[str]]) -> _Header | None:
+    """The header row: the first with several filled cells, one of them a known field, and
+    rows of its shape below — in the attendee/registrant section when the report has several.
+    Without one, the first non-blank row (a plain CSV whose columns the field map names)."""
+    candidates: list[_Header] = []
+    title = ""
+    for index, row in enumerate(rows[:_CSV_HEADER_SCAN_ROWS]):
+        filled = _filled(row)
+        if not filled:
+            continue
+        if _is_title(row):
+            title = filled[0].casefold()
+        canonical = _canonical_cells(row)
+        if len(filled) >= 2 and canonical:
+            consistent = _consistent_rows(rows, index)
+            people = any(word in title for word in _CSV_PEOPLE_SECTION)
+            candidates.append(_Header(index, canonical, consistent, people))
+    if candidates:
+        in_section = [c for c in candidates if c.people_section and c.consistent]
+        shaped = [c for c in candidates if c.consistent]
+        return (in_section or shaped or candidates)[0]
+    for index, row in enumerate(rows):
+        if _filled(row):
+            return _Header(index, _canonical_cells(row), _consistent_rows(rows, index), False)
+    return None
+
+
+def _guess_delimiter(text: str) -> str:
+    """The delimiter whose header names the most known fields and whose rows keep its shape."""
+    sample = text[:_CSV_SAMPLE_CHARS]
+    best, best_score = ",", (-1, -1, -1, -1)
+    for rank, delimiter in enumerate(_CSV_DELIMITERS):
+        if delimiter not in sample:
+            continue
+        rows = _csv_rows(sample, delimiter, strict=False)
+        header = _find_header(rows)
+        if header is None:
+            continue
+        width = _width(rows[header.index])
+        if width < 2:
+            continue
+        score = (header.canonical, min(header.consistent, _CSV_SHAPE_ROWS), width, -rank)
+        if score > best_score:
+            best, best_score = delimiter, score
+    return best
+
+
+def _section_ends(rows: list[list[str]], at: int, width: int) -> bool:
+    """Whether ``rows[at]`` starts another report section: a title row followed by a header."""
+    if not _is_title(rows[at]) or width <= 1 or _width(rows[at]) > 1:
+        return False
+    for row in rows[at + 1 : at + 4]:
+        if _filled(row):
+            return len(_filled(row)) >= 2 and _canonical_cells(row) > 0
+    return False  # the last row: a person with only the first cell filled
+
+
+def parse_csv(content: str | bytes, *, max_records: int, limits: Limits) -> list[dict[str, Any]]:
+    """CSV with a header row into records; blank cells are left out of the record.
+
+    ``content`` is text, or the raw upload (then ``decode_csv`` picks the encoding). The
+    delimiter and the header row are found as described above; rows after the people's
+    section (a report's next section) are not records.
+    """
+    text = decode_csv(content) if isinstance(content, bytes) else content
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    delimiter = _guess_delimiter(text)
+    rows = _csv_rows(text, delimiter, strict=True)
+    header = _find_header(rows)
+    if header is None:
+        raise _bad("The CSV has no header row.")
+    header_row = rows[header.index]
+    names = [h.strip() for h in header_row[: _width(header_row)]]
+    if len(set(names)) != len(names):
+        raise _bad("The CSV header repeats a column name.")
+    if len(names) > limits.max_keys:
+        raise _bad(f"The CSV has more than {limits.max_keys} columns.")
+    records: list[dict[str, Any]] = []
+    for at in range(header.index + 1, len(rows)):
+        row = rows[at]
+        if not any(cell.strip() for cell in row):
+            continue
+        if _section_ends(rows, at, len(names)):
+            break
+        if len(records) >= max_records:
+            raise IntakeError(
+                413, "batch_too_large", f"A batch holds at most {max_records} records."
+            )
+        record: dict[str, Any] = {
+            name: cell for name, cell in zip(names, row, strict=False) if cell != ""
+        }
+        extra = [cell for cell in row[len(names) :] if cell.strip()]
+        if extra:
+            record["_extra_cells"] = row[len(names) :]
+        records.append(record)
     return records
 
 

@@ -37,6 +37,7 @@ from leads.models import (
 )
 from leads.normalize import is_a_lead, map_fields, normalize
 from leads.parsing import IntakeError, Limits, check_value
+from leads.sources import source_flatten
 
 logger = logging.getLogger(__name__)
 
@@ -152,28 +153,32 @@ def _idempotency_key(canonical: dict[str, Any], header_key: str | None) -> str |
     return key or None
 
 
+NOT_A_LEAD_MESSAGE = "Not a lead: it needs an e-mail, a phone, or a company together with a name."
+
+
 def _prepare(
     source: Source,
     record: dict[str, Any],
     header_key: str | None,
     index: int,
     limits: Limits | None = None,
+    fallback_key: str | None = None,
 ) -> _Prepared:
     if not isinstance(record, dict):
         raise IntakeError(400, "invalid_body", "A lead must be a JSON object.")
     if limits is not None:
         check_value(record, limits, where="record")
-    canonical, _custom = map_fields(record, source.field_map or None)
+    flat = source_flatten(source, record)
+    canonical, _custom = map_fields(flat.record, source.field_map or None)
     if not is_a_lead(canonical):
-        raise IntakeError(
-            422,
-            "not_a_lead",
-            "Not a lead: it needs an e-mail, a phone, or a company together with a name.",
-        )
+        message = NOT_A_LEAD_MESSAGE
+        if flat.decoder_error:
+            message += f" (The {source.kind} decoder failed: {flat.decoder_error})"
+        raise IntakeError(422, "not_a_lead", message)
     return _Prepared(
         index=index,
         record=record,
-        key=_idempotency_key(canonical, header_key),
+        key=_idempotency_key(canonical, header_key) or fallback_key,
         fingerprint=record_fingerprint(record),
     )
 
@@ -201,15 +206,23 @@ def _new_lead(source: Source, item: _Prepared, now: datetime) -> Lead:
 
 
 def lead_ingest(
-    *, source: Source, record: dict[str, Any], idempotency_key: str | None = None
+    *,
+    source: Source,
+    record: dict[str, Any],
+    idempotency_key: str | None = None,
+    fallback_key: str | None = None,
+    actor: str | None = None,
+    received_data: dict[str, Any] | None = None,
 ) -> Accepted:
     """The kickoff for one record: check it is a lead, store it, enqueue it after commit.
 
     A repeated idempotency key with the same body answers with the first lead (a replay); with
     another body it is refused. Two concurrent requests with one key store one lead: the second
-    waits on the unique index and then replays the first.
+    waits on the unique index and then replays the first. ``fallback_key`` is the key when the
+    request and the record name none; ``actor`` and ``received_data`` describe a lead taken in
+    by a person (a re-accepted refusal) in its ``received`` event.
     """
-    item = _prepare(source, record, idempotency_key, 0)
+    item = _prepare(source, record, idempotency_key, 0, fallback_key=fallback_key)
     if item.key is not None:
         existing = (
             Lead.objects.filter(source=source, idempotency_key=item.key)
@@ -224,7 +237,16 @@ def lead_ingest(
         with transaction.atomic():
             lead = _new_lead(source, item, timezone.now())
             lead.save(force_insert=True)
-            events_record_received(leads=[lead], actor=f"source:{source.slug}")
+            if actor is None:
+                events_record_received(leads=[lead], actor=f"source:{source.slug}")
+            else:
+                event_record(
+                    type=EventType.RECEIVED,
+                    lead=lead,
+                    actor=actor,
+                    at=lead.received_at,
+                    data=received_data or {},
+                )
         leads_enqueue_after_commit([item.lead_id])
     except IntegrityError:
         if item.key is None:
@@ -614,7 +636,8 @@ def leads_requeue_stale(
 def lead_apply_normalization(*, lead: Lead) -> Lead:
     """Fill the lead's canonical fields, custom and flags from its raw payload (not saved)."""
     source_map = lead.source.field_map or None
-    result = normalize(lead.raw_payload if isinstance(lead.raw_payload, dict) else {}, source_map)
+    flat = source_flatten(lead.source, lead.raw_payload)
+    result = normalize(flat.record, source_map)
     for name in CANONICAL_COLUMNS:
         value = result.fields.get(name)
         model_field: Any = Lead._meta.get_field(name)
@@ -633,6 +656,6 @@ def lead_apply_normalization(*, lead: Lead) -> Lead:
             value = value[: model_field.max_length or None]
         setattr(lead, name, value)
     lead.custom = result.custom
-    lead.flags = list(result.flags)
+    lead.flags = sorted({*result.flags, *flat.flags})
     lead.normalized_at = timezone.now()
     return lead

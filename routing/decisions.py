@@ -42,6 +42,7 @@ from django.utils import timezone
 
 from leads.models import CANONICAL_COLUMNS, Lead, LeadStatus, Source
 from leads.normalize import FLAG_FREE_EMAIL, is_free_email_domain, normalize
+from leads.sources import source_flatten
 from routing.engine import (
     AccountFacts,
     CompiledRuleset,
@@ -853,14 +854,17 @@ def simulate(
     Raises RulesetNotFound, SourceNotFound, or RuleErrors when the rules no longer compile.
     """
     field_map: Mapping[str, str] | None = None
+    flat_data: Mapping[str, Any] = lead_data
     if source_slug is not None:
-        found = Source.objects.filter(slug=source_slug).values_list("field_map", flat=True)
-        if not found:
+        source = Source.objects.filter(slug=source_slug).first()
+        if source is None:
             raise SourceNotFound(f'No source "{source_slug}".')
-        field_map = found[0] or None
+        field_map = source.field_map or None
+        # Read as the worker reads that source's leads: its kind, options and paths.
+        flat_data = source_flatten(source, dict(lead_data)).record
     config = live_config(version)
     now = timezone.now()
-    normalized = normalize(lead_data, field_map)
+    normalized = normalize(flat_data, field_map)
     # Exactly the facts the worker has: the stored columns (no `website`, no `external_id`)
     # and the same free-mail rule as lead_facts().
     fields = {name: normalized.fields.get(name) for name in _FACT_FIELDS}

@@ -45,6 +45,8 @@ from audit.models import EventType
 from audit.services import event_record
 from leads.models import Source, token_digest
 from leads.services import new_token
+from leads.sources import kinds
+from leads.sources.paths import field_map_errors
 from routing.engine import (
     MAX_MEMBER_WEIGHT,
     MAX_TEAM_WEIGHT,
@@ -188,7 +190,18 @@ _ABSENT: Any = object()  # a key the entry does not have
 
 _KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {  # section -> (allowed, required)
     "sources": (
-        frozenset({"slug", "name", "token", "field_map", "rate_limit_per_minute"}),
+        frozenset(
+            {
+                "slug",
+                "name",
+                "token",
+                "kind",
+                "kind_options",
+                "allow_query_token",
+                "field_map",
+                "rate_limit_per_minute",
+            }
+        ),
         frozenset({"slug", "name"}),
     ),
     "reps": (
@@ -403,6 +416,21 @@ class _Checker:
                     at, f"must map raw keys to field names (text to text), got {_shown(value)}"
                 )
                 return _ABSENT
+            path_errors = field_map_errors(dict(value))
+            for key, message in path_errors.items():
+                self.error(f"{at}.{key}", message)
+            return _ABSENT if path_errors else dict(value)
+
+        def kind(value: Any, at: str) -> Any:
+            if not isinstance(value, str) or value not in kinds():
+                self.error(at, f"must be one of {', '.join(sorted(kinds()))}, got {_shown(value)}")
+                return _ABSENT
+            return value
+
+        def kind_options(value: Any, at: str) -> Any:
+            if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+                self.error(at, f"must be a mapping of option names, got {_shown(value)}")
+                return _ABSENT
             return dict(value)
 
         values = self.fields(
@@ -412,6 +440,9 @@ class _Checker:
                 "slug": slug,
                 "name": lambda v, at: self.text(v, at, max_length=200),
                 "token": token,
+                "kind": kind,
+                "kind_options": kind_options,
+                "allow_query_token": self.boolean,
                 "field_map": field_map,
                 "rate_limit_per_minute": lambda v, at: self.positive(v, at, nullable=False),
             },
@@ -1048,6 +1079,9 @@ def rules_export(version: int | None = None) -> dict[str, Any]:
             {
                 "slug": source.slug,
                 "name": source.name,
+                "kind": source.kind,
+                "kind_options": source.kind_options,
+                "allow_query_token": source.allow_query_token,
                 "field_map": source.field_map,
                 "rate_limit_per_minute": source.rate_limit_per_minute,
             }

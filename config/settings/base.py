@@ -344,6 +344,11 @@ SOURCE_CACHE_SECONDS = env.float("SOURCE_CACHE_SECONDS", default=5.0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(INTAKE_MAX_BODY_BYTES, INTAKE_MAX_BATCH_BODY_BYTES)
 FILE_UPLOAD_MAX_MEMORY_SIZE = INTAKE_MAX_BATCH_BODY_BYTES
 DATA_UPLOAD_MAX_NUMBER_FIELDS = INTAKE_MAX_KEYS
+# The refused inbox (leads.inbox): refusals kept per source, and the alert when a source's
+# refusals in the window reach the threshold (a tool whose payload shape changed).
+REFUSED_INBOX_PER_SOURCE = env.int("REFUSED_INBOX_PER_SOURCE", default=1000)
+REFUSED_ALERT_THRESHOLD = env.int("REFUSED_ALERT_THRESHOLD", default=10)
+REFUSED_ALERT_WINDOW_MINUTES = env.int("REFUSED_ALERT_WINDOW_MINUTES", default=60)
 
 # Durability: the stale sweeper, the publish circuit breaker, the poison-lead bound.
 REQUEUE_STALE_AFTER_SECONDS = env.int("REQUEUE_STALE_AFTER_SECONDS", default=120)
@@ -557,6 +562,11 @@ METRICS_REFRESH_SECONDS = env.float("METRICS_REFRESH_SECONDS", default=60.0)
 METRICS_STATUS_REFRESH_SECONDS = env.float("METRICS_STATUS_REFRESH_SECONDS", default=300.0)
 CELERY_BEAT_SCHEDULE["monitoring-check-backlog"] = {
     "task": "maintenance.check_backlog",
+    "schedule": BACKLOG_CHECK_INTERVAL_SECONDS,
+    "options": {"queue": "maintenance", "expires": BACKLOG_CHECK_INTERVAL_SECONDS},
+}
+CELERY_BEAT_SCHEDULE["monitoring-check-refusals"] = {
+    "task": "maintenance.check_refusals",
     "schedule": BACKLOG_CHECK_INTERVAL_SECONDS,
     "options": {"queue": "maintenance", "expires": BACKLOG_CHECK_INTERVAL_SECONDS},
 }

@@ -25,7 +25,31 @@ from leads.sources.paths import is_path, resolve
 GENERIC = "generic"
 
 # Module names under leads.sources, in the order the admin lists them (generic first).
-KIND_MODULES: tuple[str, ...] = (GENERIC,)
+KIND_MODULES: tuple[str, ...] = (
+    GENERIC,
+    "intercom",
+    "segment",
+    "mailchimp",
+    "gravity_forms",
+    "wpforms",
+    "contact_form_7",
+    "meta_lead_ads",
+    "zoom",
+    "gotowebinar",
+    "on24",
+    "linkedin",
+    "google_ads",
+    "calendly",
+    "typeform",
+    "hubspot",
+    "salesforce",
+    "marketo",
+    "pardot",
+    "tally",
+    "jotform",
+    "unbounce",
+    "webflow",
+)
 
 FLAG_DECODER_FAILED = "decoder_failed"
 FLAG_FOUND_BELOW = "found_below_top_level"
@@ -124,6 +148,20 @@ def flatten(
             if any(canonical_key(key) for key in extra):
                 flags.append(FLAG_FOUND_BELOW)
     return Flattened(flat, tuple(flags), error)
+
+
+def source_flatten(source: Any, record: Any) -> Flattened:
+    """``record`` read as its source reads it: the source's kind, kind options and field map.
+
+    ``source`` is anything with those three attributes (the Source model, in practice).
+    """
+    options = getattr(source, "kind_options", None)
+    return flatten(
+        record,
+        kind=getattr(source, "kind", GENERIC),
+        field_map=getattr(source, "field_map", None) or None,
+        options=options if isinstance(options, dict) else None,
+    )
 
 
 def record_is_lead(flattened: Flattened, field_map: Mapping[str, str] | None) -> bool:

@@ -27,6 +27,7 @@ class AlertKind(models.TextChoices):
     DELIVERY = "delivery", "Delivery"
     RULES = "rules", "Published rules that no longer compile"
     AUDIT = "audit", "Audit (the nightly export of the chain heads)"
+    SOURCE = "source", "Source (payloads refused past the threshold)"
 
 
 class AlertStatus(models.TextChoices):

@@ -7,6 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from routing.monitoring.backlog import backlog_check
+from routing.monitoring.refusals import refusals_check
 from routing.monitoring.sla import BREACH_NOTICE_TASK, breach_notice_send, sla_check
 from routing.monitoring.unassigned import unassigned_retry
 from routing.monitoring.watchdog import connect_beat_watchdog
@@ -30,6 +31,12 @@ def notify_sla_breach(
 ) -> None:
     """Send one SLA breach notification (``delivery`` queue: kept out of check_sla's loop)."""
     breach_notice_send(subject=subject, text=text, recipients=recipients, payload=payload)
+
+
+@shared_task(name="maintenance.check_refusals")
+def check_refusals() -> None:
+    """Open or resolve the per-source alert on refused payloads."""
+    refusals_check()
 
 
 @shared_task(name="maintenance.retry_unassigned")

@@ -1,0 +1,241 @@
+"""The refused inbox: what an authenticated source sent that the kickoff refused, kept so that
+no lead is lost. RevOps fixes the source's kind or field map and re-accepts (services here).
+
+A refusal is stored after the source's credentials were checked (an unauthenticated sender
+cannot fill the inbox), bounded per source (``REFUSED_INBOX_PER_SOURCE``, oldest dropped), with
+its headers minus anything secret. The body is kept as sent; a token in the URL never is.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.handlers.wsgi import WSGIRequest
+from django.db import DatabaseError, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from leads.models import RefusedPayload, RefusedState, Source
+from leads.parsing import IntakeError
+
+logger = logging.getLogger(__name__)
+
+# Statuses whose payload a person can fix by changing the source: a body we could not read,
+# a media type we did not take, a record that was not a lead. (401, 404, 413 and 429 are not
+# kept: an unauthenticated or too large body, or one the sender will retry.)
+KEPT_STATUSES = frozenset({400, 415, 422})
+
+_SECRET_HEADER_WORDS = (
+    "authorization",
+    "cookie",
+    "token",
+    "secret",
+    "signature",
+    "api-key",
+    "apikey",
+    "password",
+    "session",
+    "x-hub-signature",
+)
+
+
+def safe_headers(meta: Mapping[str, Any]) -> dict[str, str]:
+    """The request's headers from a WSGI environ, minus every one that may carry a secret."""
+    headers: dict[str, str] = {}
+    for key, value in meta.items():
+        if key.startswith("HTTP_"):
+            name = key[5:].replace("_", "-").title()
+        elif key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            name = key.replace("_", "-").title()
+        else:
+            continue
+        lowered = name.lower()
+        if any(word in lowered for word in _SECRET_HEADER_WORDS):
+            continue
+        headers[name] = str(value)[:1000]
+    return headers
+
+
+def refused_record(
+    *,
+    source: Source,
+    meta: Mapping[str, Any],
+    body: bytes,
+    error: IntakeError,
+    batch_index: int | None = None,
+    content_type: str | None = None,
+) -> RefusedPayload | None:
+    """Keep one refused payload; never raises (the sender still gets its 4xx either way)."""
+    if error.status not in KEPT_STATUSES:
+        return None
+    try:
+        with transaction.atomic():
+            refused = RefusedPayload.objects.create(
+                source=source,
+                content_type=(content_type or str(meta.get("CONTENT_TYPE", "")))[:255],
+                headers=safe_headers(meta),
+                body=body,
+                batch_index=batch_index,
+                status_code=error.status,
+                reason=error.code[:64],
+                message=error.message[:2000],
+            )
+        if refused.pk % 50 == 0:
+            refused_prune(source=source)
+    except DatabaseError:
+        logger.exception("could not keep a refused payload of source %s", source.slug)
+        return None
+    return refused
+
+
+def refused_record_batch(
+    *,
+    source: Source,
+    meta: Mapping[str, Any],
+    refusals: Iterable[tuple[int, Any, IntakeError]],
+) -> int:
+    """Keep the refused records of a batch, each as a JSON record of its own."""
+    kept = 0
+    for index, record, error in refusals:
+        try:
+            body = json.dumps(record, ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError):
+            body = repr(record).encode("utf-8", "replace")
+        if refused_record(
+            source=source,
+            meta=meta,
+            body=body,
+            error=error,
+            batch_index=index,
+            content_type="application/json",
+        ):
+            kept += 1
+    return kept
+
+
+def refused_prune(*, source: Source, keep: int | None = None) -> int:
+    """Drop the source's oldest refusals beyond ``keep`` (REFUSED_INBOX_PER_SOURCE)."""
+    keep = settings.REFUSED_INBOX_PER_SOURCE if keep is None else keep
+    stale = list(
+        RefusedPayload.objects.filter(source=source)
+        .order_by("-received_at", "-id")
+        .values_list("id", flat=True)[keep : keep + 5000]
+    )
+    if not stale:
+        return 0
+    deleted, _ = RefusedPayload.objects.filter(id__in=stale).delete()
+    return deleted
+
+
+# --- re-acceptance ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reaccepted:
+    """What re-accepting one refused payload did."""
+
+    refused_id: int
+    lead_ids: tuple[str, ...] = ()
+    error: str = ""
+    already: bool = False
+
+
+def _stored_request(refused: RefusedPayload) -> WSGIRequest:
+    """The refused request rebuilt from what was kept, for the intake's own body reading."""
+    body = bytes(refused.body)
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": f"/api/v1/intake/{refused.source.slug}/",
+        "SERVER_NAME": "refused-inbox",
+        "SERVER_PORT": "80",
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(body),
+        "CONTENT_TYPE": refused.content_type,
+        "CONTENT_LENGTH": str(len(body)),
+    }
+    return WSGIRequest(environ)
+
+
+def refused_reaccept(*, refused_id: int, actor: str) -> Reaccepted:
+    """Take one refused payload in again as a lead, read by its source as it is now.
+
+    Idempotent: the lead's idempotency key is the record's own (an external id) or
+    ``refused:<id>``, and a payload already re-accepted answers with its lead. Audited: the
+    lead's ``received`` event names the person and the refusal.
+    """
+    from leads.intake import records_read
+    from leads.services import lead_ingest
+
+    with transaction.atomic():
+        refused = (
+            RefusedPayload.objects.select_for_update(of=("self",))
+            .select_related("source")
+            .filter(pk=refused_id)
+            .first()
+        )
+        if refused is None:
+            return Reaccepted(refused_id, error="No such refused payload.")
+        if refused.state == RefusedState.ACCEPTED and refused.lead_id is not None:
+            return Reaccepted(refused_id, lead_ids=(str(refused.lead_id),), already=True)
+        source = refused.source
+        try:
+            request = _stored_request(refused)
+            records = records_read(source, request, bytes(refused.body))
+        except IntakeError as error:
+            return Reaccepted(refused_id, error=f"{error.code}: {error.message}")
+        data = {
+            "reaccepted_from": refused.pk,
+            "refused_at": refused.received_at.isoformat(),
+            "refused_reason": refused.reason,
+        }
+        lead_ids: list[str] = []
+        for index, record in enumerate(records):
+            suffix = f":{index}" if len(records) > 1 else ""
+            try:
+                accepted = lead_ingest(
+                    source=source,
+                    record=record,
+                    fallback_key=f"refused:{refused.pk}{suffix}",
+                    actor=actor,
+                    received_data=data,
+                )
+            except IntakeError as error:
+                return Reaccepted(refused_id, error=f"{error.code}: {error.message}")
+            lead_ids.append(str(accepted.lead_id))
+        refused.state = RefusedState.ACCEPTED
+        refused.lead_id = lead_ids[0] if lead_ids else None
+        refused.handled_at = timezone.now()
+        refused.handled_by = actor[:200]
+        refused.save(update_fields=["state", "lead", "handled_at", "handled_by"])
+    return Reaccepted(refused_id, lead_ids=tuple(lead_ids))
+
+
+def refused_dismiss(*, refused_ids: Iterable[int], actor: str) -> int:
+    """Mark refused payloads as looked at and not leads (they stay until pruned)."""
+    return RefusedPayload.objects.filter(id__in=list(refused_ids), state=RefusedState.OPEN).update(
+        state=RefusedState.DISMISSED, handled_at=timezone.now(), handled_by=actor[:200]
+    )
+
+
+# --- the alert -------------------------------------------------------------------------------
+
+
+def refusals_by_source(*, since: datetime) -> dict[str, int]:
+    """{source slug: open refusals received since ``since``}."""
+    rows = (
+        RefusedPayload.objects.filter(received_at__gte=since, state=RefusedState.OPEN)
+        .values("source__slug")
+        .annotate(n=Count("id"))
+    )
+    return {row["source__slug"]: row["n"] for row in rows}
+
+
+def refusal_window() -> timedelta:
+    return timedelta(minutes=settings.REFUSED_ALERT_WINDOW_MINUTES)

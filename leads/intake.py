@@ -1,0 +1,115 @@
+"""Reading an intake request as its source's kind reads it: the request as the kind's hooks see
+it, the records in its body, and the vendor's signature. Used by the intake views and by the
+refused inbox's re-acceptance, so a refused payload is read again exactly as it first was."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+
+from leads.models import Source
+from leads.parsing import (
+    IntakeError,
+    Limits,
+    check_value,
+    media_type,
+    parse_form,
+    parse_json,
+)
+from leads.sources import kind_get
+from leads.sources.base import DecodeError, Inbound
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def intake_limits() -> Limits:
+    return Limits(
+        max_depth=settings.INTAKE_MAX_JSON_DEPTH,
+        max_keys=settings.INTAKE_MAX_KEYS,
+        max_string=settings.INTAKE_MAX_STRING_CHARS,
+    )
+
+
+def inbound_of(request: HttpRequest, body: bytes) -> Inbound:
+    """The request as a kind's hooks see it (no Django objects; header names lower-cased)."""
+    headers: dict[str, str] = {}
+    for key, value in request.META.items():
+        if key.startswith("HTTP_"):
+            headers[key[5:].replace("_", "-").lower()] = str(value)
+        elif key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            headers[key.replace("_", "-").lower()] = str(value)
+    try:
+        url = request.build_absolute_uri()
+    except Exception:  # DisallowedHost and the like: the kind gets the path only
+        url = request.get_full_path()
+    return Inbound(
+        method=request.method or "POST",
+        body=body,
+        content_type=request.META.get("CONTENT_TYPE", ""),
+        headers=headers,
+        query={key: request.GET.get(key, "") for key in request.GET},
+        url=url,
+    )
+
+
+def vendor_signature_check(source: Source, inbound: Inbound, *, now: datetime) -> None:
+    """Raise 401 unless the request carries the tool's own valid signature (auth mode vendor)."""
+    if not source.requires_vendor_signature:
+        return
+    kind = kind_get(source.kind)
+    if kind.verify is None:
+        raise IntakeError(
+            401, "unauthorized", f"The {kind.label} kind has no signature scheme to check."
+        )
+    if not source.vendor_secret:
+        raise IntakeError(401, "unauthorized", "The source has no vendor secret to check with.")
+    try:
+        valid = bool(kind.verify(inbound, source.vendor_secret, now))
+    except Exception:  # a verifier that cannot read the request: not verified
+        valid = False
+    if not valid:
+        header = kind.signature_header or "signature"
+        raise IntakeError(401, "unauthorized", f"Missing or invalid {header}.")
+
+
+def records_read(source: Source, request: HttpRequest, body: bytes) -> list[dict[str, Any]]:
+    """The records of a single-lead request: one JSON object or form, or what the kind's own
+    parser finds in a body of its own format (a SOAP message may carry several)."""
+    kind = kind_get(source.kind)
+    limits = intake_limits()
+    kind_type = media_type(request)
+    if kind.parse is not None and not (
+        kind_type == "application/json" or kind_type.endswith("+json") or kind_type in FORM_TYPES
+    ):
+        try:
+            records = kind.parse(inbound_of(request, body))
+        except DecodeError as exc:
+            raise IntakeError(400, "invalid_body", f"{kind.label}: {exc}") from None
+        except Exception as exc:  # a parser bug must not be a 5xx: the body stays in the inbox
+            raise IntakeError(
+                400, "invalid_body", f"{kind.label} could not read the body: {type(exc).__name__}"
+            ) from None
+        if not isinstance(records, list) or not records:
+            raise IntakeError(400, "invalid_body", f"{kind.label}: no record in the body.")
+        if len(records) > settings.INTAKE_MAX_BATCH:
+            raise IntakeError(413, "batch_too_large", "Too many records in one message.")
+        for record in records:
+            if not isinstance(record, dict):
+                raise IntakeError(400, "invalid_body", f"{kind.label}: a record is not an object.")
+            check_value(record, limits, where="record")
+        return records
+    if kind_type == "application/json" or kind_type.endswith("+json"):
+        value = parse_json(body, limits)
+        if not isinstance(value, dict):
+            raise IntakeError(400, "invalid_body", "The body must be a JSON object.")
+        return [value]
+    if kind_type in FORM_TYPES:
+        return [parse_form(request, limits)]
+    raise IntakeError(
+        415,
+        "unsupported_media_type",
+        "Send application/json, application/x-www-form-urlencoded or multipart/form-data.",
+    )

@@ -1,0 +1,185 @@
+"""Segment: Identify (and Track) calls forwarded by a Webhooks destination or a Source function.
+
+Shapes from Segment's docs: the Spec's Identify call and its reserved traits (``address``,
+``company``, ``firstName`` / ``first_name``, ...) at https://segment.com/docs/connections/spec/
+identify/, the common fields (``messageId``, ``context.campaign``, ``context.traits``) at
+https://segment.com/docs/connections/spec/common/, and the Webhooks destinations
+(https://segment.com/docs/connections/destinations/catalog/webhooks/ and .../actions-webhook/):
+with a shared secret, ``X-Signature`` is the hex HMAC-SHA1 of the body keyed by that secret.
+
+``messageId`` is the idempotency key: Segment retries a failed delivery with the same message,
+and every call (one per identify) has its own. Reserved traits may be camelCase or snake_case.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from datetime import datetime
+from typing import Any
+
+from leads.sources.base import (
+    Inbound,
+    Options,
+    Record,
+    SourceKind,
+    as_text,
+    get,
+    scalar_or_joined,
+)
+
+SIGNATURE_HEADER = "X-Signature"
+_CALL_TYPES = frozenset({"identify", "track", "page", "screen", "group", "alias"})
+
+# Reserved traits with a canonical meaning, in both spellings the Spec allows.
+_TRAITS = {
+    "email": "email",
+    "firstName": "first_name",
+    "first_name": "first_name",
+    "lastName": "last_name",
+    "last_name": "last_name",
+    "name": "full_name",
+    "phone": "phone",
+    "title": "title",
+    "website": "website",
+}
+_ADDRESS = {
+    "street": "street",
+    "city": "city",
+    "state": "region",
+    "postalCode": "postal_code",
+    "postal_code": "postal_code",
+    "country": "country",
+}
+_COMPANY = {
+    "name": "company",
+    "industry": "industry",
+    "employee_count": "employees",
+    "employeeCount": "employees",
+    "employees": "employees",
+    "id": "company_id",
+    "plan": "company_plan",
+    "website": "website",
+}
+# Top-level keys of the message kept for the record, renamed where an alias would misread them.
+_MESSAGE_KEYS = {
+    "userId": "segment_user_id",
+    "anonymousId": "segment_anonymous_id",
+    "event": "event",
+    "type": "segment_call",
+    "timestamp": "timestamp",
+    "groupId": "segment_group_id",
+    "channel": "channel",
+}
+
+
+def _put(out: Record, key: str, value: Any) -> None:
+    """``out[key] = value`` for a non-blank scalar, without overwriting a non-blank value."""
+    value = scalar_or_joined(value)
+    if value is None or isinstance(value, dict | list) or as_text(value).strip() == "":
+        return
+    if key in out and out[key] not in (None, ""):
+        if out[key] == value:
+            return
+        n = 2
+        while f"{key} ({n})" in out:
+            n += 1
+        key = f"{key} ({n})"
+    out[key] = value
+
+
+def _traits(traits: Any, out: Record, *, group: bool = False) -> None:
+    """Reserved traits by meaning, the rest under their own names. A Group call's traits
+    describe the company, so its ``name`` is the company's."""
+    if not isinstance(traits, dict):
+        return
+    for key, value in traits.items():
+        if not isinstance(key, str):
+            continue
+        value = get(traits, key)
+        if group and key in ("name", "industry", "employees", "plan", "website"):
+            _put(out, {"name": "company", "plan": "company_plan"}.get(key, key), value)
+        elif key == "address" and isinstance(value, dict):
+            for part, part_value in value.items():
+                if isinstance(part, str):
+                    _put(out, _ADDRESS.get(part, f"address_{part}"), part_value)
+        elif key == "company" and isinstance(value, dict):
+            for part, part_value in value.items():
+                if isinstance(part, str):
+                    _put(out, _COMPANY.get(part, f"company_{part}"), part_value)
+        elif key == "company":
+            _put(out, "company", value)
+        elif key == "id":
+            _put(out, "segment_user_id", value)  # the customer's own user id (Spec: "id")
+        else:
+            _put(out, _TRAITS.get(key, key), value)
+
+
+def _message(record: Record) -> Record:
+    """The Segment message: the record itself, or one wrapped by a Webhooks (Actions) mapping
+    or a Source function (``{"data": {...}}``, ``{"event": {...}}``, ``{"payload": {...}}``)."""
+    if as_text(record.get("type")) in _CALL_TYPES:
+        return record
+    for key in ("data", "event", "payload", "message"):
+        inner = get(record, key)
+        if isinstance(inner, dict) and as_text(inner.get("type")) in _CALL_TYPES:
+            return inner
+    return record
+
+
+def decode(record: Record, options: Options) -> Record:
+    out: Record = {}
+    message = _message(record)
+    call = as_text(message.get("type"))
+    # Who the person is: identify/group traits first, then a track's properties, then the
+    # traits the library attached to the context (analytics.js sends them on every call).
+    _traits(get(message, "traits"), out, group=call == "group")
+    properties = get(message, "properties")
+    if isinstance(properties, dict):
+        _traits(properties, out)
+    _traits(get(message, "context", "traits"), out)
+
+    campaign = get(message, "context", "campaign")
+    if isinstance(campaign, dict):
+        _put(out, "utm_source", get(campaign, "source"))
+        _put(out, "utm_medium", get(campaign, "medium"))
+        _put(out, "utm_campaign", get(campaign, "name"))
+        _put(out, "utm_term", get(campaign, "term"))
+        _put(out, "utm_content", get(campaign, "content"))
+    # The device's location: only where the traits named none.
+    location = get(message, "context", "location")
+    if isinstance(location, dict):
+        _put(out, "country", get(location, "country"))
+        _put(out, "region", get(location, "region"))
+        _put(out, "city", get(location, "city"))
+    _put(out, "ip", get(message, "context", "ip"))
+    _put(out, "page_url", get(message, "context", "page", "url"))
+    _put(out, "user_agent", get(message, "context", "userAgent"))
+
+    _put(out, "external_id", get(message, "messageId"))
+    for key, target in _MESSAGE_KEYS.items():
+        _put(out, target, get(message, key))
+    if message is not record:
+        for key, value in record.items():
+            if isinstance(key, str) and not isinstance(get(record, key), dict | list):
+                _put(out, key, value)
+    return out
+
+
+def verify(inbound: Inbound, secret: str, now: datetime) -> bool:
+    """``X-Signature: <hex HMAC-SHA1 of the body, keyed by the destination's shared secret>``."""
+    sent = inbound.header(SIGNATURE_HEADER).strip().lower()
+    if not secret or not sent:
+        return False
+    expected = hmac.new(secret.encode("utf-8"), inbound.body, hashlib.sha1).hexdigest()
+    return hmac.compare_digest(sent, expected)
+
+
+KIND = SourceKind(
+    name="segment",
+    label="Segment (Identify / Track calls from a Webhooks destination)",
+    docs="https://segment.com/docs/connections/destinations/catalog/actions-webhook/",
+    decode=decode,
+    verify=verify,
+    signature_header=SIGNATURE_HEADER,
+)
