@@ -34,6 +34,7 @@ from leads.inbox import refused_record, refused_record_batch
 from leads.intake import (
     inbound_of,
     intake_limits,
+    read_by_kind,
     records_read,
     vendor_signature_check,
 )
@@ -312,7 +313,7 @@ class IntakeView(APIView):
                 refused_record(source=source, meta=django_request.META, body=body, error=error)
             return _error_response(error)
         kind = kind_get(source.kind)
-        if kind.acknowledge is not None:
+        if kind.acknowledge is not None and read_by_kind(source, django_request):
             return _reply(kind.acknowledge([str(item.lead_id) for item in accepted]))
         first = accepted[0]
         headers = {"Location": f"/api/v1/leads/{first.lead_id}/"}

@@ -75,15 +75,21 @@ def vendor_signature_check(source: Source, inbound: Inbound, *, now: datetime) -
         raise IntakeError(401, "unauthorized", f"Missing or invalid {header}.")
 
 
+def read_by_kind(source: Source, request: HttpRequest) -> bool:
+    """Whether the body is one the kind's own parser reads (not JSON, not a form)."""
+    kind_type = media_type(request)
+    return kind_get(source.kind).parse is not None and not (
+        kind_type == "application/json" or kind_type.endswith("+json") or kind_type in FORM_TYPES
+    )
+
+
 def records_read(source: Source, request: HttpRequest, body: bytes) -> list[dict[str, Any]]:
     """The records of a single-lead request: one JSON object or form, or what the kind's own
     parser finds in a body of its own format (a SOAP message may carry several)."""
     kind = kind_get(source.kind)
     limits = intake_limits()
     kind_type = media_type(request)
-    if kind.parse is not None and not (
-        kind_type == "application/json" or kind_type.endswith("+json") or kind_type in FORM_TYPES
-    ):
+    if kind.parse is not None and read_by_kind(source, request):
         try:
             records = kind.parse(inbound_of(request, body))
         except DecodeError as exc:

@@ -132,6 +132,9 @@ class _Prepared:
     key: str | None
     fingerprint: str
     lead_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    # The key is the tool's own id of the submission, read by the source's kind: the tool's
+    # retry may differ in its envelope (a delivery attempt counter) and is still a replay.
+    vendor_key: bool = False
 
 
 def record_fingerprint(record: dict[str, Any]) -> str:
@@ -175,16 +178,18 @@ def _prepare(
         if flat.decoder_error:
             message += f" (The {source.kind} decoder failed: {flat.decoder_error})"
         raise IntakeError(422, "not_a_lead", message)
+    record_key = _idempotency_key(canonical, None) if not header_key else None
     return _Prepared(
         index=index,
         record=record,
         key=_idempotency_key(canonical, header_key) or fallback_key,
         fingerprint=record_fingerprint(record),
+        vendor_key=bool(record_key) and (source.kind or "generic") != "generic",
     )
 
 
-def _replay(fingerprint: str, existing_id: uuid.UUID, existing_print: str) -> Accepted:
-    if existing_print != fingerprint:
+def _replay(item: _Prepared, existing_id: uuid.UUID, existing_print: str) -> Accepted:
+    if existing_print != item.fingerprint and not item.vendor_key:
         raise IntakeError(
             422,
             "idempotency_key_reused",
@@ -230,7 +235,7 @@ def lead_ingest(
             .first()
         )
         if existing is not None:
-            return _replay(item.fingerprint, *existing)
+            return _replay(item, *existing)
     try:
         # The lead and its `received` audit event in one transaction; the enqueue runs once it
         # is committed (at the outer commit if a caller wraps this in a transaction).
@@ -258,7 +263,7 @@ def lead_ingest(
         )
         if winner is None:
             raise
-        return _replay(item.fingerprint, *winner)
+        return _replay(item, *winner)
     return Accepted(lead_id=item.lead_id)
 
 
@@ -384,7 +389,7 @@ def _replay_or_error(
     item: _Prepared, lead_id: uuid.UUID, fingerprint: str
 ) -> Accepted | IntakeError:
     try:
-        return _replay(item.fingerprint, lead_id, fingerprint)
+        return _replay(item, lead_id, fingerprint)
     except IntakeError as error:
         return error
 

@@ -1,0 +1,165 @@
+"""Every kind's every fixture, posted over HTTP to a source configured only by choosing its kind
+(issue 16 "How it will be checked"): accepted, read by the worker, never a 5xx; the vendors'
+handshakes and signatures through the intake."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from pathlib import Path
+
+import pytest
+
+from leads.models import Lead, RefusedPayload, SourceAuthMode
+from leads.services import lead_apply_normalization
+from leads.sources import kinds
+from tests.leads.conftest import auth
+from tests.leads.factories import SourceFactory
+from tests.leads.sources.kindtest import SOURCES_DIR
+
+pytestmark = pytest.mark.django_db
+
+# Fixtures that are not leads by design: id-only notifications (the lead is fetched from the
+# vendor's API) and pings. They are refused with 422 and kept in the refused inbox.
+NOT_LEADS = {
+    ("meta_lead_ads", "webhook_leadgen.json"),
+    ("meta_lead_ads", "webhook_leadgen_batch.json"),
+    ("linkedin", "lead_notification.json"),
+    ("intercom", "conversation_user_created_v1.json"),  # an anonymous visitor, no e-mail
+    ("gravity_forms", "entry_rest_api_sample.json"),  # the docs' sample: a name, no contact
+    ("jotform", "tutor_appointment.form"),  # a student's name and uploads, no contact
+}
+# Vendors' pings, answered by the kind's handshake: no lead, nothing refused.
+HANDSHAKES = {("intercom", "ping.json")}
+# Batch rows that are not leads (a webinar guest with no e-mail): refused and kept, one each.
+REJECTED_ROWS = {("zoom", "attendee_report.csv"): 1}
+_TYPES = {
+    ".json": "application/json",
+    ".form": "application/x-www-form-urlencoded",
+    ".xml": "text/xml; charset=utf-8",
+    ".csv": "text/csv",
+}
+
+
+def _fixtures() -> list[tuple[str, str]]:
+    found = []
+    for name in sorted(kinds()):
+        folder = SOURCES_DIR / name / "fixtures"
+        if folder.is_dir():
+            found += [
+                (name, path.name) for path in sorted(folder.iterdir()) if path.suffix in _TYPES
+            ]
+    return found
+
+
+FIXTURES = _fixtures()
+
+
+def test_every_kind_has_fixtures() -> None:
+    have = {kind for kind, _ in FIXTURES}
+    assert set(kinds()) - {"generic"} <= have
+    assert len(kinds()) >= 16
+
+
+@pytest.mark.parametrize(("kind", "fixture"), FIXTURES, ids=[f"{k}/{f}" for k, f in FIXTURES])
+def test_each_fixture_is_accepted_by_a_source_of_its_kind(client, published, kind, fixture):
+    slug = f"k-{kind}".replace("_", "-")
+    source = SourceFactory(slug=slug, kind=kind)
+    path: Path = SOURCES_DIR / kind / "fixtures" / fixture
+    body = path.read_bytes()
+    batch = path.suffix == ".csv"
+    url = f"/api/v1/intake/{slug}/" + ("batch/" if batch else "")
+    response = client.post(url, data=body, content_type=_TYPES[path.suffix], **auth(slug))
+    assert response.status_code < 500, response.content
+    if (kind, fixture) in HANDSHAKES:
+        assert response.status_code == 200, response.content
+        assert not Lead.objects.filter(source=source).exists()
+        return
+    if (kind, fixture) in NOT_LEADS:
+        assert response.status_code == 422, response.content
+        assert RefusedPayload.objects.filter(source=source, reason="not_a_lead").count() == 1
+        return
+    if path.suffix == ".xml":  # Salesforce's Outbound Message is answered with its SOAP ack
+        assert response.status_code == 200, response.content
+        assert b"<Ack>true</Ack>" in response.content
+    else:
+        assert response.status_code == 202, response.content
+    rejected = REJECTED_ROWS.get((kind, fixture), 0)
+    if batch:
+        assert response.json()["rejected"] == rejected, response.json()
+    leads = list(Lead.objects.filter(source=source).select_related("source"))
+    assert leads
+    assert RefusedPayload.objects.filter(source=source).count() == rejected
+    for lead in leads:
+        lead_apply_normalization(lead=lead)
+        assert lead.email or lead.phone or lead.company or lead.first_name, lead.raw_payload
+        assert "decoder_failed" not in lead.flags
+
+
+def test_meta_verification_get_is_answered_with_the_challenge(client):
+    SourceFactory(slug="meta", kind="meta_lead_ads", kind_options={"verify_token": "s3cret-vt"})
+    ok = client.get(
+        "/api/v1/intake/meta/",
+        {"hub.mode": "subscribe", "hub.verify_token": "s3cret-vt", "hub.challenge": "1158201444"},
+    )
+    assert (ok.status_code, ok.content) == (200, b"1158201444")
+    wrong = client.get(
+        "/api/v1/intake/meta/",
+        {"hub.mode": "subscribe", "hub.verify_token": "guess", "hub.challenge": "1"},
+    )
+    assert wrong.status_code == 403
+
+
+def test_a_get_to_a_kind_without_a_handshake_is_405_json(client):
+    SourceFactory(slug="plain")
+    response = client.get("/api/v1/intake/plain/")
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_vendor_signature_mode_checks_the_tools_own_signature(client, published):
+    source = SourceFactory(
+        slug="meta-signed", kind="meta_lead_ads", auth_mode=SourceAuthMode.VENDOR
+    )
+    source.vendor_secret = "app-secret-1"
+    source.save()
+    body = (SOURCES_DIR / "meta_lead_ads" / "fixtures" / "lead_b2b.json").read_bytes()
+    good = "sha256=" + hmac.new(b"app-secret-1", body, hashlib.sha256).hexdigest()
+    bad = "sha256=" + hmac.new(b"other", body, hashlib.sha256).hexdigest()
+    url = "/api/v1/intake/meta-signed/"
+    kind_header = {"content_type": "application/json"}
+    assert client.post(url, body, **kind_header, HTTP_X_HUB_SIGNATURE_256=good).status_code == 202
+    assert client.post(url, body, **kind_header, HTTP_X_HUB_SIGNATURE_256=bad).status_code == 401
+    assert client.post(url, body, **kind_header).status_code == 401
+    # Our own token is not what this mode checks, and a refused signature keeps nothing.
+    assert client.post(url, body, **kind_header, **auth("meta-signed")).status_code == 401
+    assert not RefusedPayload.objects.exists()
+
+
+def test_a_vendor_retry_with_a_changed_envelope_replays_the_first_lead(client, published):
+    SourceFactory(slug="ic", kind="intercom")
+    payload = json.loads(
+        (SOURCES_DIR / "intercom" / "fixtures" / "contact_lead_created.json").read_text()
+    )
+    first = client.post(
+        "/api/v1/intake/ic/", payload, content_type="application/json", **auth("ic")
+    )
+    payload["delivery_attempts"] = payload.get("delivery_attempts", 1) + 1
+    again = client.post(
+        "/api/v1/intake/ic/", payload, content_type="application/json", **auth("ic")
+    )
+    assert (first.status_code, again.status_code) == (202, 202)
+    assert again["Idempotent-Replayed"] == "true"
+    assert again.json()["id"] == first.json()["id"]
+    assert Lead.objects.filter(source__slug="ic").count() == 1
+
+
+def test_a_generic_source_still_refuses_a_reused_key_with_another_body(client, published):
+    SourceFactory(slug="gen")
+    url = "/api/v1/intake/gen/"
+    body = {"email": "a@acme.de", "external_id": "x1"}
+    assert client.post(url, body, content_type="application/json", **auth("gen")).status_code == 202
+    body["company"] = "Other"
+    again = client.post(url, body, content_type="application/json", **auth("gen"))
+    assert again.json()["error"]["code"] == "idempotency_key_reused"

@@ -1,0 +1,175 @@
+"""The refused inbox (issue 16 §4): nothing an authenticated source sent is lost."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from audit.models import Event, EventType
+from leads.inbox import refused_prune, refused_reaccept
+from leads.models import Lead, RefusedPayload, RefusedState
+from routing.monitoring.models import Alert, AlertKind, AlertStatus
+from routing.monitoring.refusals import refusals_check
+from tests.leads.conftest import auth
+from tests.leads.factories import SourceFactory
+
+pytestmark = pytest.mark.django_db
+
+NESTED = {"submission": {"who": {"Mail": "ana@acme.de", "Firma": "Acme GmbH"}}, "form": "demo"}
+
+
+def _post(client, slug, payload, **extra):
+    return client.post(
+        f"/api/v1/intake/{slug}/",
+        json.dumps(payload),
+        content_type="application/json",
+        **{**auth(slug), **extra},
+    )
+
+
+def test_a_refused_payload_is_kept_with_its_reason_and_no_secret(client, published):
+    source = SourceFactory(slug="shop", allow_query_token=True)
+    response = client.post(
+        "/api/v1/intake/shop/?token=token-shop",
+        json.dumps(NESTED),
+        content_type="application/json",
+        HTTP_X_API_KEY="vendor-key",
+        HTTP_USER_AGENT="ShopTool/2.0",
+    )
+    assert response.status_code == 422
+    refused = RefusedPayload.objects.get(source=source)
+    assert (refused.status_code, refused.reason, refused.state) == (422, "not_a_lead", "open")
+    assert json.loads(bytes(refused.body)) == NESTED
+    assert refused.headers["User-Agent"] == "ShopTool/2.0"
+    stored = json.dumps(refused.headers) + refused.message
+    assert "token-shop" not in stored
+    assert "vendor-key" not in stored
+    assert not any("authorization" in key.lower() for key in refused.headers)
+
+
+def test_unauthenticated_or_oversized_requests_are_not_kept(client, settings):
+    SourceFactory(slug="shop")
+    wrong = client.post(
+        "/api/v1/intake/shop/", "{}", content_type="application/json", HTTP_AUTHORIZATION="Bearer x"
+    )
+    assert wrong.status_code == 401
+    settings.INTAKE_MAX_BODY_BYTES = 10
+    big = _post(client, "shop", {"note": "x" * 100})
+    assert big.status_code == 413
+    assert not RefusedPayload.objects.exists()
+
+
+def test_unreadable_bodies_are_kept_too(client):
+    source = SourceFactory(slug="shop")
+    bad_json = client.post(
+        "/api/v1/intake/shop/", b"{not json", content_type="application/json", **auth("shop")
+    )
+    wrong_type = client.post(
+        "/api/v1/intake/shop/", b"<lead/>", content_type="application/xml", **auth("shop")
+    )
+    assert (bad_json.status_code, wrong_type.status_code) == (400, 415)
+    reasons = sorted(RefusedPayload.objects.filter(source=source).values_list("reason", flat=True))
+    assert reasons == ["invalid_body", "unsupported_media_type"]
+
+
+def test_fix_the_map_then_reaccept_makes_one_lead_audited(client, published, admin_user):
+    source = SourceFactory(slug="shop")
+    assert _post(client, "shop", NESTED).status_code == 422
+    refused = RefusedPayload.objects.get()
+    # Still not a lead with the source as it is: stays open, says why.
+    outcome = refused_reaccept(refused_id=refused.pk, actor="user:revops")
+    assert outcome.error.startswith("not_a_lead")
+    assert RefusedPayload.objects.get().state == RefusedState.OPEN
+
+    source.field_map = {"submission.who.Mail": "email", "submission.who.Firma": "company"}
+    source.save()
+    first = refused_reaccept(refused_id=refused.pk, actor="user:revops")
+    again = refused_reaccept(refused_id=refused.pk, actor="user:revops")
+    assert not first.error and len(first.lead_ids) == 1
+    assert again.already and again.lead_ids == first.lead_ids
+    lead = Lead.objects.get()
+    assert str(lead.pk) == first.lead_ids[0]
+    assert lead.raw_payload == NESTED
+    assert lead.idempotency_key == f"refused:{refused.pk}"
+    event = Event.objects.get(lead=lead)
+    assert (event.type, event.actor) == (EventType.RECEIVED, "user:revops")
+    assert event.data["reaccepted_from"] == refused.pk
+    refused.refresh_from_db()
+    assert (refused.state, str(refused.lead_id)) == (RefusedState.ACCEPTED, first.lead_ids[0])
+
+
+def test_reaccepting_a_form_post_reads_it_as_a_form(client, published):
+    source = SourceFactory(slug="form")
+    response = client.post(
+        "/api/v1/intake/form/",
+        "who%5Bmail%5D=jo%40acme.de&note=hi",
+        content_type="application/x-www-form-urlencoded",
+        **auth("form"),
+    )
+    assert response.status_code == 422
+    # A key with brackets in it is named as a quoted key in a path.
+    source.field_map = {'["who[mail]"]': "email"}
+    source.save()
+    outcome = refused_reaccept(refused_id=RefusedPayload.objects.get().pk, actor="user:x")
+    assert not outcome.error, outcome.error
+    assert Lead.objects.get().raw_payload == {"who[mail]": "jo@acme.de", "note": "hi"}
+
+
+def test_batch_records_that_are_not_leads_are_kept_one_by_one(client, published):
+    source = SourceFactory(slug="list")
+    response = client.post(
+        "/api/v1/intake/list/batch/",
+        json.dumps([{"email": "a@acme.de"}, {"note": "no contact"}, {"company": {"x": 1}}]),
+        content_type="application/json",
+        **auth("list"),
+    )
+    assert response.json()["accepted"] == 1
+    kept = RefusedPayload.objects.filter(source=source).order_by("batch_index")
+    assert [r.batch_index for r in kept] == [1, 2]
+    assert json.loads(bytes(kept[0].body)) == {"note": "no contact"}
+
+
+def test_the_inbox_is_bounded_per_source(client):
+    source = SourceFactory(slug="noisy")
+    other = SourceFactory(slug="quiet")
+    for n in range(7):
+        _post(client, "noisy", {"n": n})
+    _post(client, "quiet", {"n": 0})
+    assert refused_prune(source=source, keep=5) == 2
+    kept = RefusedPayload.objects.filter(source=source)
+    assert sorted(json.loads(bytes(r.body))["n"] for r in kept) == [2, 3, 4, 5, 6]
+    assert RefusedPayload.objects.filter(source=other).count() == 1
+
+
+def test_an_alert_opens_past_the_threshold_and_resolves_by_itself(client, settings):
+    settings.REFUSED_ALERT_THRESHOLD = 3
+    SourceFactory(slug="changed")
+    for n in range(3):
+        _post(client, "changed", {"n": n})
+    assert refusals_check() == {"changed": 3}
+    alert = Alert.objects.get(kind=AlertKind.SOURCE, subject="changed")
+    assert alert.status == AlertStatus.OPEN
+    assert "refused inbox" in alert.message
+    RefusedPayload.objects.update(state=RefusedState.DISMISSED)
+    assert refusals_check() == {}
+    alert.refresh_from_db()
+    assert alert.status == AlertStatus.RESOLVED
+
+
+def test_the_admin_reaccepts_a_selection(admin_client, client, published):
+    source = SourceFactory(slug="shop")
+    _post(client, "shop", NESTED)
+    _post(client, "shop", {**NESTED, "form": "other"})
+    source.field_map = {"submission.who.Mail": "email"}
+    source.save()
+    ids = list(RefusedPayload.objects.values_list("id", flat=True))
+    url = reverse("admin:leads_refusedpayload_changelist")
+    page = admin_client.get(url)
+    assert page.status_code == 200
+    response = admin_client.post(url, {"action": "reaccept", "_selected_action": ids}, follow=True)
+    assert "2 payload(s) re-accepted" in response.content.decode()
+    assert Lead.objects.count() == 2
+    detail = admin_client.get(reverse("admin:leads_refusedpayload_change", args=[ids[0]]))
+    assert "ana@acme.de" in detail.content.decode()
