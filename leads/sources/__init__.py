@@ -27,28 +27,34 @@ GENERIC = "generic"
 # Module names under leads.sources, in the order the admin lists them (generic first).
 KIND_MODULES: tuple[str, ...] = (
     GENERIC,
-    "intercom",
-    "segment",
-    "mailchimp",
-    "gravity_forms",
-    "wpforms",
-    "contact_form_7",
-    "meta_lead_ads",
-    "zoom",
-    "gotowebinar",
-    "on24",
-    "linkedin",
-    "google_ads",
-    "calendly",
-    "typeform",
+    # CRMs and marketing automation
     "hubspot",
     "salesforce",
     "marketo",
     "pardot",
+    # forms and surveys
+    "typeform",
     "tally",
     "jotform",
     "unbounce",
     "webflow",
+    # ad platforms and scheduling
+    "meta_lead_ads",
+    "linkedin",
+    "google_ads",
+    "calendly",
+    # product and e-mail tools
+    "intercom",
+    "segment",
+    "mailchimp",
+    # WordPress form plugins
+    "gravity_forms",
+    "wpforms",
+    "contact_form_7",
+    # webinars (CSV reports)
+    "zoom",
+    "gotowebinar",
+    "on24",
 )
 
 FLAG_DECODER_FAILED = "decoder_failed"

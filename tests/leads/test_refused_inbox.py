@@ -87,8 +87,10 @@ def test_fix_the_map_then_reaccept_makes_one_lead_audited(client, published, adm
     source.save()
     first = refused_reaccept(refused_id=refused.pk, actor="user:revops")
     again = refused_reaccept(refused_id=refused.pk, actor="user:revops")
-    assert not first.error and len(first.lead_ids) == 1
-    assert again.already and again.lead_ids == first.lead_ids
+    assert not first.error
+    assert len(first.lead_ids) == 1
+    assert again.already
+    assert again.lead_ids == first.lead_ids
     lead = Lead.objects.get()
     assert str(lead.pk) == first.lead_ids[0]
     assert lead.raw_payload == NESTED

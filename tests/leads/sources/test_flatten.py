@@ -110,7 +110,10 @@ def test_a_failing_decoder_falls_back_to_the_generic_reading() -> None:
     from leads.sources import base
 
     broken = base.SourceKind(
-        name="broken", label="Broken", docs="", decode=lambda r, o: 1 / 0  # type: ignore[misc]
+        name="broken",
+        label="Broken",
+        docs="",
+        decode=lambda r, o: 1 / 0,  # type: ignore[misc]
     )
     kinds()["broken"] = broken
     try:

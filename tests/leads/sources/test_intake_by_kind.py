@@ -29,6 +29,7 @@ NOT_LEADS = {
     ("intercom", "conversation_user_created_v1.json"),  # an anonymous visitor, no e-mail
     ("gravity_forms", "entry_rest_api_sample.json"),  # the docs' sample: a name, no contact
     ("jotform", "tutor_appointment.form"),  # a student's name and uploads, no contact
+    ("unbounce", "webhook_sample.form"),  # Snowplow's test body: one free-text field
 }
 # Vendors' pings, answered by the kind's handshake: no lead, nothing refused.
 HANDSHAKES = {("intercom", "ping.json")}
