@@ -172,7 +172,9 @@ def _prepare(
     if limits is not None:
         check_value(record, limits, where="record")
     flat = source_flatten(source, record)
-    canonical, _custom = map_fields(flat.record, source.field_map or None)
+    canonical = flat.canonical
+    if canonical is None:
+        canonical, _custom = map_fields(flat.record, source.field_map or None)
     if not is_a_lead(canonical):
         message = NOT_A_LEAD_MESSAGE
         if flat.decoder_error:

@@ -89,12 +89,11 @@ class Flattened:
     record: Record
     flags: tuple[str, ...] = ()
     decoder_error: str = ""
+    # map_fields(record, field_map)'s canonical half, kept so the kickoff does not map twice.
+    canonical: dict[str, Any] | None = None
 
 
-def _present_targets(
-    flat: Mapping[str, Any], field_map: Mapping[str, str] | None
-) -> frozenset[str]:
-    canonical, _custom = map_fields(flat, field_map)
+def _present_targets(canonical: Mapping[str, Any]) -> frozenset[str]:
     present = {
         target
         for target, value in canonical.items()
@@ -140,8 +139,9 @@ def flatten(
         if from_paths:
             flat = {**from_paths, **{k: v for k, v in flat.items() if k not in from_paths}}
 
-    present = _present_targets(flat, mapping)
-    if not is_a_lead(dict.fromkeys(present, "x")):
+    canonical, _custom = map_fields(flat, mapping)
+    present = _present_targets(canonical)
+    if not is_a_lead(canonical):
         below = found_below(record, skip=present)
         extra = {key: value for key, value in below.items() if key not in flat}
         # A top-level key holding a structure ("email": {"value": ...}) yields to what was
@@ -151,9 +151,10 @@ def flatten(
                 extra[key] = value
         if extra:
             flat = {**flat, **extra}
+            canonical, _custom = map_fields(flat, mapping)
             if any(canonical_key(key) for key in extra):
                 flags.append(FLAG_FOUND_BELOW)
-    return Flattened(flat, tuple(flags), error)
+    return Flattened(flat, tuple(flags), error, canonical)
 
 
 def source_flatten(source: Any, record: Any) -> Flattened:
@@ -172,5 +173,7 @@ def source_flatten(source: Any, record: Any) -> Flattened:
 
 def record_is_lead(flattened: Flattened, field_map: Mapping[str, str] | None) -> bool:
     """The kickoff's check on a flattened record (leads.normalize.is_a_lead)."""
-    canonical, _custom = map_fields(flattened.record, field_map)
+    canonical = flattened.canonical
+    if canonical is None:
+        canonical, _custom = map_fields(flattened.record, field_map)
     return is_a_lead(canonical)
