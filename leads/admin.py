@@ -8,10 +8,13 @@ from typing import Any, NamedTuple
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, TooManyFieldsSent
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
 from audit.config_changes import AuditedConfigAdmin, actor_of, config_change_record, values_of
 from config.json_input import BoundedJsonAdmin
@@ -19,6 +22,16 @@ from leads.inbox import refused_dismiss, refused_reaccept
 from leads.models import Lead, RefusedPayload, RefusedState, Source, SourceAuthMode
 from leads.services import source_set_hmac_secret, source_set_token
 from leads.sources import kind_choices, kind_get
+from leads.tryit import (
+    Sample,
+    SourceTryForm,
+    TryInputError,
+    TryResult,
+    posted_too_big,
+    source_sample,
+    source_samples,
+    source_try,
+)
 
 
 def _overlap() -> timedelta:
@@ -157,6 +170,100 @@ class SourceAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
         *readonly_fields,
     )
     actions = ("rotate_token", "rotate_hmac_secret")
+    change_form_template = "admin/leads/source/change_form.html"
+
+    def get_urls(self) -> list[URLPattern]:
+        # try_view checks CSRF itself, after the size check: the middleware reads the POST
+        # first, and a paste over DATA_UPLOAD_MAX_MEMORY_SIZE would then be a bare 400 page.
+        view = csrf_exempt(self.try_view)
+        return [
+            path(
+                "<path:object_id>/try/",
+                self.admin_site.admin_view(view),
+                name="leads_source_try",
+            ),
+            *super().get_urls(),
+        ]
+
+    def try_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Try a payload with a kind and field map before saving them (leads.tryit)."""
+        source = self.get_object(request, unquote(object_id))
+        if source is None:
+            # The admin's own "doesn't exist" redirect and message (missing from the stubs).
+            return self._get_obj_does_not_exist_redirect(  # type: ignore[attr-defined]
+                request, self.opts, object_id
+            )
+        if not self.has_view_or_change_permission(request, source):
+            raise PermissionDenied
+        leads, with_refused = self._try_visible(request)
+        samples = source_samples(source=source, leads=leads, with_refused=with_refused)
+        if request.method == "POST" and posted_too_big(request.META):
+            return self._try_page(request, source, SourceTryForm.too_big(source, samples))
+        return csrf_protect(self._try_checked)(request, source, leads, with_refused, samples)
+
+    def _try_checked(
+        self,
+        request: HttpRequest,
+        source: Source,
+        leads: QuerySet[Lead] | None,
+        with_refused: bool,
+        samples: list[Sample],
+    ) -> HttpResponse:
+        if request.method != "POST":
+            initial = SourceTryForm.initial_for(source)
+            return self._try_page(request, source, SourceTryForm(initial=initial, samples=samples))
+        try:
+            data = request.POST.copy()
+        except (RequestDataTooBig, TooManyFieldsSent):
+            return self._try_page(request, source, SourceTryForm.too_big(source, samples))
+        key = data.get("sample", "")
+        if "_load" in data and key:
+            sample = source_sample(source=source, key=key, leads=leads, with_refused=with_refused)
+            if sample is not None:
+                data["payload"], data["fmt"] = sample.text, sample.fmt
+        form = SourceTryForm(data, samples=samples)
+        result = None
+        if form.is_valid():
+            try:
+                result = source_try(
+                    source=source,
+                    text=form.cleaned_data["payload"],
+                    fmt=form.cleaned_data["fmt"],
+                    kind=form.cleaned_data["kind"],
+                    kind_options=form.cleaned_data["kind_options"],
+                    field_map=form.cleaned_data["field_map"],
+                )
+            except TryInputError as error:
+                for name, problems in error.errors.items():
+                    form.add_error(name, problems)
+        return self._try_page(request, source, form, result)
+
+    def _try_visible(self, request: HttpRequest) -> tuple[QuerySet[Lead] | None, bool]:
+        """The leads whose payloads the person may pick (None: none), and whether refusals."""
+        user = request.user
+        leads = None
+        if user.has_perm("leads.view_lead"):
+            from audit.selectors import leads_visible_to  # audit builds on leads
+
+            leads = leads_visible_to(user, Lead.objects.all())
+        return leads, user.has_perm("leads.view_refusedpayload")
+
+    def _try_page(
+        self,
+        request: HttpRequest,
+        source: Source,
+        form: SourceTryForm,
+        result: TryResult | None = None,
+    ) -> TemplateResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": source,
+            "title": f"Try a payload: {source}",
+            "form": form,
+            "result": result,
+        }
+        return TemplateResponse(request, "admin/leads/source/try.html", context)
 
     def save_model(self, request: HttpRequest, obj: Source, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
@@ -314,7 +421,9 @@ class RefusedPayloadAdmin(admin.ModelAdmin):
         text = raw[:200_000].decode("utf-8", "replace")
         return text + ("\n… (cut at 200,000 bytes)" if len(raw) > 200_000 else "")
 
-    @admin.action(description="Re-accept as leads (read by the source as it is now)")
+    @admin.action(
+        description="Re-accept as leads (read by the source as it is now)", permissions=["change"]
+    )
     def reaccept(self, request: HttpRequest, queryset: QuerySet[RefusedPayload]) -> None:
         actor = actor_of(request)
         done, already, failed = 0, 0, []
@@ -335,7 +444,7 @@ class RefusedPayloadAdmin(admin.ModelAdmin):
         if len(failed) > 20:
             messages.warning(request, f"… and {len(failed) - 20} more still refused.")
 
-    @admin.action(description="Dismiss (not leads)")
+    @admin.action(description="Dismiss (not leads)", permissions=["change"])
     def dismiss(self, request: HttpRequest, queryset: QuerySet[RefusedPayload]) -> None:
         count = refused_dismiss(
             refused_ids=queryset.filter(state=RefusedState.OPEN).values_list("id", flat=True),
