@@ -22,8 +22,10 @@ from django.db import DatabaseError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from config.logging import redact
 from leads.models import RefusedPayload, RefusedState, Source
 from leads.parsing import IntakeError
+from leads.sources import kind_get
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +61,8 @@ def safe_headers(meta: Mapping[str, Any]) -> dict[str, str]:
         lowered = name.lower()
         if any(word in lowered for word in _SECRET_HEADER_WORDS):
             continue
-        headers[name] = str(value)[:1000]
+        # A proxy's original-URL header (X-Original-URI, Referer...) may carry ?token=.
+        headers[name] = redact(str(value)[:1000])
     return headers
 
 
@@ -75,6 +78,7 @@ def refused_record(
     """Keep one refused payload; never raises (the sender still gets its 4xx either way)."""
     if error.status not in KEPT_STATUSES:
         return None
+    body = _body_redacted(source, body)
     try:
         with transaction.atomic():
             refused = RefusedPayload.objects.create(
@@ -87,12 +91,23 @@ def refused_record(
                 reason=error.code[:64],
                 message=error.message[:2000],
             )
-        if refused.pk % 50 == 0:
-            refused_prune(source=source)
+        # Bounded per source on every refusal: one indexed look at the row past the bound.
+        refused_prune(source=source)
     except DatabaseError:
         logger.exception("could not keep a refused payload of source %s", source.slug)
         return None
     return refused
+
+
+def _body_redacted(source: Source, body: bytes) -> bytes:
+    redact = kind_get(source.kind).redact_body
+    if redact is None:
+        return body
+    try:
+        return bytes(redact(body))
+    except Exception:  # keep nothing rather than a secret: the reason still says what came
+        logger.exception("the %s kind could not redact a refused body", source.kind)
+        return b""
 
 
 def refused_record_batch(
@@ -102,8 +117,12 @@ def refused_record_batch(
     refusals: Iterable[tuple[int, Any, IntakeError]],
 ) -> int:
     """Keep the refused records of a batch, each as a JSON record of its own."""
+    from leads.services import record_redact
+
     kept = 0
     for index, record, error in refusals:
+        if isinstance(record, dict):
+            record = record_redact(source, record)
         try:
             body = json.dumps(record, ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError):
@@ -123,6 +142,9 @@ def refused_record_batch(
 def refused_prune(*, source: Source, keep: int | None = None) -> int:
     """Drop the source's oldest refusals beyond ``keep`` (REFUSED_INBOX_PER_SOURCE)."""
     keep = settings.REFUSED_INBOX_PER_SOURCE if keep is None else keep
+    newest = RefusedPayload.objects.filter(source=source).order_by("-received_at", "-id")
+    if not newest.values_list("id", flat=True)[keep : keep + 1]:
+        return 0
     stale = list(
         RefusedPayload.objects.filter(source=source)
         .order_by("-received_at", "-id")

@@ -325,8 +325,8 @@ def _fill_names(
     unused = []
     for pair in full_names:
         used = False
-        if _is_structured(pair[1]):
-            unused.append(pair)
+        if _is_structured(pair[1]) or not _looks_like_a_name(pair[1]):
+            unused.append(pair)  # a sentence ("webhook for Web Form Fill-out") names nobody
             continue
         for field, part in zip(("first_name", "last_name"), _split_full_name(pair[1]), strict=True):
             if part is not None and missing(field):
@@ -383,13 +383,13 @@ def _is_structured(value: Any) -> bool:
 
 
 # A name that reads like a sentence ("webhook for Web Form Fill-out") is not a person's name.
-_NAME_MAX_WORDS = 4
+_NAME_MAX_WORDS = 6  # "María de los Ángeles García López" is one person
 _NAME_MAX_CHARS = 80
 
 
 def _looks_like_a_name(value: Any) -> bool:
     text = _to_text(value)
-    if "\n" in text.strip() or "\r" in text.strip():
+    if "\n" in text or "\r" in text:  # names come from one-line inputs
         return False
     cleaned = _clean_text(text, 10 * TEXT_MAX_LENGTH)
     return (

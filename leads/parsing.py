@@ -376,12 +376,19 @@ def _guess_delimiter(text: str) -> str:
 
 
 def _section_ends(rows: list[list[str]], at: int, width: int) -> bool:
-    """Whether ``rows[at]`` starts another report section: a title row followed by a header."""
+    """Whether ``rows[at]`` starts another report section: a title row followed by a header
+    (mostly field names, nobody's e-mail). Only reports have sections: the caller asks only
+    when the file had title rows before its header, so a plain CSV is never cut short."""
     if not _is_title(rows[at]) or width <= 1 or _width(rows[at]) > 1:
         return False
     for row in rows[at + 1 : at + 4]:
-        if _filled(row):
-            return len(_filled(row)) >= 2 and _canonical_cells(row) > 0
+        filled = _filled(row)
+        if filled:
+            return (
+                len(filled) >= 2
+                and _canonical_cells(row) >= 1
+                and not any("@" in cell or any(ch.isdigit() for ch in cell) for cell in filled)
+            )
     return False  # the last row: a person with only the first cell filled
 
 
@@ -407,11 +414,12 @@ def parse_csv(content: str | bytes, *, max_records: int, limits: Limits) -> list
     if len(names) > limits.max_keys:
         raise _bad(f"The CSV has more than {limits.max_keys} columns.")
     records: list[dict[str, Any]] = []
+    report = any(_filled(row) for row in rows[: header.index])  # title rows before the header
     for at in range(header.index + 1, len(rows)):
         row = rows[at]
         if not any(cell.strip() for cell in row):
             continue
-        if _section_ends(rows, at, len(names)):
+        if report and _section_ends(rows, at, len(names)):
             break
         if len(records) >= max_records:
             raise IntakeError(

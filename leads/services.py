@@ -37,7 +37,7 @@ from leads.models import (
 )
 from leads.normalize import is_a_lead, map_fields, normalize
 from leads.parsing import IntakeError, Limits, check_value
-from leads.sources import source_flatten
+from leads.sources import kind_get, source_flatten
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +156,19 @@ def _idempotency_key(canonical: dict[str, Any], header_key: str | None) -> str |
     return key or None
 
 
+def record_redact(source: Source, record: dict[str, Any]) -> dict[str, Any]:
+    """The record without what its kind says must never be stored (a secret in the body)."""
+    redact = kind_get(source.kind).redact
+    if redact is None:
+        return record
+    try:
+        cleaned = redact(dict(record))
+    except Exception:  # a redactor that cannot read the record: store it unredacted, not lose it
+        logger.exception("the %s kind could not redact a record", source.kind)
+        return record
+    return cleaned if isinstance(cleaned, dict) else record
+
+
 NOT_A_LEAD_MESSAGE = "Not a lead: it needs an e-mail, a phone, or a company together with a name."
 
 
@@ -171,6 +184,7 @@ def _prepare(
         raise IntakeError(400, "invalid_body", "A lead must be a JSON object.")
     if limits is not None:
         check_value(record, limits, where="record")
+    record = record_redact(source, record)
     flat = source_flatten(source, record)
     canonical = flat.canonical
     if canonical is None:
@@ -190,8 +204,35 @@ def _prepare(
     )
 
 
-def _replay(item: _Prepared, existing_id: uuid.UUID, existing_print: str) -> Accepted:
-    if existing_print != item.fingerprint and not item.vendor_key:
+def _same_person_and_values(source: Source, first: Any, second: Any) -> bool:
+    """Whether two records of one source read as the same canonical lead (their envelopes, a
+    delivery counter say, may differ)."""
+    field_map = source.field_map or None
+    return (
+        normalize(source_flatten(source, first).record, field_map).fields
+        == normalize(source_flatten(source, second).record, field_map).fields
+    )
+
+
+def _replay(
+    item: _Prepared,
+    existing_id: uuid.UUID,
+    existing_print: str,
+    existing_record: Any = None,
+    *,
+    source: Source | None = None,
+) -> Accepted:
+    """The first lead for a repeated key, or 422 when the key came with another body.
+
+    A key the kind read from the tool's own id is a retry when the body reads as the same
+    lead, even if its envelope changed; a person's id sent again with other values is not.
+    """
+    if existing_print != item.fingerprint and not (
+        item.vendor_key
+        and source is not None
+        and existing_record is not None
+        and _same_person_and_values(source, existing_record, item.record)
+    ):
         raise IntakeError(
             422,
             "idempotency_key_reused",
@@ -233,11 +274,11 @@ def lead_ingest(
     if item.key is not None:
         existing = (
             Lead.objects.filter(source=source, idempotency_key=item.key)
-            .values_list("id", "request_fingerprint")
+            .values_list("id", "request_fingerprint", "raw_payload")
             .first()
         )
         if existing is not None:
-            return _replay(item, *existing)
+            return _replay(item, *existing, source=source)
     try:
         # The lead and its `received` audit event in one transaction; the enqueue runs once it
         # is committed (at the outer commit if a caller wraps this in a transaction).
@@ -260,12 +301,12 @@ def lead_ingest(
             raise
         winner = (
             Lead.objects.filter(source=source, idempotency_key=item.key)
-            .values_list("id", "request_fingerprint")
+            .values_list("id", "request_fingerprint", "raw_payload")
             .first()
         )
         if winner is None:
             raise
-        return _replay(item, *winner)
+        return _replay(item, *winner, source=source)
     return Accepted(lead_id=item.lead_id)
 
 

@@ -65,6 +65,9 @@ class SourceKind:
       (a GET challenge), or ``None`` when the request is not one.
     - ``acknowledge(accepted_ids)`` → the body the vendor requires on success (a SOAP ack).
     - ``options`` names the kind options the source may set, each with a one-line meaning.
+    - ``redact(record)`` → the record without what must not be stored (a secret the vendor puts
+      in the body), applied before a lead is stored; ``redact_body(body)`` likewise for a body
+      kept in the refused inbox.
     """
 
     name: str
@@ -77,6 +80,8 @@ class SourceKind:
     handshake: Callable[[Inbound, str, Options], Reply | None] | None = None
     acknowledge: Callable[[list[str]], Reply] | None = None
     options: Mapping[str, str] = field(default_factory=dict)
+    redact: Callable[[Record], Record] | None = None
+    redact_body: Callable[[bytes], bytes] | None = None
     batch: bool = False  # its exports arrive as CSV batches (webinar reports)
 
 

@@ -58,6 +58,29 @@ _OTHER_PARTIES = frozenset(
         "variables",
     }
 )
+# Key names that hold one of these anywhere describe someone else ("contact_owner",
+# "assigned_user", "notification_recipient", "reply_to", "host_email").
+_OTHER_PARTY_PARTS = (
+    "owner",
+    "host",
+    "organizer",
+    "organiser",
+    "assign",
+    "recipient",
+    "notif",
+    "sender",
+    "agent",
+    "author",
+    "creator",
+    "replyto",
+)
+
+
+def _other_party(key: str) -> bool:
+    folded = _fold(key)
+    return folded in _OTHER_PARTIES or any(part in folded for part in _OTHER_PARTY_PARTS)
+
+
 _NAME_KEYS = ("name", "key", "field", "label", "title", "id", "question", "field_name", "column_id")
 _VALUE_KEYS = ("value", "values", "answer", "string_value", "text", "response")
 _PERSON_TARGETS = frozenset({"email", "phone"})
@@ -127,7 +150,7 @@ def found_below(record: Any, *, skip: frozenset[str] = frozenset()) -> dict[str,
             for key, value in node.items():
                 if not isinstance(key, str):
                     continue
-                if _fold(key) in _OTHER_PARTIES:
+                if _other_party(key):
                     continue
                 value = json_in(value)
                 if _is_scalar(value):

@@ -269,3 +269,17 @@ def test_windows_1252_round_trip(delimiter: str) -> None:
     assert read(out.getvalue().encode("cp1252")) == [
         dict(zip(["Email", "Company", "Country"], row, strict=True)) for row in rows
     ]
+
+
+def test_a_plain_csv_is_never_cut_short_by_a_row_that_looks_like_a_section_title() -> None:
+    # Review finding: a one-cell row followed by a row holding a field-name answer ("Email")
+    # ended the "section" and dropped the rest of a plain CSV.
+    text = (
+        "Email,Name,Preferred contact\n"
+        "ana@acme.de,Ana,Phone\n"
+        "kim@acme.de,,\n"
+        "jo@x.de,Jo,Email\n"
+        "max@y.de,Max,Phone\n"
+    )
+    records = parse_csv(text, max_records=100, limits=Limits())
+    assert [r["Email"] for r in records] == ["ana@acme.de", "kim@acme.de", "jo@x.de", "max@y.de"]

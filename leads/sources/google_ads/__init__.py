@@ -133,6 +133,24 @@ def verify(inbound: Inbound, secret: str, now: datetime) -> bool:
     return hmac.compare_digest(sent.encode("utf-8"), secret.encode("utf-8"))
 
 
+def redact(record: Record) -> Record:
+    """The record without ``google_key``: the source's secret is never stored with a lead."""
+    record.pop("google_key", None)
+    return record
+
+
+def redact_body(body: bytes) -> bytes:
+    """A refused body without ``google_key`` (a body that is not JSON holds none we can find)."""
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return body if b"google_key" not in body else b""
+    if isinstance(value, dict) and "google_key" in value:
+        value.pop("google_key")
+        return json.dumps(value, ensure_ascii=False).encode("utf-8")
+    return body
+
+
 KIND = SourceKind(
     name="google_ads",
     label="Google Ads lead forms (webhook)",
@@ -140,4 +158,6 @@ KIND = SourceKind(
     decode=decode,
     verify=verify,
     signature_header="",
+    redact=redact,
+    redact_body=redact_body,
 )

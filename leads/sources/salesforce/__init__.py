@@ -271,6 +271,14 @@ def acknowledge(lead_ids: list[str]) -> Reply:
     return Reply(status=200, body=_ACK.encode("utf-8"), content_type="text/xml; charset=utf-8")
 
 
+_SESSION_ID_RE = re.compile(rb"(<(?:\w+:)?SessionId\b[^>]*>)[^<]*(</(?:\w+:)?SessionId>)", re.I)
+
+
+def redact_body(body: bytes) -> bytes:
+    """A refused Outbound Message without its SessionId (a live API session of the sender)."""
+    return _SESSION_ID_RE.sub(rb"\1\2", body)
+
+
 KIND = SourceKind(
     name="salesforce",
     label="Salesforce (Flow / Apex callout JSON, Outbound Message)",
@@ -278,4 +286,5 @@ KIND = SourceKind(
     decode=decode,
     parse=parse,
     acknowledge=acknowledge,
+    redact_body=redact_body,
 )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -181,6 +182,9 @@ def verify(inbound: Inbound, secret: str, now: datetime) -> bool:
     return hmac.compare_digest(expected, signature.strip())
 
 
+_PLAIN_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{8,64}")
+
+
 def handshake(inbound: Inbound, secret: str, options: Options) -> Reply | None:
     """Zoom's challenge-response check: ``endpoint.url_validation`` with a ``plainToken`` is
     answered with the token and its HMAC-SHA256 (hex) under the webhook's secret token."""
@@ -193,8 +197,11 @@ def handshake(inbound: Inbound, secret: str, options: Options) -> Reply | None:
     if not isinstance(body, dict) or body.get("event") != "endpoint.url_validation":
         return None
     token = get(body, "payload", "plainToken")
-    if not isinstance(token, str) or not token or not secret:
-        return None  # without the secret no answer can validate; Zoom then reports a failure
+    if not isinstance(token, str) or not _PLAIN_TOKEN_RE.fullmatch(token) or not secret:
+        # Without the secret no answer can validate; Zoom then reports a failure. Only a token
+        # of Zoom's own shape is signed: the same HMAC key signs deliveries ("v0:<ts>:<body>"),
+        # so signing any text a stranger sends would forge deliveries.
+        return None
     answer = {"plainToken": token, "encryptedToken": _sign(secret, token.encode())}
     return Reply(200, json.dumps(answer).encode(), "application/json")
 

@@ -156,6 +156,20 @@ def test_a_vendor_retry_with_a_changed_envelope_replays_the_first_lead(client, p
     assert Lead.objects.filter(source__slug="ic").count() == 1
 
 
+def test_a_vendor_key_sent_again_with_another_person_is_refused_and_kept(client, published):
+    # Review finding: a tool's record id (Marketo's lead id without a timestamp, say) sent again
+    # months later with new values must not be swallowed as a replay of the old lead.
+    SourceFactory(slug="mk", kind="marketo")
+    url = "/api/v1/intake/mk/"
+    first = {"leadId": "4711", "email": "ana@acme.de", "company": "Acme"}
+    later = {"leadId": "4711", "email": "ana@acme.de", "company": "Acme Holding", "title": "CFO"}
+    assert client.post(url, first, content_type="application/json", **auth("mk")).status_code == 202
+    again = client.post(url, later, content_type="application/json", **auth("mk"))
+    assert again.status_code == 422
+    assert again.json()["error"]["code"] == "idempotency_key_reused"
+    assert RefusedPayload.objects.filter(source__slug="mk").count() == 1
+
+
 def test_a_generic_source_still_refuses_a_reused_key_with_another_body(client, published):
     SourceFactory(slug="gen")
     url = "/api/v1/intake/gen/"

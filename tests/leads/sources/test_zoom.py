@@ -235,3 +235,25 @@ def test_handshake_ignores_everything_else() -> None:
     assert KIND.handshake(inbound(b"endpoint.url_validation {", {}), SECRET, {}) is None
     no_token = b'{"event": "endpoint.url_validation", "payload": {}}'
     assert KIND.handshake(inbound(no_token, {}), SECRET, {}) is None
+
+
+def test_the_url_validation_handshake_is_no_signing_oracle() -> None:
+    # Review finding: the handshake signed any plainToken with the key that signs deliveries,
+    # so "v0:<ts>:<forged body>" gave a stranger a valid x-zm-signature.
+    from datetime import UTC, datetime
+
+    from leads.sources.base import Inbound
+
+    now = datetime.now(tz=UTC)
+    forged = b'{"event": "webinar.registration_created", "payload": {}}'
+    ts = str(int(now.timestamp()))
+    plain = "v0:" + ts + ":" + forged.decode()
+    ask = json.dumps({"event": "endpoint.url_validation", "payload": {"plainToken": plain}})
+    reply = KIND.handshake(Inbound("POST", ask.encode(), "application/json", {}), "zoom-secret", {})
+    assert reply is None
+    ok = json.dumps(
+        {"event": "endpoint.url_validation", "payload": {"plainToken": "qgg8vlvZRS6UYooatFL8Aw"}}
+    )
+    answer = KIND.handshake(Inbound("POST", ok.encode(), "application/json", {}), "zoom-secret", {})
+    assert answer is not None
+    assert json.loads(answer.body)["plainToken"] == "qgg8vlvZRS6UYooatFL8Aw"
