@@ -307,9 +307,7 @@ class IntakeView(APIView):
                 )
                 accepted = [outcome for outcome in outcomes if isinstance(outcome, Accepted)]
                 if not accepted:  # each record is in the inbox already: not the body again
-                    return _error_response(
-                        next(o for o in outcomes if isinstance(o, IntakeError))
-                    )
+                    return _error_response(next(o for o in outcomes if isinstance(o, IntakeError)))
         except IntakeError as error:
             if len(body) <= settings.INTAKE_MAX_BODY_BYTES:
                 refused_record(source=source, meta=django_request.META, body=body, error=error)
