@@ -27,6 +27,19 @@ def _is_secret(field: str) -> bool:
     return any(word in field for word in _SECRET_WORDS)
 
 
+def _without_secrets(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {
+            key: (
+                REDACTED
+                if value[key] and _is_secret(str(key).lower())
+                else _without_secrets(value[key])
+            )
+            for key in value
+        }
+    return value
+
+
 def actor_of(request: HttpRequest | None) -> str:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
@@ -60,6 +73,8 @@ def changes_between(
             continue
         if _is_secret(field):
             old, new = (REDACTED if old else old), (REDACTED if new else new)
+        else:  # a JSON column may hold a secret by name (a source's kind option verify_token)
+            old, new = _without_secrets(old), _without_secrets(new)
         changes[field] = {"before": old, "after": new}
     return changes
 

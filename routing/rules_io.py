@@ -45,7 +45,7 @@ from audit.models import EventType
 from audit.services import event_record
 from leads.models import Source, token_digest
 from leads.services import new_token
-from leads.sources import kinds
+from leads.sources import kind_get, kinds
 from leads.sources.paths import field_map_errors
 from routing.engine import (
     MAX_MEMBER_WEIGHT,
@@ -831,9 +831,25 @@ def _replace_members(wanted: Mapping[int, list[tuple[int, int]]]) -> None:
     )
 
 
+def _public_options(source: Source) -> dict[str, Any]:
+    """The source's kind options without its kind's secret ones (never in an exported file)."""
+    options = source.kind_options if isinstance(source.kind_options, dict) else {}
+    secret = set(kind_get(source.kind).secret_options)
+    return {key: value for key, value in options.items() if key not in secret}
+
+
 def _apply_sources(plan: _Plan) -> dict[str, str]:
     entries = plan.sections["sources"]
     sources = Source.objects.in_bulk([e.key for e in entries], field_name="slug")
+    for entry in entries:
+        # Secret kind options are not in an exported file: keep the source's own when omitted.
+        existing = sources.get(entry.key)
+        if "kind_options" in entry.fields and existing is not None:
+            kind = kind_get(entry.fields.get("kind", existing.kind))
+            kept = existing.kind_options if isinstance(existing.kind_options, dict) else {}
+            for name in kind.secret_options:
+                if name not in entry.fields["kind_options"] and name in kept:
+                    entry.fields["kind_options"][name] = kept[name]
     _upsert(Source, sources, ((e.key, {"slug": e.key, **e.fields}) for e in entries))
     shown: dict[str, str] = {}
     for slug, file_token in plan.new_source_tokens.items():
@@ -1080,7 +1096,7 @@ def rules_export(version: int | None = None) -> dict[str, Any]:
                 "slug": source.slug,
                 "name": source.name,
                 "kind": source.kind,
-                "kind_options": source.kind_options,
+                "kind_options": _public_options(source),
                 "allow_query_token": source.allow_query_token,
                 "field_map": source.field_map,
                 "rate_limit_per_minute": source.rate_limit_per_minute,

@@ -80,6 +80,7 @@ class SourceKind:
     handshake: Callable[[Inbound, str, Options], Reply | None] | None = None
     acknowledge: Callable[[list[str]], Reply] | None = None
     options: Mapping[str, str] = field(default_factory=dict)
+    secret_options: tuple[str, ...] = ()  # options that are secrets: never exported or audited
     redact: Callable[[Record], Record] | None = None
     redact_body: Callable[[bytes], bytes] | None = None
     batch: bool = False  # its exports arrive as CSV batches (webinar reports)

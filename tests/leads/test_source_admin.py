@@ -86,3 +86,18 @@ def test_a_new_source_shows_its_token_and_secret_in_the_page(admin_client: Clien
     assert (source.token_hash, source.hmac_secret) == (token_digest(token), secret)
     for value in (token, secret):
         _in_no_cookie(response, value)
+
+
+def test_a_secret_kind_option_is_redacted_in_the_configuration_audit() -> None:
+    from audit.config_changes import REDACTED, changes_between
+
+    changes = changes_between(
+        {"kind_options": {"verify_token": "old-vt", "questions": {"1": "email"}}},
+        {"kind_options": {"verify_token": "new-vt", "questions": {"1": "email"}}},
+    )
+    assert changes == {
+        "kind_options": {
+            "before": {"verify_token": REDACTED, "questions": {"1": "email"}},
+            "after": {"verify_token": REDACTED, "questions": {"1": "email"}},
+        }
+    }

@@ -878,3 +878,20 @@ def test_a_teams_weights_adding_up_past_the_cap_are_refused_with_the_path():
     assert f"teams[0].members: the weights add up to 1200; at most {MAX_TEAM_WEIGHT}" in str(
         caught.value
     )
+
+
+def test_a_secret_kind_option_is_not_exported_and_survives_an_import_of_the_export():
+    from tests.leads.factories import SourceFactory
+
+    rules_import(example(), publish=True)
+    source = SourceFactory(
+        slug="meta", kind="meta_lead_ads", kind_options={"verify_token": "vt-secret", "x": 1}
+    )
+    exported = rules_export()
+    (entry,) = [s for s in exported["sources"] if s["slug"] == "meta"]
+    assert entry["kind_options"] == {"x": 1}
+    assert "vt-secret" not in json.dumps(exported)
+    rules_import(exported, publish=False)
+    source.refresh_from_db()
+    assert source.kind_options == {"verify_token": "vt-secret", "x": 1}
+    assert Source.objects.get(slug="meta").kind == "meta_lead_ads"

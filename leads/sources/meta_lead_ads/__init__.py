@@ -260,6 +260,7 @@ KIND = SourceKind(
     verify=verify,
     signature_header=SIGNATURE_HEADER,
     handshake=handshake,
+    secret_options=("verify_token",),
     options={
         "verify_token": "The Verify Token typed into the Meta app's Webhooks settings; "
         "Meta's GET verification must present it.",
