@@ -32,6 +32,7 @@ from config.errors import error_body
 from leads import selectors
 from leads.inbox import refused_record, refused_record_batch
 from leads.intake import (
+    batch_records_read,
     inbound_of,
     intake_limits,
     read_by_kind,
@@ -42,9 +43,6 @@ from leads.models import LeadStatus, Source
 from leads.parsing import (
     IntakeError,
     Limits,
-    media_type,
-    parse_csv,
-    parse_json,
 )
 from leads.services import Accepted, lead_ingest, lead_ingest_batch
 from leads.source_auth import check_rate_limit, check_signature, check_token
@@ -395,7 +393,9 @@ class IntakeBatchView(APIView):
             outcomes = lead_ingest_batch(source=source, records=records, limits=_limits())
         except IntakeError as error:
             if len(body) <= settings.INTAKE_MAX_BODY_BYTES:
-                refused_record(source=source, meta=django_request.META, body=body, error=error)
+                refused_record(
+                    source=source, meta=django_request.META, body=body, error=error, batch=True
+                )
             return _error_response(error)
         refused_record_batch(
             source=source,
@@ -425,39 +425,7 @@ class IntakeBatchView(APIView):
 
     @staticmethod
     def _read(request: HttpRequest, body: bytes) -> list[Any]:
-        kind = media_type(request)
-        limit = settings.INTAKE_MAX_BATCH
-        limits = _limits()
-        if kind == "application/json" or kind.endswith("+json"):
-            value = parse_json(body, limits, check=False)
-            if not isinstance(value, list):
-                raise IntakeError(400, "invalid_body", "A batch must be a JSON array of objects.")
-            if len(value) > limit:
-                raise IntakeError(413, "batch_too_large", f"A batch holds at most {limit} records.")
-            records = value
-        elif kind in ("text/csv", "application/csv"):
-            records = parse_csv(body, max_records=limit, limits=limits)
-        elif kind == "multipart/form-data":
-            try:
-                upload = request.FILES.get("file")
-            except Exception as exc:  # malformed multipart in any way is the client's error
-                raise IntakeError(
-                    400, "invalid_body", f"Unreadable upload: {str(exc)[:200]}"
-                ) from None
-            if upload is None:
-                raise IntakeError(400, "invalid_body", "Upload the CSV in the form field 'file'.")
-            records = parse_csv(upload.read(), max_records=limit, limits=limits)
-        else:
-            raise IntakeError(
-                415,
-                "unsupported_media_type",
-                "Send a JSON array, text/csv, or multipart/form-data with a CSV in 'file'.",
-            )
-        if len(records) > limit:
-            raise IntakeError(413, "batch_too_large", f"A batch holds at most {limit} records.")
-        if not records:
-            raise IntakeError(400, "invalid_body", "The batch is empty.")
-        return records
+        return batch_records_read(request, body)
 
 
 # --- Leads -----------------------------------------------------------------------------------

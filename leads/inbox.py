@@ -74,6 +74,7 @@ def refused_record(
     error: IntakeError,
     batch_index: int | None = None,
     content_type: str | None = None,
+    batch: bool = False,
 ) -> RefusedPayload | None:
     """Keep one refused payload; never raises (the sender still gets its 4xx either way)."""
     if error.status not in KEPT_STATUSES:
@@ -87,6 +88,7 @@ def refused_record(
                 headers=safe_headers(meta),
                 body=body,
                 batch_index=batch_index,
+                batch=batch,
                 status_code=error.status,
                 reason=error.code[:64],
                 message=error.message[:2000],
@@ -192,7 +194,7 @@ def refused_reaccept(*, refused_id: int, actor: str) -> Reaccepted:
     ``refused:<id>``, and a payload already re-accepted answers with its lead. Audited: the
     lead's ``received`` event names the person and the refusal.
     """
-    from leads.intake import records_read
+    from leads.intake import batch_records_read, records_read
     from leads.services import lead_ingest
 
     with transaction.atomic():
@@ -209,7 +211,10 @@ def refused_reaccept(*, refused_id: int, actor: str) -> Reaccepted:
         source = refused.source
         try:
             request = _stored_request(refused)
-            records = records_read(source, request, bytes(refused.body))
+            if refused.batch:
+                records = batch_records_read(request, bytes(refused.body))
+            else:
+                records = records_read(source, request, bytes(refused.body))
         except IntakeError as error:
             return Reaccepted(refused_id, error=f"{error.code}: {error.message}")
         data = {
@@ -218,19 +223,31 @@ def refused_reaccept(*, refused_id: int, actor: str) -> Reaccepted:
             "refused_reason": refused.reason,
         }
         lead_ids: list[str] = []
+        still_refused: list[tuple[int, Any, IntakeError]] = []
         for index, record in enumerate(records):
-            suffix = f":{index}" if len(records) > 1 else ""
+            suffix = f":{index}" if len(records) > 1 or refused.batch else ""
             try:
                 accepted = lead_ingest(
                     source=source,
-                    record=record,
+                    record=record if isinstance(record, dict) else {},
                     fallback_key=f"refused:{refused.pk}{suffix}",
                     actor=actor,
                     received_data=data,
                 )
             except IntakeError as error:
-                return Reaccepted(refused_id, error=f"{error.code}: {error.message}")
+                if not refused.batch:
+                    return Reaccepted(refused_id, error=f"{error.code}: {error.message}")
+                still_refused.append((index, record, error))
+                continue
             lead_ids.append(str(accepted.lead_id))
+        if not lead_ids:
+            first_error = still_refused[0][2] if still_refused else None
+            reason = f"{first_error.code}: {first_error.message}" if first_error else "empty"
+            return Reaccepted(refused_id, error=f"no record of the batch is a lead ({reason})")
+        # A batch's rows that are still no leads are kept one by one, as a batch's are.
+        refused_record_batch(
+            source=source, meta={"CONTENT_TYPE": "application/json"}, refusals=still_refused
+        )
         refused.state = RefusedState.ACCEPTED
         refused.lead_id = lead_ids[0] if lead_ids else None
         refused.handled_at = timezone.now()

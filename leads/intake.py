@@ -16,6 +16,7 @@ from leads.parsing import (
     Limits,
     check_value,
     media_type,
+    parse_csv,
     parse_form,
     parse_json,
 )
@@ -119,3 +120,38 @@ def records_read(source: Source, request: HttpRequest, body: bytes) -> list[dict
         "unsupported_media_type",
         "Send application/json, application/x-www-form-urlencoded or multipart/form-data.",
     )
+
+
+def batch_records_read(request: HttpRequest, body: bytes) -> list[Any]:
+    """The records of a batch request: a JSON array, a CSV body or a CSV upload in ``file``."""
+    kind = media_type(request)
+    limit = settings.INTAKE_MAX_BATCH
+    limits = intake_limits()
+    if kind == "application/json" or kind.endswith("+json"):
+        value = parse_json(body, limits, check=False)
+        if not isinstance(value, list):
+            raise IntakeError(400, "invalid_body", "A batch must be a JSON array of objects.")
+        if len(value) > limit:
+            raise IntakeError(413, "batch_too_large", f"A batch holds at most {limit} records.")
+        records = value
+    elif kind in ("text/csv", "application/csv"):
+        records = parse_csv(body, max_records=limit, limits=limits)
+    elif kind == "multipart/form-data":
+        try:
+            upload = request.FILES.get("file")
+        except Exception as exc:  # malformed multipart in any way is the client's error
+            raise IntakeError(400, "invalid_body", f"Unreadable upload: {str(exc)[:200]}") from None
+        if upload is None:
+            raise IntakeError(400, "invalid_body", "Upload the CSV in the form field 'file'.")
+        records = parse_csv(upload.read(), max_records=limit, limits=limits)
+    else:
+        raise IntakeError(
+            415,
+            "unsupported_media_type",
+            "Send a JSON array, text/csv, or multipart/form-data with a CSV in 'file'.",
+        )
+    if len(records) > limit:
+        raise IntakeError(413, "batch_too_large", f"A batch holds at most {limit} records.")
+    if not records:
+        raise IntakeError(400, "invalid_body", "The batch is empty.")
+    return records

@@ -321,6 +321,9 @@ class RefusedPayload(models.Model):
     batch_index = models.IntegerField(
         null=True, blank=True, help_text="The record's place in its batch, for a batch record."
     )
+    batch = models.BooleanField(
+        default=False, help_text="A whole batch body (a JSON array or CSV) refused as one."
+    )
     status_code = models.PositiveSmallIntegerField()
     reason = models.CharField(max_length=64, help_text="The API's error code.")
     message = models.TextField(blank=True)

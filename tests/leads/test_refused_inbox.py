@@ -247,3 +247,43 @@ def test_the_google_key_is_never_stored(client, published):
     not_a_lead = json.dumps({"google_key": "the-secret", "lead_id": "x1"})
     client.post("/api/v1/intake/gads/", not_a_lead, content_type="application/json", **auth("gads"))
     assert b"the-secret" not in bytes(RefusedPayload.objects.get().body)
+
+
+def test_a_whole_batch_refused_is_read_again_as_a_batch(client, published):
+    # A CSV that an older reader refused (say, Excel's semicolons) is re-read as a batch: each
+    # row a lead, once; a row that is still no lead is kept on its own.
+    from leads.inbox import refused_record
+    from leads.parsing import IntakeError
+
+    source = SourceFactory(slug="webinar")
+    body = (
+        "E-Mail;Firma;Land\nana@acme.de;Acme;Deutschland\n;nobody;\nkim@beta.at;Beta;Österreich\n"
+    )
+    refused = refused_record(
+        source=source,
+        meta={"CONTENT_TYPE": "text/csv"},
+        body=body.encode("cp1252"),
+        error=IntakeError(400, "invalid_body", "The CSV could not be read (old reader)."),
+        batch=True,
+    )
+    assert refused is not None
+    first = refused_reaccept(refused_id=refused.pk, actor="user:revops")
+    again = refused_reaccept(refused_id=refused.pk, actor="user:revops")
+    assert not first.error
+    assert len(first.lead_ids) == 2
+    assert again.already
+    assert sorted(Lead.objects.values_list("idempotency_key", flat=True)) == [
+        f"refused:{refused.pk}:0",
+        f"refused:{refused.pk}:2",
+    ]
+    row = RefusedPayload.objects.exclude(pk=refused.pk).get()
+    assert (row.batch_index, row.reason) == (1, "not_a_lead")
+
+
+def test_a_refused_batch_body_is_marked_as_a_batch(client):
+    SourceFactory(slug="list")
+    response = client.post(
+        "/api/v1/intake/list/batch/", "{}", content_type="application/json", **auth("list")
+    )
+    assert response.status_code == 400
+    assert RefusedPayload.objects.get().batch
