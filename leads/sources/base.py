@@ -177,3 +177,25 @@ def merge(*parts: Mapping[str, Any] | None) -> Record:
             if key not in out or out[key] in (None, "", [], {}):
                 out[key] = value
     return out
+
+
+def put(out: Record, key: str, value: Any, *, twin: bool = True) -> None:
+    """``out[key] = value`` for a non-blank scalar (a list of scalars as "a; b"), never
+    overwriting another non-blank value: with ``twin`` it goes to "key (2)", "key (3)"... (no
+    answer lost), else the first value stays. The same value twice is kept once."""
+    value = scalar_or_joined(value)
+    if value is None or isinstance(value, dict | list) or as_text(value).strip() == "":
+        return
+    if key in out and out[key] is not None and as_text(out[key]).strip() != "":
+        if out[key] == value or not twin:
+            return
+        n = 2
+        while f"{key} ({n})" in out:
+            n += 1
+        key = f"{key} ({n})"
+    out[key] = value
+
+
+def fold_key(key: str) -> str:
+    """A key's letters and digits, lower-cased: "Job Title", "job_title" and "JobTitle" alike."""
+    return "".join(ch for ch in key.casefold() if ch.isalnum())

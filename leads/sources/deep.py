@@ -17,7 +17,7 @@ from collections import deque
 from typing import Any
 
 from leads.normalize import FULL_NAME, canonical_key
-from leads.sources.base import json_in, scalar_or_joined
+from leads.sources.base import fold_key, json_in, scalar_or_joined
 
 MAX_NODES = 5000
 MAX_DEPTH = 12
@@ -77,17 +77,13 @@ _OTHER_PARTY_PARTS = (
 
 
 def _other_party(key: str) -> bool:
-    folded = _fold(key)
+    folded = fold_key(key)
     return folded in _OTHER_PARTIES or any(part in folded for part in _OTHER_PARTY_PARTS)
 
 
 _NAME_KEYS = ("name", "key", "field", "label", "title", "id", "question", "field_name", "column_id")
 _VALUE_KEYS = ("value", "values", "answer", "string_value", "text", "response")
 _PERSON_TARGETS = frozenset({"email", "phone"})
-
-
-def _fold(key: str) -> str:
-    return "".join(ch for ch in key.casefold() if ch.isalnum())
 
 
 def _is_scalar(value: Any) -> bool:

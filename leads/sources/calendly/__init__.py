@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from leads.normalize import CANONICAL_FIELDS, FULL_NAME, canonical_key
-from leads.sources.base import Inbound, Options, Record, SourceKind, as_text, get
+from leads.sources.base import Inbound, Options, Record, SourceKind, as_text, get, put
 
 SIGNATURE_HEADER = "Calendly-Webhook-Signature"
 TOLERANCE_SECONDS = 3 * 60
@@ -89,16 +89,7 @@ def _put(out: Record, key: str, value: Any) -> None:
     if isinstance(value, list):
         parts = [as_text(v).strip() for v in value if not isinstance(v, dict | list)]
         value = "; ".join(part for part in parts if part) or None
-    if _blank(value):
-        return
-    if key in out and not _blank(out[key]):
-        if out[key] == value:
-            return
-        base, n = key, 2
-        while f"{base} ({n})" in out:
-            n += 1
-        key = f"{base} ({n})"
-    out[key] = value
+    put(out, key, value)
 
 
 def question_target(question: str) -> str | None:

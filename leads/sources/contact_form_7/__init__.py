@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from leads.normalize import canonical_key
-from leads.sources.base import Options, Record, SourceKind, as_text, get, scalar_or_joined
+from leads.sources.base import Options, Record, SourceKind, as_text, get, put, scalar_or_joined
 
 # CF7 form-tag types (and the "your" of the default form) that begin a field's name.
 _PREFIXES = frozenset(
@@ -50,21 +50,6 @@ _PREFIX_TYPES = {"tel": "phone", "email": "email", "url": "website"}
 _SEPARATOR = re.compile(r"[-_]")
 # One-time answers to the form's spam check: secrets of no use to anyone afterwards.
 _DROPPED = frozenset({"g-recaptcha-response", "_wpcf7_recaptcha_response", "cf-turnstile-response"})
-
-
-def _put(out: Record, key: str, value: Any) -> None:
-    """``out[key] = value`` for a non-blank scalar, without overwriting a non-blank value."""
-    value = scalar_or_joined(value)
-    if value is None or isinstance(value, dict | list) or as_text(value).strip() == "":
-        return
-    if key in out and out[key] not in (None, ""):
-        if out[key] == value:
-            return
-        n = 2
-        while f"{key} ({n})" in out:
-            n += 1
-        key = f"{key} ({n})"
-    out[key] = value
 
 
 def _target(name: str) -> str | None:
@@ -107,7 +92,7 @@ def decode(record: Record, options: Options) -> Record:
             continue
         later.append((name, value))
     for name, value in later:
-        _put(out, name, value)
+        put(out, name, value)
     return out
 
 

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from leads.normalize import CANONICAL_FIELDS, FULL_NAME, canonical_key
-from leads.sources.base import Inbound, Options, Record, SourceKind, as_text, get
+from leads.sources.base import Inbound, Options, Record, SourceKind, as_text, get, put
 
 # Google's column ids → canonical fields, in order of preference: the first that a lead
 # answers fills the field (the work contact before the personal one, for B2B routing).
@@ -59,16 +59,7 @@ def _blank(value: Any) -> bool:
 
 def _put(out: Record, key: str, value: Any) -> None:
     """``out[key] = value`` for a non-blank scalar; a taken key gets a numbered twin."""
-    if _blank(value):
-        return
-    if key in out and not _blank(out[key]):
-        if out[key] == value:
-            return
-        base, n = key, 2
-        while f"{base} ({n})" in out:
-            n += 1
-        key = f"{base} ({n})"
-    out[key] = value
+    put(out, key, value)
 
 
 def _label(column_id: str, column_name: str) -> str:

@@ -21,16 +21,18 @@ from __future__ import annotations
 from typing import Any
 
 from leads.normalize import canonical_key
-from leads.sources.base import Options, Record, SourceKind, pairs_to_record, scalar_or_joined
-
-
-def _fold(key: str) -> str:
-    return "".join(ch for ch in key.casefold() if ch.isalnum())
-
+from leads.sources.base import (
+    Options,
+    Record,
+    SourceKind,
+    fold_key,
+    pairs_to_record,
+    scalar_or_joined,
+)
 
 # Export column (folded) → canonical field; other columns keep their heading.
 _COLUMNS = {
-    _fold(column): field
+    fold_key(column): field
     for column, field in {
         "Email Address": "email",
         "Email": "email",
@@ -117,7 +119,7 @@ def _export_row(record: Record) -> Record:
     out: Record = {}
     rest: Record = {}
     for key, value in record.items():
-        field = _COLUMNS.get(_fold(key)) if isinstance(key, str) else None
+        field = _COLUMNS.get(fold_key(key)) if isinstance(key, str) else None
         if field is None:
             rest[str(key)] = value
             continue

@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from leads.normalize import canonical_key, normalize_country
-from leads.sources.base import Options, Record, SourceKind, as_text, get, scalar_or_joined
+from leads.sources.base import Options, Record, SourceKind, as_text, get, put, scalar_or_joined
 
 # Entry properties: kept for the record; ``id`` becomes the idempotency key.
 _ENTRY_PROPERTIES = frozenset(
@@ -92,21 +92,6 @@ _PHONE_RE = re.compile(r"(?:\+|00|0|\()[\d ()./-]{6,24}|\d{2,5}[ -][\d -]{5,20}"
 _DATE_RE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}")
 
 
-def _put(out: Record, key: str, value: Any) -> None:
-    """``out[key] = value`` for a non-blank scalar, without overwriting a non-blank value."""
-    value = scalar_or_joined(value)
-    if value is None or isinstance(value, dict | list) or as_text(value).strip() == "":
-        return
-    if key in out and out[key] not in (None, ""):
-        if out[key] == value:
-            return
-        n = 2
-        while f"{key} ({n})" in out:
-            n += 1
-        key = f"{key} ({n})"
-    out[key] = value
-
-
 def _field_option(options: Options) -> dict[str, str]:
     """The ``fields`` option: a JSON object (or its text) of field / input id → key."""
     value = options.get("fields") if hasattr(options, "get") else None
@@ -149,11 +134,11 @@ def _unlabelled(out: Record, key: str, value: Any) -> None:
     """A field known only by its id: an e-mail or phone answer by its value, else its id."""
     text = as_text(scalar_or_joined(value)).strip()
     if "email" not in out and _EMAIL_RE.fullmatch(text):
-        _put(out, "email", value)
+        put(out, "email", value)
     elif "phone" not in out and _looks_like_phone(text):
-        _put(out, "phone", value)
+        put(out, "phone", value)
     else:
-        _put(out, key, value)
+        put(out, key, value)
 
 
 def decode(record: Record, options: Options) -> Record:
@@ -169,7 +154,7 @@ def decode(record: Record, options: Options) -> Record:
             continue  # no field stores an object; a relay's own wrapper, left to the fallback
         key = key.strip()
         if key in mapped:
-            _put(out, mapped[key], value)
+            put(out, mapped[key], value)
             continue
         match = _INPUT_RE.fullmatch(key)
         if match:
@@ -181,31 +166,31 @@ def decode(record: Record, options: Options) -> Record:
         if field_id in mapped:  # the whole field named by the option: its inputs as one answer
             joiner = " " if canonical_key(mapped[field_id]) == "full_name" else "; "
             parts = [as_text(scalar_or_joined(inputs[n])) for n in sorted(inputs, key=int)]
-            _put(out, mapped[field_id], joiner.join(p for p in parts if p.strip()))
+            put(out, mapped[field_id], joiner.join(p for p in parts if p.strip()))
             continue
         kind = _kind_of(inputs)
         if kind == "name":
             for number, value in inputs.items():
-                _put(out, _NAME_INPUTS[number], value)
+                put(out, _NAME_INPUTS[number], value)
         elif kind == "address":
             for number, value in inputs.items():
-                _put(out, _ADDRESS_INPUTS[number], value)
+                put(out, _ADDRESS_INPUTS[number], value)
         else:
             # Checkbox choices (or an unknown multi-input field): the ticked ones, joined.
             parts = [as_text(scalar_or_joined(inputs[n])) for n in sorted(inputs, key=int)]
-            _put(out, field_id, "; ".join(p for p in parts if p.strip()))
+            put(out, field_id, "; ".join(p for p in parts if p.strip()))
 
     for key, value in singles:
         if key == "id" or key.casefold().replace(" ", "_") == "entry_id":
-            _put(out, "external_id", value)  # "Select Fields" bodies name it themselves
+            put(out, "external_id", value)  # "Select Fields" bodies name it themselves
         elif key in _ENTRY_PROPERTIES:
-            _put(out, key, value)
+            put(out, key, value)
         elif _FIELD_RE.fullmatch(key):
             _unlabelled(out, key, value)
         else:
             label = _LABEL_INPUT_RE.fullmatch(key)
             target = _INPUT_LABELS.get(label["input"].strip().casefold()) if label else None
-            _put(out, target or key, value)
+            put(out, target or key, value)
     return out
 
 

@@ -30,7 +30,7 @@ from leads.sources.base import (
     SourceKind,
     as_text,
     get,
-    scalar_or_joined,
+    put,
 )
 
 SIGNATURE_HEADER = "X-Hub-Signature"
@@ -64,21 +64,6 @@ _CONTACT_HANDLED = frozenset(
 _PERSON_TYPES = frozenset({"user", "lead", "contact"})
 
 
-def _put(out: Record, key: str, value: Any) -> None:
-    """``out[key] = value`` for a non-blank scalar, without overwriting a non-blank value."""
-    value = scalar_or_joined(value)
-    if value is None or isinstance(value, dict | list) or as_text(value).strip() == "":
-        return
-    if key in out and out[key] not in (None, ""):
-        if out[key] == value:
-            return
-        base, n = key, 2
-        while f"{base} ({n})" in out:
-            n += 1
-        key = f"{base} ({n})"
-    out[key] = value
-
-
 def _companies(value: Any) -> list[dict[str, Any]]:
     """The company objects of a contact: ``{"data": [...]}`` (2.x), ``{"companies": [...]}``
     (1.x) or a plain list."""
@@ -92,45 +77,45 @@ def _contact(contact: Any, out: Record) -> None:
     """A Contact object's fields, flat."""
     if not isinstance(contact, dict):
         return
-    _put(out, "email", get(contact, "email"))
-    _put(out, "full_name", get(contact, "name"))
-    _put(out, "phone", get(contact, "phone"))
+    put(out, "email", get(contact, "email"))
+    put(out, "full_name", get(contact, "name"))
+    put(out, "phone", get(contact, "phone"))
     location = get(contact, "location")
     if isinstance(location, dict):
-        _put(out, "country", get(location, "country") or get(location, "country_code"))
-        _put(out, "region", get(location, "region"))
-        _put(out, "city", get(location, "city"))
-        _put(out, "continent_code", get(location, "continent_code"))
+        put(out, "country", get(location, "country") or get(location, "country_code"))
+        put(out, "region", get(location, "region"))
+        put(out, "city", get(location, "city"))
+        put(out, "continent_code", get(location, "continent_code"))
     legacy = get(contact, "location_data")  # the 1.x API's name for it
     if isinstance(legacy, dict):
-        _put(out, "country", get(legacy, "country_name") or get(legacy, "country_code"))
-        _put(out, "region", get(legacy, "region_name"))
-        _put(out, "city", get(legacy, "city_name"))
-        _put(out, "postal_code", get(legacy, "postal_code"))
+        put(out, "country", get(legacy, "country_name") or get(legacy, "country_code"))
+        put(out, "region", get(legacy, "region_name"))
+        put(out, "city", get(legacy, "city_name"))
+        put(out, "postal_code", get(legacy, "postal_code"))
     for company in _companies(get(contact, "companies")):
-        _put(out, "company", get(company, "name"))
-        _put(out, "website", get(company, "website"))
-        _put(out, "industry", get(company, "industry"))
-        _put(out, "employees", get(company, "size"))
-        _put(out, "intercom_company_id", get(company, "company_id") or get(company, "id"))
+        put(out, "company", get(company, "name"))
+        put(out, "website", get(company, "website"))
+        put(out, "industry", get(company, "industry"))
+        put(out, "employees", get(company, "size"))
+        put(out, "intercom_company_id", get(company, "company_id") or get(company, "id"))
         break
     tags = get(contact, "tags")
     tag_items = get(tags, "data") if isinstance(tags, dict) else None
     tag_items = tag_items if isinstance(tag_items, list) else get(tags, "tags")
     if isinstance(tag_items, list):
         names = [as_text(get(tag, "name")) for tag in tag_items if isinstance(tag, dict)]
-        _put(out, "tags", "; ".join(name for name in names if name.strip()))
+        put(out, "tags", "; ".join(name for name in names if name.strip()))
     attributes = get(contact, "custom_attributes")
     if isinstance(attributes, dict):
         # Custom attributes are the workspace's own questions ("job_title", "company_size"):
         # kept under their names, so the aliases read the ones that mean a canonical field.
         for key, value in attributes.items():
             if isinstance(key, str):
-                _put(out, key, value)
+                put(out, key, value)
     for key, value in contact.items():
         if not isinstance(key, str) or key in _CONTACT_HANDLED:
             continue
-        _put(out, _CONTACT_RENAMED.get(key, key), value)
+        put(out, _CONTACT_RENAMED.get(key, key), value)
 
 
 def _conversation(item: dict[str, Any], out: Record) -> None:
@@ -139,11 +124,11 @@ def _conversation(item: dict[str, Any], out: Record) -> None:
     for path in (("source", "author"), ("user",), ("conversation_message", "author")):
         author = get(item, *path)
         if isinstance(author, dict) and as_text(get(author, "type")) in _PERSON_TYPES:
-            _put(out, "email", get(author, "email"))
-            _put(out, "full_name", get(author, "name"))
-            _put(out, "intercom_contact_id", get(author, "id"))
-            _put(out, "intercom_user_id", get(author, "user_id"))
-            _put(out, "intercom_role", get(author, "type"))
+            put(out, "email", get(author, "email"))
+            put(out, "full_name", get(author, "name"))
+            put(out, "intercom_contact_id", get(author, "id"))
+            put(out, "intercom_user_id", get(author, "user_id"))
+            put(out, "intercom_role", get(author, "type"))
             break  # the first person found wrote it; the later paths repeat them, thinner
     contacts = get(item, "contacts")
     if isinstance(contacts, dict):
@@ -151,16 +136,16 @@ def _conversation(item: dict[str, Any], out: Record) -> None:
     if isinstance(contacts, list):
         first = next((c for c in contacts if isinstance(c, dict)), None)
         if first is not None:
-            _put(out, "intercom_contact_id", get(first, "id"))
-            _put(out, "intercom_user_id", get(first, "external_id"))
-    _put(out, "intercom_conversation_id", get(item, "id"))
+            put(out, "intercom_contact_id", get(first, "id"))
+            put(out, "intercom_user_id", get(first, "external_id"))
+    put(out, "intercom_conversation_id", get(item, "id"))
     message = get(item, "source") if isinstance(get(item, "source"), dict) else None
     message = message or get(item, "conversation_message")
     if isinstance(message, dict):
-        _put(out, "subject", get(message, "subject"))
-        _put(out, "message", get(message, "body"))
-        _put(out, "page_url", get(message, "url"))
-    _put(out, "conversation_title", get(item, "title"))
+        put(out, "subject", get(message, "subject"))
+        put(out, "message", get(message, "body"))
+        put(out, "page_url", get(message, "url"))
+    put(out, "conversation_title", get(item, "title"))
 
 
 def decode(record: Record, options: Options) -> Record:
@@ -184,10 +169,10 @@ def decode(record: Record, options: Options) -> Record:
     # The notification's id is the same on Intercom's re-sends of it (see the module docstring).
     notification_id = get(record, "id") if get(record, "type") == "notification_event" else None
     item_id = get(item, "id") if isinstance(item, dict) else None
-    _put(out, "external_id", notification_id or item_id)
-    _put(out, "intercom_topic", topic)
-    _put(out, "intercom_app_id", get(record, "app_id"))
-    _put(out, "intercom_notification_created_at", get(record, "created_at"))
+    put(out, "external_id", notification_id or item_id)
+    put(out, "intercom_topic", topic)
+    put(out, "intercom_app_id", get(record, "app_id"))
+    put(out, "intercom_notification_created_at", get(record, "created_at"))
     return out
 
 

@@ -25,8 +25,8 @@ import unicodedata
 from typing import Any
 
 from leads.normalize import FULL_NAME, canonical_key
-from leads.sources.base import Options, Record, SourceKind, as_text, get, scalar_or_joined
-from leads.sources.typeform.labels import TEXT_TARGETS, camel_words, question_target
+from leads.sources.base import Options, Record, SourceKind, as_text, get, put, scalar_or_joined
+from leads.sources.labels import TEXT_TARGETS, camel_words, question_target
 
 _ANSWER_RE = re.compile(r"q(\d+)_(.+)")
 _EMAIL_RE = re.compile(r"[^@\s]+@[^@\s]+\.[A-Za-z]{2,}")
@@ -53,21 +53,6 @@ _FORM_FIELDS = {
     "ip": "ip_address",
     "type": "jotform_submission_type",
 }
-
-
-def _put(out: Record, key: str, value: Any) -> None:
-    """``out[key] = value`` for a non-blank scalar; a taken key gets " (2)", " (3)"..."""
-    value = scalar_or_joined(value)
-    if value is None or isinstance(value, dict | list) or as_text(value).strip() == "":
-        return
-    if key in out:
-        if out[key] == value:
-            return
-        n = 2
-        while f"{key} ({n})" in out:
-            n += 1
-        key = f"{key} ({n})"
-    out[key] = value
 
 
 def _pretty_labels(pretty: Any) -> list[str]:
@@ -119,7 +104,7 @@ def _answer(out: Record, custom: list[tuple[str, Any]], name: str, label: str, v
             about_lead = about_lead and not _OTHER_PARTY_RE.search(label.casefold())
             about_lead = about_lead and "first_name" not in out and "last_name" not in out
             for part, key in _NAME_PARTS.items():
-                _put(out, key if about_lead else f"{label} ({part})", value.get(part))
+                put(out, key if about_lead else f"{label} ({part})", value.get(part))
             return
         if keys & {"full", "area", "phone"}:
             full = as_text(value.get("full")).strip()
@@ -133,7 +118,7 @@ def _answer(out: Record, custom: list[tuple[str, Any]], name: str, label: str, v
             return
         if keys & {"addr_line1", "city", "postal", "country", "state"}:
             for part, key in _ADDRESS_PARTS.items():
-                _put(out, key if key not in out else f"{label} ({part})", value.get(part))
+                put(out, key if key not in out else f"{label} ({part})", value.get(part))
             return
         if keys >= {"month", "day", "year"}:
             date = "-".join(as_text(value.get(k)).strip() for k in ("year", "month", "day"))
@@ -182,12 +167,12 @@ def decode(record: Record, options: Options) -> Record:
         if isinstance(key, str) and links:
             custom.append((_label_for(key, labels, used), "; ".join(value)))
     for key, value in custom:
-        _put(out, key, value)
+        put(out, key, value)
 
-    _put(out, "external_id", get(record, "submissionID") or get(answers, "submission_id"))
+    put(out, "external_id", get(record, "submissionID") or get(answers, "submission_id"))
     for key, name in _FORM_FIELDS.items():
-        _put(out, name, get(record, key))
-    _put(out, "jotform_event_id", get(answers, "event_id"))
+        put(out, name, get(record, key))
+    put(out, "jotform_event_id", get(answers, "event_id"))
     return out
 
 

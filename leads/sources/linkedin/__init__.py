@@ -50,6 +50,7 @@ from leads.sources.base import (
     as_text,
     get,
     json_in,
+    put,
 )
 
 SIGNATURE_HEADER = "X-LI-Signature"
@@ -108,17 +109,7 @@ def _blank(value: Any) -> bool:
 
 def _put(out: Record, key: str, value: Any) -> None:
     """``out[key] = value`` for a non-blank scalar; a taken key gets a numbered twin."""
-    value = _scalar(value)
-    if _blank(value):
-        return
-    if key in out and not _blank(out[key]):
-        if out[key] == value:
-            return
-        base, n = key, 2
-        while f"{base} ({n})" in out:
-            n += 1
-        key = f"{base} ({n})"
-    out[key] = value
+    put(out, key, _scalar(value))
 
 
 def _localized(value: Any) -> str:

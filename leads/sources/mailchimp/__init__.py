@@ -28,6 +28,7 @@ from leads.sources.base import (
     Reply,
     SourceKind,
     as_text,
+    put,
     scalar_or_joined,
 )
 
@@ -90,21 +91,6 @@ def _leaves(
             yield path, scalar_or_joined(value)
 
 
-def _put(out: Record, key: str, value: Any) -> None:
-    """``out[key] = value`` for a non-blank scalar, without overwriting a non-blank value."""
-    value = scalar_or_joined(value)
-    if value is None or isinstance(value, dict | list) or as_text(value).strip() == "":
-        return
-    if key in out and out[key] not in (None, ""):
-        if out[key] == value:
-            return
-        n = 2
-        while f"{key} ({n})" in out:
-            n += 1
-        key = f"{key} ({n})"
-    out[key] = value
-
-
 def _interests(value: Any) -> Any:
     """ "Group1,Group2" (Mailchimp's separator) → "Group1; Group2"."""
     text = as_text(value)
@@ -126,48 +112,48 @@ def decode(record: Record, options: Options) -> Record:
     event = as_text(top.get("type"))
 
     # The address the event is about: upemail's new one, else the member's.
-    _put(out, "email", data.get(("new_email",)) or data.get(("email",)))
+    put(out, "email", data.get(("new_email",)) or data.get(("email",)))
     groupings: dict[str, dict[str, Any]] = {}
     for path, value in data.items():
         if path[0] != "merges" or len(path) < 2:
             continue
         tag = path[1]
         if tag == "ADDRESS" and len(path) == 3:
-            _put(out, _ADDRESS.get(path[2], f"address_{path[2]}"), value)
+            put(out, _ADDRESS.get(path[2], f"address_{path[2]}"), value)
         elif tag == "ADDRESS":
-            _put(out, "address", value)  # a text-typed address merge field
+            put(out, "address", value)  # a text-typed address merge field
         elif tag == "INTERESTS":
-            _put(out, "interests", _interests(value))
+            put(out, "interests", _interests(value))
         elif tag == "GROUPINGS" and len(path) == 4:
             groupings.setdefault(path[2], {})[path[3]] = value
         elif len(path) == 2:
             target = _MERGES.get(tag)
             if target == "email" and "email" in out:
                 if as_text(value).strip().lower() != as_text(out["email"]).strip().lower():
-                    _put(out, "merge_email", value)
+                    put(out, "merge_email", value)
                 continue
             # Other tags keep their names: the aliases read "COMPANY" or "WEBSITE", and a
             # numbered tag of an imported audience ("MMERGE6") is kept as sent.
-            _put(out, target or tag, value)
+            put(out, target or tag, value)
     for grouping in groupings.values():
         name = as_text(grouping.get("name")) or f"group {as_text(grouping.get('id'))}"
-        _put(out, f"interests: {name}", _interests(grouping.get("groups")))
+        put(out, f"interests: {name}", _interests(grouping.get("groups")))
     for path, value in data.items():
         if path in (("email",), ("new_email",)) or path[0] == "merges":
             continue
         if len(path) == 1:
-            _put(out, _DATA_KEYS.get(path[0], path[0]), value)
+            put(out, _DATA_KEYS.get(path[0], path[0]), value)
         else:
-            _put(out, "data" + "".join(f"[{p}]" for p in path), value)
+            put(out, "data" + "".join(f"[{p}]" for p in path), value)
 
     # A cleaned event names no member id: its address stands in for one.
     member = data.get(("new_id",)) or data.get(("id",)) or out.get("email")
     if member not in (None, "") and event:
-        _put(out, "external_id", f"{as_text(member)}:{event}:{as_text(top.get('fired_at'))}")
-    _put(out, "mailchimp_event", event)
+        put(out, "external_id", f"{as_text(member)}:{event}:{as_text(top.get('fired_at'))}")
+    put(out, "mailchimp_event", event)
     for key, value in top.items():
         if key != "type":
-            _put(out, key, value)
+            put(out, key, value)
     return out
 
 

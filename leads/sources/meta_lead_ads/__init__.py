@@ -37,6 +37,7 @@ from leads.sources.base import (
     SourceKind,
     as_text,
     get,
+    put,
 )
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
@@ -99,17 +100,7 @@ def _blank(value: Any) -> bool:
 def _put(out: Record, key: str, value: Any) -> None:
     """``out[key] = value`` for a non-blank scalar; a taken key gets a numbered twin, so that no
     answer is lost and no custom key shadows a canonical field."""
-    value = _scalar(value)
-    if _blank(value):
-        return
-    if key in out and not _blank(out[key]):
-        if out[key] == value:
-            return
-        base, n = key, 2
-        while f"{base} ({n})" in out:
-            n += 1
-        key = f"{base} ({n})"
-    out[key] = value
+    put(out, key, _scalar(value))
 
 
 def _field_data(items: Any, out: Record) -> None:

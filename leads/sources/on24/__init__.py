@@ -18,16 +18,18 @@ from __future__ import annotations
 from typing import Any
 
 from leads.normalize import canonical_key
-from leads.sources.base import Options, Record, SourceKind, pairs_to_record, scalar_or_joined
-
-
-def _fold(key: str) -> str:
-    return "".join(ch for ch in key.casefold() if ch.isalnum())
-
+from leads.sources.base import (
+    Options,
+    Record,
+    SourceKind,
+    fold_key,
+    pairs_to_record,
+    scalar_or_joined,
+)
 
 # Export heading or API key (folded: "Work Phone" and "workphone" are one) → canonical field.
 _FIELDS = {
-    _fold(column): field
+    fold_key(column): field
     for column, field in {
         "Email": "email",
         "Email Address": "email",
@@ -76,7 +78,7 @@ def decode(record: Record, options: Options) -> Record:
     for key, value in record.items():
         if key == "userquestions":
             continue
-        field = _FIELDS.get(_fold(key)) if isinstance(key, str) else None
+        field = _FIELDS.get(fold_key(key)) if isinstance(key, str) else None
         if field is None:
             rest[str(key)] = scalar_or_joined(value)
             continue

@@ -25,7 +25,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from leads.sources.base import Options, Record, SourceKind, as_text, get, json_in, scalar_or_joined
+from leads.sources.base import (
+    Options,
+    Record,
+    SourceKind,
+    as_text,
+    fold_key,
+    get,
+    json_in,
+    scalar_or_joined,
+)
 
 # Folded key (lower case, letters and digits only) → canonical field: external field names as
 # customers commonly write them, the prospect fields' labels, and the v3/v4 and v5 API names.
@@ -68,10 +77,6 @@ _ID_KEYS = frozenset({"id", "prospectid"})
 _MODIFIED_KEY = "updatedat"
 
 
-def _fold(key: str) -> str:
-    return "".join(ch for ch in key.casefold() if ch.isalnum())
-
-
 def _unwrap(record: Record) -> Record:
     """The prospect: v3/v4's ``{"prospect": {...}}``, v5's query page ``{"values": [...]}``
     (the first), or the record itself (a form handler's post)."""
@@ -94,7 +99,7 @@ def decode(record: Record, options: Options) -> Record:
         if not isinstance(key, str):
             continue
         value: Any = scalar_or_joined(json_in(raw))
-        folded = _fold(key)
+        folded = fold_key(key)
         if folded in _ID_KEYS and not prospect_id and as_text(value).strip():
             prospect_id = as_text(value).strip()
             flat["pardot_prospect_id"] = value

@@ -25,7 +25,7 @@ from leads.sources.base import (
     SourceKind,
     as_text,
     get,
-    scalar_or_joined,
+    put,
 )
 
 SIGNATURE_HEADER = "X-Signature"
@@ -73,21 +73,6 @@ _MESSAGE_KEYS = {
 }
 
 
-def _put(out: Record, key: str, value: Any) -> None:
-    """``out[key] = value`` for a non-blank scalar, without overwriting a non-blank value."""
-    value = scalar_or_joined(value)
-    if value is None or isinstance(value, dict | list) or as_text(value).strip() == "":
-        return
-    if key in out and out[key] not in (None, ""):
-        if out[key] == value:
-            return
-        n = 2
-        while f"{key} ({n})" in out:
-            n += 1
-        key = f"{key} ({n})"
-    out[key] = value
-
-
 def _traits(traits: Any, out: Record, *, group: bool = False) -> None:
     """Reserved traits by meaning, the rest under their own names. A Group call's traits
     describe the company, so its ``name`` is the company's."""
@@ -98,21 +83,21 @@ def _traits(traits: Any, out: Record, *, group: bool = False) -> None:
             continue
         value = get(traits, key)
         if group and key in ("name", "industry", "employees", "plan", "website"):
-            _put(out, {"name": "company", "plan": "company_plan"}.get(key, key), value)
+            put(out, {"name": "company", "plan": "company_plan"}.get(key, key), value)
         elif key == "address" and isinstance(value, dict):
             for part, part_value in value.items():
                 if isinstance(part, str):
-                    _put(out, _ADDRESS.get(part, f"address_{part}"), part_value)
+                    put(out, _ADDRESS.get(part, f"address_{part}"), part_value)
         elif key == "company" and isinstance(value, dict):
             for part, part_value in value.items():
                 if isinstance(part, str):
-                    _put(out, _COMPANY.get(part, f"company_{part}"), part_value)
+                    put(out, _COMPANY.get(part, f"company_{part}"), part_value)
         elif key == "company":
-            _put(out, "company", value)
+            put(out, "company", value)
         elif key == "id":
-            _put(out, "segment_user_id", value)  # the customer's own user id (Spec: "id")
+            put(out, "segment_user_id", value)  # the customer's own user id (Spec: "id")
         else:
-            _put(out, _TRAITS.get(key, key), value)
+            put(out, _TRAITS.get(key, key), value)
 
 
 def _message(record: Record) -> Record:
@@ -141,28 +126,28 @@ def decode(record: Record, options: Options) -> Record:
 
     campaign = get(message, "context", "campaign")
     if isinstance(campaign, dict):
-        _put(out, "utm_source", get(campaign, "source"))
-        _put(out, "utm_medium", get(campaign, "medium"))
-        _put(out, "utm_campaign", get(campaign, "name"))
-        _put(out, "utm_term", get(campaign, "term"))
-        _put(out, "utm_content", get(campaign, "content"))
+        put(out, "utm_source", get(campaign, "source"))
+        put(out, "utm_medium", get(campaign, "medium"))
+        put(out, "utm_campaign", get(campaign, "name"))
+        put(out, "utm_term", get(campaign, "term"))
+        put(out, "utm_content", get(campaign, "content"))
     # The device's location: only where the traits named none.
     location = get(message, "context", "location")
     if isinstance(location, dict):
-        _put(out, "country", get(location, "country"))
-        _put(out, "region", get(location, "region"))
-        _put(out, "city", get(location, "city"))
-    _put(out, "ip", get(message, "context", "ip"))
-    _put(out, "page_url", get(message, "context", "page", "url"))
-    _put(out, "user_agent", get(message, "context", "userAgent"))
+        put(out, "country", get(location, "country"))
+        put(out, "region", get(location, "region"))
+        put(out, "city", get(location, "city"))
+    put(out, "ip", get(message, "context", "ip"))
+    put(out, "page_url", get(message, "context", "page", "url"))
+    put(out, "user_agent", get(message, "context", "userAgent"))
 
-    _put(out, "external_id", get(message, "messageId"))
+    put(out, "external_id", get(message, "messageId"))
     for key, target in _MESSAGE_KEYS.items():
-        _put(out, target, get(message, key))
+        put(out, target, get(message, key))
     if message is not record:
         for key, value in record.items():
             if isinstance(key, str) and not isinstance(get(record, key), dict | list):
-                _put(out, key, value)
+                put(out, key, value)
     return out
 
 

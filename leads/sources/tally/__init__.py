@@ -29,9 +29,10 @@ from leads.sources.base import (
     SourceKind,
     as_text,
     get,
+    put,
     scalar_or_joined,
 )
-from leads.sources.typeform.labels import (
+from leads.sources.labels import (
     CHOICE_TARGETS,
     NUMBER_TARGETS,
     TEXT_TARGETS,
@@ -45,21 +46,6 @@ _TEXT_TYPES = frozenset({"INPUT_TEXT", "TEXTAREA", "INPUT_LINK", "HIDDEN_FIELDS"
 _CHOICE_TYPES = frozenset({"MULTIPLE_CHOICE", "DROPDOWN", "CHECKBOXES", "MULTI_SELECT", "RANKING"})
 _NUMBER_TYPES = frozenset({"INPUT_NUMBER", "CALCULATED_FIELDS", "LINEAR_SCALE", "RATING"})
 _NOT_WEBSITE = ("linkedin", "twitter", "calendar", "github", "portfolio", "profile")
-
-
-def _put(out: Record, key: str, value: Any) -> None:
-    """``out[key] = value`` for a non-blank scalar; a taken key gets " (2)", " (3)"..."""
-    value = scalar_or_joined(value)
-    if value is None or isinstance(value, dict | list) or as_text(value).strip() == "":
-        return
-    if key in out:
-        if out[key] == value:
-            return
-        n = 2
-        while f"{key} ({n})" in out:
-            n += 1
-        key = f"{key} ({n})"
-    out[key] = value
 
 
 def _options_text(value: Any, options: Any) -> Any:
@@ -135,14 +121,14 @@ def decode(record: Record, options: Options) -> Record:
         else:
             custom.append((label or key, value))
     for name, value in custom:
-        _put(out, name, value)
+        put(out, name, value)
 
-    _put(out, "external_id", get(data, "submissionId") or get(data, "responseId"))
-    _put(out, "tally_event_id", get(record, "eventId"))
-    _put(out, "tally_respondent_id", get(data, "respondentId"))
-    _put(out, "tally_form_id", get(data, "formId"))
-    _put(out, "tally_form_name", get(data, "formName"))
-    _put(out, "submitted_at", get(data, "createdAt") or get(record, "createdAt"))
+    put(out, "external_id", get(data, "submissionId") or get(data, "responseId"))
+    put(out, "tally_event_id", get(record, "eventId"))
+    put(out, "tally_respondent_id", get(data, "respondentId"))
+    put(out, "tally_form_id", get(data, "formId"))
+    put(out, "tally_form_name", get(data, "formName"))
+    put(out, "submitted_at", get(data, "createdAt") or get(record, "createdAt"))
     return out
 
 

@@ -34,9 +34,10 @@ from leads.sources.base import (
     SourceKind,
     as_text,
     get,
+    put,
     scalar_or_joined,
 )
-from leads.sources.typeform.labels import (
+from leads.sources.labels import (
     CHOICE_TARGETS,
     NUMBER_TARGETS,
     TEXT_TARGETS,
@@ -52,21 +53,6 @@ _TEXT_TYPES = frozenset({"text", "email", "phone_number", "url"})
 _OPAQUE_TYPES = frozenset({"boolean", "date", "file_url", "payment"})
 # Links that are not the company's website.
 _NOT_WEBSITE = ("linkedin", "twitter", "calendar", "github", "portfolio", "profile")
-
-
-def _put(out: Record, key: str, value: Any) -> None:
-    """``out[key] = value`` for a non-blank scalar; a taken key gets " (2)", " (3)"..."""
-    value = scalar_or_joined(value)
-    if value is None or isinstance(value, dict | list) or as_text(value).strip() == "":
-        return
-    if key in out:
-        if out[key] == value:
-            return
-        n = 2
-        while f"{key} ({n})" in out:
-            n += 1
-        key = f"{key} ({n})"
-    out[key] = value
 
 
 def _questions(fields: Any, index: dict[str, dict[str, Any]]) -> None:
@@ -167,10 +153,10 @@ def decode(record: Record, options: Options) -> Record:
         else:
             custom.append((title or ref or field_id or answer_type, value))
         if answer_type == "payment":
-            _put(out, f"{title or 'payment'} (paid by)", get(answer, "payment", "name"))
-            _put(out, f"{title or 'payment'} (succeeded)", get(answer, "payment", "success"))
+            put(out, f"{title or 'payment'} (paid by)", get(answer, "payment", "name"))
+            put(out, f"{title or 'payment'} (succeeded)", get(answer, "payment", "success"))
     for key, value in custom:
-        _put(out, key, value)
+        put(out, key, value)
 
     # Hidden fields are the form URL's own parameters (utm_source=..., email=...): kept under
     # their names, so the aliases read utm_* and anything else the author passes through.
@@ -178,7 +164,7 @@ def decode(record: Record, options: Options) -> Record:
     if isinstance(hidden, dict):
         for key, value in hidden.items():
             if isinstance(key, str):
-                _put(out, key if key not in out else f"hidden {key}", value)
+                put(out, key if key not in out else f"hidden {key}", value)
     score = get(response, "calculated", "score")
     variables = get(response, "variables")
     for variable in variables if isinstance(variables, list) else ():
@@ -189,21 +175,21 @@ def decode(record: Record, options: Options) -> Record:
             if name == "score" and score is None:
                 score = value
             else:
-                _put(out, f"variable {name}", value)
-    _put(out, "lead_score", score)
+                put(out, f"variable {name}", value)
+    put(out, "lead_score", score)
 
-    _put(out, "external_id", get(response, "token"))
-    _put(out, "typeform_event_id", get(record, "event_id"))
-    _put(out, "typeform_form_id", get(response, "form_id"))
-    _put(out, "typeform_form_title", get(response, "definition", "title"))
-    _put(out, "typeform_landing_id", get(response, "landing_id"))
-    _put(out, "submitted_at", get(response, "submitted_at"))
-    _put(out, "landed_at", get(response, "landed_at"))
-    _put(out, "typeform_ending_ref", get(response, "ending", "ref"))
+    put(out, "external_id", get(response, "token"))
+    put(out, "typeform_event_id", get(record, "event_id"))
+    put(out, "typeform_form_id", get(response, "form_id"))
+    put(out, "typeform_form_title", get(response, "definition", "title"))
+    put(out, "typeform_landing_id", get(response, "landing_id"))
+    put(out, "submitted_at", get(response, "submitted_at"))
+    put(out, "landed_at", get(response, "landed_at"))
+    put(out, "typeform_ending_ref", get(response, "ending", "ref"))
     metadata = get(response, "metadata")
     if isinstance(metadata, dict):
-        _put(out, "referer", metadata.get("referer"))
-        _put(out, "user_agent", metadata.get("user_agent"))
+        put(out, "referer", metadata.get("referer"))
+        put(out, "user_agent", metadata.get("user_agent"))
     return out
 
 

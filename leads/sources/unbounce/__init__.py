@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from leads.sources.base import Options, Record, SourceKind, as_text, get, scalar_or_joined
-from leads.sources.typeform.labels import TEXT_TARGETS, question_target
+from leads.sources.base import Options, Record, SourceKind, as_text, get, put, scalar_or_joined
+from leads.sources.labels import TEXT_TARGETS, question_target
 
 # What Unbounce adds to every submission: about the page, never an answer.
 _SUBMISSION_FIELDS = frozenset(
@@ -37,12 +37,8 @@ _PAGE_FIELDS = {
 }
 
 
-def _put(out: Record, key: str, value: Any) -> None:
-    value = scalar_or_joined(value)
-    if value is None or isinstance(value, dict | list) or as_text(value).strip() == "":
-        return
-    if key not in out:
-        out[key] = value
+def _keep(out: Record, key: str, value: Any) -> None:
+    put(out, key, value, twin=False)
 
 
 def decode(record: Record, options: Options) -> Record:
@@ -72,10 +68,10 @@ def decode(record: Record, options: Options) -> Record:
         else:
             custom.append((key, value))
     for key, value in custom:
-        _put(out, key if key not in out else f"{key} (form)", value)
+        _keep(out, key if key not in out else f"{key} (form)", value)
     for key, name in _PAGE_FIELDS.items():
         if key not in answers:  # data.json repeats the page's name, URL and variant
-            _put(out, name, get(record, key))
+            _keep(out, name, get(record, key))
     return out
 
 

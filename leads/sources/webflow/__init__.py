@@ -23,8 +23,17 @@ import hmac
 from datetime import datetime
 from typing import Any
 
-from leads.sources.base import Inbound, Options, Record, SourceKind, as_text, get, scalar_or_joined
-from leads.sources.typeform.labels import TEXT_TARGETS, question_target
+from leads.sources.base import (
+    Inbound,
+    Options,
+    Record,
+    SourceKind,
+    as_text,
+    get,
+    put,
+    scalar_or_joined,
+)
+from leads.sources.labels import TEXT_TARGETS, question_target
 
 SIGNATURE_HEADER = "x-webflow-signature"
 TIMESTAMP_HEADER = "x-webflow-timestamp"
@@ -34,12 +43,8 @@ TOLERANCE_MS = 5 * 60 * 1000
 _FIELD_TYPE_TARGETS = {"formemail": "email", "formphone": "phone", "formtel": "phone"}
 
 
-def _put(out: Record, key: str, value: Any) -> None:
-    value = scalar_or_joined(value)
-    if value is None or isinstance(value, dict | list) or as_text(value).strip() == "":
-        return
-    if key not in out:
-        out[key] = value
+def _keep(out: Record, key: str, value: Any) -> None:
+    put(out, key, value, twin=False)
 
 
 def decode(record: Record, options: Options) -> Record:
@@ -71,14 +76,14 @@ def decode(record: Record, options: Options) -> Record:
         else:
             custom.append((key, value))
     for key, value in custom:
-        _put(out, key if key not in out else f"{key} (form)", value)
+        _keep(out, key if key not in out else f"{key} (form)", value)
 
-    _put(out, "external_id", get(submission, "id") if v2 else get(submission, "_id"))
-    _put(out, "webflow_form_name", get(submission, "name"))
-    _put(out, "webflow_site_id", get(submission, "siteId") if v2 else get(submission, "site"))
-    _put(out, "webflow_form_id", get(submission, "formId"))
-    _put(out, "webflow_page_id", get(submission, "pageId"))
-    _put(out, "submitted_at", get(submission, "submittedAt") if v2 else get(submission, "d"))
+    _keep(out, "external_id", get(submission, "id") if v2 else get(submission, "_id"))
+    _keep(out, "webflow_form_name", get(submission, "name"))
+    _keep(out, "webflow_site_id", get(submission, "siteId") if v2 else get(submission, "site"))
+    _keep(out, "webflow_form_id", get(submission, "formId"))
+    _keep(out, "webflow_page_id", get(submission, "pageId"))
+    _keep(out, "submitted_at", get(submission, "submittedAt") if v2 else get(submission, "d"))
     return out
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leads.sources.base import Options, Record, SourceKind, as_text, get, scalar_or_joined
+from leads.sources.base import Options, Record, SourceKind, as_text, get, put, scalar_or_joined
 
 _TYPED = {"email": "email", "phone": "phone", "url": "website"}
 _ADDRESS = {
@@ -38,17 +38,7 @@ _FIELD_META = frozenset({"name", "value", "id", "type", "value_raw", "label", "k
 
 def _put(out: Record, key: str, value: Any) -> None:
     """``out[key] = value`` for a non-blank scalar, without overwriting a non-blank value."""
-    value = _choices(value)
-    if value is None or isinstance(value, dict | list) or as_text(value).strip() == "":
-        return
-    if key in out and out[key] not in (None, ""):
-        if out[key] == value:
-            return
-        n = 2
-        while f"{key} ({n})" in out:
-            n += 1
-        key = f"{key} ({n})"
-    out[key] = value
+    put(out, key, _choices(value))
 
 
 def _choices(value: Any) -> Any:

@@ -28,6 +28,7 @@ from leads.sources.base import (
     Record,
     Reply,
     SourceKind,
+    fold_key,
     get,
     pairs_to_record,
     scalar_or_joined,
@@ -43,13 +44,9 @@ TOLERANCE_SECONDS = 300
 _NO_VALUE = frozenset({"", "--"})
 
 
-def _fold(key: str) -> str:
-    return "".join(ch for ch in key.casefold() if ch.isalnum())
-
-
 # Report column (folded) → canonical field. Columns not listed keep their name (custom).
 _COLUMNS = {
-    _fold(column): field
+    fold_key(column): field
     for column, field in {
         "Email": "email",
         "First Name": "first_name",
@@ -101,7 +98,7 @@ def _report_row(record: Record) -> Record:
     out: Record = {}
     rest: Record = {}
     for key, value in record.items():
-        field = _COLUMNS.get(_fold(key)) if isinstance(key, str) else None
+        field = _COLUMNS.get(fold_key(key)) if isinstance(key, str) else None
         if field is None:
             rest[str(key)] = value
             continue

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from leads.sources import kind_get
 from leads.sources.base import Inbound
-from leads.sources.typeform.labels import question_target
+from leads.sources.labels import question_target
 from tests.leads.sources.kindtest import fixture_bytes, fixture_record, lead_from
 
 KIND = "typeform"
