@@ -54,9 +54,11 @@ from leads.sources.base import Reply
 _TEXT = {"type": "string", "minLength": 1, "maxLength": 1000, "pattern": "\\S"}
 LEAD_REQUEST_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "description": "A lead as the source sends it. Keys are matched to canonical fields by the "
-    "source's field map and built-in aliases (e.g. 'Email Address', 'zip'); unknown keys are "
-    "kept in `custom`. It is a lead when it has an e-mail, a phone, or a company and a name.",
+    "description": "A lead as the source sends it, in the shape of the source's kind (the tool: "
+    "HubSpot, Typeform, ...; see docs/api.md). Keys are matched to canonical fields by the kind, "
+    "the source's field map (keys or paths such as `payload.data.Email`) and built-in aliases "
+    "(e.g. 'Email Address', 'zip'); unknown keys are kept in `custom`. It is a lead when it has "
+    "an e-mail, a phone, or a company and a name; what is refused is kept in the refused inbox.",
     "properties": {
         "email": _TEXT,
         "phone": _TEXT,
@@ -248,7 +250,10 @@ class IntakeView(APIView):
         operation_id="intake_create",
         summary="Submit one lead",
         description="Authenticate with `Authorization: Bearer <source token>` (or `?token=` where "
-        "the source allows it) and/or `X-Signature: sha256=<hex HMAC of the body>`.",
+        "the source allows it) and/or `X-Signature: sha256=<hex HMAC of the body>`, or, in auth "
+        "mode `vendor`, with the tool's own signature header. A kind whose tool requires its own "
+        "success body answers with it instead (Salesforce's Outbound Message: 200 with the SOAP "
+        "acknowledgement).",
         request={
             "application/json": LEAD_REQUEST_SCHEMA,
             "application/x-www-form-urlencoded": LEAD_REQUEST_SCHEMA,
