@@ -164,6 +164,13 @@ class EnrichmentStatus(models.TextChoices):
     FAILED = "failed", "Failed (routed without it)"
 
 
+class CrmLookupStatus(models.TextChoices):
+    NONE = "", "Not looked up (no CRM connection)"
+    PENDING = "pending", "Waiting for the CRM"
+    DONE = "done", "Done"
+    FAILED = "failed", "CRM unavailable (routed without it)"
+
+
 class Lead(models.Model):
     """One lead as received (raw payload kept verbatim) and normalised to canonical fields."""
 
@@ -240,6 +247,18 @@ class Lead(models.Model):
     enrichment = models.JSONField(
         default=dict, blank=True, help_text="What each enrichment provider returned and filled."
     )
+    # The CRM lookup (live dedup and ownership) runs on its own queue like HTTP enrichment,
+    # before it: parked `processing` without a lease and `crm_status` pending.
+    crm_status = models.CharField(
+        max_length=16, choices=CrmLookupStatus.choices, default="", blank=True
+    )
+    crm_attempts = models.PositiveSmallIntegerField(default=0)
+    crm_next_at = models.DateTimeField(null=True, blank=True)
+    crm = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What each CRM said about this lead's person and company, by CRM kind.",
+    )
 
     class Meta:
         ordering = ("-received_at",)
@@ -273,6 +292,12 @@ class Lead(models.Model):
                 fields=("enrichment_next_at",),
                 condition=Q(enrichment_status="pending"),
                 name="lead_enrichment_due_idx",
+            ),
+            # CRM lookups that are due (the CRM sweeper).
+            models.Index(
+                fields=("crm_next_at",),
+                condition=Q(crm_status="pending"),
+                name="lead_crm_due_idx",
             ),
             # Worker dedup by e-mail, then phone, within a window.
             models.Index(fields=("email", "received_at"), name="lead_email_idx"),

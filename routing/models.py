@@ -684,6 +684,21 @@ class AssignmentKind(models.TextChoices):
     INITIAL = "initial", "Initial"
     REASSIGNMENT = "reassignment", "Reassignment"
     DUPLICATE = "duplicate", "Duplicate (sticky to the original's owner)"
+    CRM_OWNER = "crm_owner", "Already owned in the CRM"
+
+
+# The kinds of a lead's first assignment (at most one per lead).
+FIRST_ASSIGNMENT_KINDS = (
+    AssignmentKind.INITIAL,
+    AssignmentKind.DUPLICATE,
+    AssignmentKind.CRM_OWNER,
+)
+
+
+class TouchSource(models.TextChoices):
+    LEADROUTER = "leadrouter", "LeadRouter (page or API)"
+    HUBSPOT = "hubspot", "HubSpot"
+    SALESFORCE = "salesforce", "Salesforce"
 
 
 class Assignment(models.Model):
@@ -721,6 +736,12 @@ class Assignment(models.Model):
         "the per-minute SLA check reads.",
     )
     touched_at = models.DateTimeField(null=True, blank=True)
+    touch_source = models.CharField(
+        max_length=16,
+        choices=TouchSource.choices,
+        blank=True,
+        help_text="Where the first touch was reported: LeadRouter, or read from a CRM.",
+    )
     assigned_at = models.DateTimeField(default=dj_timezone.now)
     supersedes = models.OneToOneField(
         "self",
@@ -737,7 +758,7 @@ class Assignment(models.Model):
             # At most one first assignment per lead (initial, or duplicate-sticky).
             models.UniqueConstraint(
                 fields=("lead",),
-                condition=Q(kind__in=(AssignmentKind.INITIAL, AssignmentKind.DUPLICATE)),
+                condition=Q(kind__in=FIRST_ASSIGNMENT_KINDS),
                 name="assignment_one_initial_per_lead",
             ),
             models.UniqueConstraint(
@@ -746,10 +767,7 @@ class Assignment(models.Model):
             # A reassignment supersedes exactly the row before it; a first assignment nothing.
             models.CheckConstraint(
                 condition=Q(kind=AssignmentKind.REASSIGNMENT, supersedes__isnull=False)
-                | (
-                    Q(kind__in=(AssignmentKind.INITIAL, AssignmentKind.DUPLICATE))
-                    & Q(supersedes__isnull=True)
-                ),
+                | (Q(kind__in=FIRST_ASSIGNMENT_KINDS) & Q(supersedes__isnull=True)),
                 name="assignment_supersedes_iff_reassignment",
             ),
             models.CheckConstraint(
@@ -990,5 +1008,6 @@ class RoutingTestCase(models.Model):
             )
 
 
+from routing.crm.models import *  # noqa: E402,F403
 from routing.delivery.models import *  # noqa: E402,F403
 from routing.monitoring.models import *  # noqa: E402,F403

@@ -524,6 +524,14 @@ BACKLOG_ALERT_AGE_SECONDS = env.int("BACKLOG_ALERT_AGE_SECONDS", default=300)
 # a worker that stops is reported within two minutes.
 HEARTBEAT_STALE_SECONDS = env.int("HEARTBEAT_STALE_SECONDS", default=90)
 # `enrichment` alert: this many enrichment_failed events within the window, or the breaker open.
+# --- CRM connections (routing/crm/; docs/operations.md "Connecting a CRM") -----------------------
+# Fernet keys for the credentials stored in the database, comma-separated, the first encrypts;
+# empty = a key derived from SECRET_KEY. Rotate: put a new key first, `manage.py crm_rotate_key`.
+CRM_SECRET_KEYS: list[str] = env.list("CRM_SECRET_KEYS", default=[])
+CRM_TIMEOUT_SECONDS = env.float("CRM_TIMEOUT_SECONDS", default=10.0)
+# A CA file to trust for CRM calls instead of the system's (a TLS-inspecting proxy, a sandbox).
+CRM_CA_BUNDLE: str = env.str("CRM_CA_BUNDLE", default="")
+
 ENRICHMENT_ALERT_FAILURES = env.int("ENRICHMENT_ALERT_FAILURES", default=10)
 ENRICHMENT_ALERT_WINDOW_SECONDS = env.int("ENRICHMENT_ALERT_WINDOW_SECONDS", default=600)
 # Beat runs check_backlog in its own process too, so a dead broker or no worker at all (which

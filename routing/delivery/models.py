@@ -112,6 +112,7 @@ class WebhookEndpoint(models.Model):
 class DeliveryChannel(models.TextChoices):
     WEBHOOK = "webhook", "Webhook"
     EMAIL = "email", "E-mail to the rep"
+    CRM = "crm", "Owner written to the CRM"
 
 
 class DeliveryStatus(models.TextChoices):
@@ -142,8 +143,17 @@ class Delivery(models.Model):
         blank=True,
         related_name="deliveries",
     )
+    crm_connection = models.ForeignKey(
+        "routing.CrmConnection",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="deliveries",
+        help_text="The CRM an owner write-back goes to.",
+    )
     recipient = models.CharField(
-        max_length=2000, help_text="The rep's e-mail address, or the endpoint's URL, when created."
+        max_length=2000,
+        help_text="The rep's e-mail address, the endpoint's URL, or the CRM's name, when created.",
     )
     assignment = models.ForeignKey(
         "routing.Assignment", on_delete=models.PROTECT, related_name="deliveries"
@@ -180,10 +190,20 @@ class Delivery(models.Model):
                 condition=Q(channel="email"),
                 name="delivery_one_email_per_assignment_event",
             ),
+            models.UniqueConstraint(
+                fields=("assignment", "crm_connection", "event"),
+                condition=Q(channel="crm"),
+                name="delivery_one_crm_write_per_assignment_event",
+            ),
             models.CheckConstraint(
                 condition=Q(channel="webhook", endpoint__isnull=False)
-                | Q(channel="email", endpoint__isnull=True),
+                | Q(channel__in=("email", "crm"), endpoint__isnull=True),
                 name="delivery_endpoint_iff_webhook",
+            ),
+            models.CheckConstraint(
+                condition=Q(channel="crm", crm_connection__isnull=False)
+                | (~Q(channel="crm") & Q(crm_connection__isnull=True)),
+                name="delivery_crm_connection_iff_crm",
             ),
             models.CheckConstraint(
                 condition=Q(channel__in=DeliveryChannel.values), name="delivery_channel_valid"

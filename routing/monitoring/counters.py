@@ -54,7 +54,7 @@ from django.utils.dateparse import parse_datetime
 
 from audit.models import Event, EventType
 from leads.models import Lead, LeadStatus
-from routing.models import Assignment, AssignmentKind
+from routing.models import FIRST_ASSIGNMENT_KINDS, Assignment
 from routing.monitoring.models import MetricsState
 
 logger = logging.getLogger(__name__)
@@ -217,7 +217,7 @@ def _count(
     )
     waited = ExpressionWrapper(F("assigned_at") - received_at, output_field=DurationField())
     first_owners = Assignment.objects.order_by().filter(
-        id__gt=assignments_after, kind__in=(AssignmentKind.INITIAL, AssignmentKind.DUPLICATE)
+        id__gt=assignments_after, kind__in=FIRST_ASSIGNMENT_KINDS
     )
     if upto is not None:
         first_owners = first_owners.filter(id__lte=upto.assignments_upto)
