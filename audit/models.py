@@ -18,6 +18,7 @@ class EventType(models.TextChoices):
     DUPLICATE_DETECTED = "duplicate_detected"
     ENRICHED = "enriched"
     ENRICHMENT_FAILED = "enrichment_failed"
+    CRM_CHECKED = "crm_checked"
     ASSIGNED = "assigned"
     EXCLUDED = "excluded"
     UNASSIGNED = "unassigned"

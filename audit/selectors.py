@@ -396,6 +396,7 @@ _EVENT_LABELS: dict[str, str] = {
     EventType.DUPLICATE_DETECTED: "Duplicate detected",
     EventType.ENRICHED: "Enriched",
     EventType.ENRICHMENT_FAILED: "Enrichment failed",
+    EventType.CRM_CHECKED: "Looked up in the CRM",
     EventType.ASSIGNED: "Assigned",
     EventType.EXCLUDED: "Excluded",
     EventType.UNASSIGNED: "Left unassigned",
@@ -421,6 +422,8 @@ def _event_detail(event: Event) -> str:
         parts.append(
             f"duplicate of lead {data['original']}" + (f" (same {matched})" if matched else "")
         )
+    if event.type == EventType.CRM_CHECKED and data.get("summary"):
+        parts.append(str(data["summary"]))
     if data.get("sla_met") is not None:
         parts.append("within SLA" if data["sla_met"] else "after the SLA")
     return "; ".join(str(part) for part in parts)

@@ -29,6 +29,7 @@ from config.celery import app as celery_app
 from leads.breaker import CircuitBreaker
 from leads.models import (
     CANONICAL_COLUMNS,
+    CrmLookupStatus,
     EnrichmentStatus,
     Lead,
     LeadStatus,
@@ -437,12 +438,15 @@ def _replay_or_error(
         return error
 
 
-# Parked for enrichment (no lease) and the enrichment queue is done with it, either way: the
-# routing worker may claim it again.
-BACK_FROM_ENRICHMENT = Q(
-    status=LeadStatus.PROCESSING,
-    claimed_until__isnull=True,
-    enrichment_status__in=(EnrichmentStatus.DONE, EnrichmentStatus.FAILED),
+# Parked for enrichment or the CRM lookup (no lease) and that queue is done with it, either way:
+# the routing worker may claim it again. (A lead back from its CRM lookup has not been parked
+# for HTTP enrichment yet; one parked there waits for that, whatever its CRM lookup says.)
+BACK_FROM_ENRICHMENT = Q(status=LeadStatus.PROCESSING, claimed_until__isnull=True) & (
+    Q(enrichment_status__in=(EnrichmentStatus.DONE, EnrichmentStatus.FAILED))
+    | Q(
+        crm_status__in=(CrmLookupStatus.DONE, CrmLookupStatus.FAILED),
+        enrichment_status=EnrichmentStatus.NONE,
+    )
 )
 
 

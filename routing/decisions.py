@@ -43,6 +43,7 @@ from django.utils import timezone
 from leads.models import CANONICAL_COLUMNS, Lead, LeadStatus, Source
 from leads.normalize import FLAG_FREE_EMAIL, is_free_email_domain, normalize
 from leads.sources import source_flatten
+from routing.crm.facts import crm_account
 from routing.engine import (
     AccountFacts,
     CompiledRuleset,
@@ -167,17 +168,22 @@ def lead_facts(lead: Lead) -> LeadFacts:
     """The engine's view of a stored (normalised) lead; one query for the account match.
 
     The source slug is read through ``lead.source`` (select it with the lead to save a query).
+    A CRM company's owner found by the lead's CRM lookup is the account's owner.
     """
     email_domain = lead.email_domain or ""
     free = FLAG_FREE_EMAIL in (lead.flags or []) or (
         bool(email_domain) and is_free_email_domain(email_domain)
     )
-    return _facts(
+    facts = _facts(
         {name: getattr(lead, name) for name in _FACT_FIELDS},
         lead.custom or {},
         lead.source.slug if lead.source_id is not None else None,
         free,
     )
+    if lead.crm:
+        # What a CRM lookup found (stored on the lead: replay reads the same answer).
+        facts = replace(facts, account=crm_account(lead, facts.account))
+    return facts
 
 
 # --- The live configuration, compiled and cached ------------------------------------------------

@@ -24,6 +24,8 @@ from leads.services import (
     lead_enqueue_later,
     leads_enqueue_after_commit,
 )
+from routing.crm.facts import CrmOwnerFound, crm_person_owner, crm_trace_notes
+from routing.crm.lookup import crm_lookup_wanted, crm_park
 from routing.decisions import (
     RouteResult,
     RoutingContention,
@@ -41,7 +43,14 @@ from routing.enrichment import (
     enrichment_http_wanted,
     enrichment_trace_note,
 )
-from routing.models import Assignment, AssignmentKind, QueueHeartbeat, Rep, TeamMembership
+from routing.models import (
+    Assignment,
+    AssignmentKind,
+    QueueHeartbeat,
+    Rep,
+    TeamMembership,
+    TouchSource,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -216,6 +225,55 @@ def _assign_sticky(lead: Lead, now: datetime) -> Assignment | None:
     )
 
 
+def _crm_owner(lead: Lead, now: datetime) -> tuple[CrmOwnerFound | None, list[str]]:
+    """The CRM owner (an active rep, not out of office) who already has this lead's person,
+    and the trace lines of the lookup (why an owner found was not used, too)."""
+    notes = crm_trace_notes(lead)
+    found, owner_notes = crm_person_owner(lead)
+    notes += owner_notes
+    if found is None:
+        return None, notes
+    rep = Rep.objects.filter(pk=found.rep_id).only("id", "name", "active", "out_of_office_until")
+    row = rep.first()
+    if row is None or not row.active:
+        notes.append(f"{found.reason}, who is not active: routed by the rules")
+        return None, notes
+    if row.out_of_office_until is not None and row.out_of_office_until > now:
+        notes.append(f"{found.reason}, who is out of office: routed by the rules")
+        return None, notes
+    return CrmOwnerFound(found.kind, row.pk, row.name, found.person), notes
+
+
+def _assign_crm_owner(
+    lead: Lead, found: CrmOwnerFound, now: datetime, notes: list[str]
+) -> Assignment:
+    """Give the lead to the rep who owns its person in the CRM (caps ignored, no turn moves).
+
+    The team is the rep's first team (so its manager sees the lead), its SLA the team's or the
+    default.
+    """
+    membership = (
+        TeamMembership.objects.filter(rep_id=found.rep_id)
+        .select_related("team")
+        .order_by("team_id")
+        .first()
+    )
+    team = membership.team if membership is not None else None
+    sla = (team.sla_minutes if team is not None else None) or settings.DEFAULT_SLA_MINUTES or None
+    return assignment_create(
+        lead=lead,
+        rep_id=found.rep_id,
+        rep_name=found.rep_name,
+        team_id=team.pk if team is not None else None,
+        team_name=team.name if team is not None else "",
+        kind=AssignmentKind.CRM_OWNER,
+        reason=found.reason,
+        trace=[{"rule": None, "matched": False, "why": note} for note in notes],
+        sla_minutes=sla,
+        now=now,
+    )
+
+
 def _record_decision(lead: Lead, result: RouteResult, now: datetime, notes: list[str]) -> None:
     """The audit event of a routing outcome, in the routing transaction."""
     decision = result.decision
@@ -297,7 +355,21 @@ def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
                 lead.save()
                 _record_assigned(sticky, now)
                 return lead.status
+        if crm_lookup_wanted(lead):
+            # Park it for the CRM queue (live dedup and ownership); it comes back here.
+            crm_park(lead, now)
+            return lead.status
+        crm_owner, crm_notes = _crm_owner(lead, now)
         if lead.enrichment_status == EnrichmentStatus.NONE:
+            if crm_owner is not None:
+                # Already owned in the CRM by an active rep: theirs, like a sticky duplicate.
+                owned = _assign_crm_owner(lead, crm_owner, now, crm_notes)
+                duplicate = lead.duplicate_of_id is not None
+                lead.status = LeadStatus.DUPLICATE if duplicate else LeadStatus.ASSIGNED
+                lead.processed_at = now
+                lead.save()
+                _record_assigned(owned, now)
+                return lead.status
             results = enrichment_builtin(lead)
             # An event when a provider learnt something (fields filled, an account matched);
             # every provider's answer is kept on the lead (`enrichment`) either way.
@@ -317,7 +389,7 @@ def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
                 return lead.status
             lead.enrichment_status = EnrichmentStatus.DONE  # built-ins only: done, once
         lead.save()
-        notes = [note for note in [enrichment_trace_note(lead)] if note]
+        notes = [*crm_notes, *(note for note in [enrichment_trace_note(lead)] if note)]
         # Still under the lead's row lock and lease: route_lead takes the team's, then the
         # rep's lock, writes the assignment and the final status in this same transaction.
         result = route_lead(lead=lead, now=now, notes=notes)
@@ -393,7 +465,8 @@ def assignment_touch(
     if assignment.touched_at is None:
         now = timezone.now()
         assignment.touched_at = now
-        assignment.save(update_fields=["touched_at"])
+        assignment.touch_source = TouchSource.LEADROUTER
+        assignment.save(update_fields=["touched_at", "touch_source"])
         late = assignment.sla_due_at is not None and now > assignment.sla_due_at
         event_record_for_assignment(
             type=EventType.TOUCHED,

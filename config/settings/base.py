@@ -252,12 +252,13 @@ CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 # Separate queues keep slow enrichment or delivery from stalling routing.
 CELERY_TASK_QUEUES = tuple(
     Queue(name, Exchange(name, type="direct"), routing_key=name)
-    for name in ("routing", "enrichment", "delivery", "maintenance")
+    for name in ("routing", "enrichment", "crm", "delivery", "maintenance")
 )
 CELERY_TASK_DEFAULT_QUEUE = "routing"
 CELERY_TASK_ROUTES = {
     "routing.*": {"queue": "routing"},
     "enrichment.*": {"queue": "enrichment"},
+    "crm.*": {"queue": "crm"},
     "delivery.*": {"queue": "delivery"},
     "maintenance.*": {"queue": "maintenance"},
 }
@@ -497,7 +498,7 @@ ENRICHMENT_SWEEP_INTERVAL_SECONDS = env.float("ENRICHMENT_SWEEP_INTERVAL_SECONDS
 ENRICHMENT_SWEEP_BATCH_SIZE = env.int("ENRICHMENT_SWEEP_BATCH_SIZE", default=200)
 # A finished lead that routing has not taken this long after is handed back again.
 ENRICHMENT_HANDBACK_RETRY_SECONDS = env.int("ENRICHMENT_HANDBACK_RETRY_SECONDS", default=60)
-CELERY_IMPORTS = ("routing.enrichment.tasks",)
+CELERY_IMPORTS = ("routing.enrichment.tasks", "routing.crm.tasks")
 CELERY_BEAT_SCHEDULE["enrichment-sweep-due"] = {
     "task": "enrichment.sweep_due",
     "schedule": ENRICHMENT_SWEEP_INTERVAL_SECONDS,
@@ -531,6 +532,51 @@ CRM_SECRET_KEYS: list[str] = env.list("CRM_SECRET_KEYS", default=[])
 CRM_TIMEOUT_SECONDS = env.float("CRM_TIMEOUT_SECONDS", default=10.0)
 # A CA file to trust for CRM calls instead of the system's (a TLS-inspecting proxy, a sandbox).
 CRM_CA_BUNDLE: str = env.str("CRM_CA_BUNDLE", default="")
+# The lookup (live dedup and ownership) on the `crm` queue: how long a lead may wait for the CRM
+# before it is routed without it, how many tries, and the retry backoff (doubling, jittered).
+CRM_LOOKUP_MAX_WAIT_SECONDS = env.float("CRM_LOOKUP_MAX_WAIT_SECONDS", default=120.0)
+CRM_LOOKUP_MAX_ATTEMPTS = env.int("CRM_LOOKUP_MAX_ATTEMPTS", default=4)
+CRM_LOOKUP_BACKOFF_SECONDS = env.float("CRM_LOOKUP_BACKOFF_SECONDS", default=2.0)
+CRM_LEASE_SECONDS = env.int("CRM_LEASE_SECONDS", default=int(CRM_TIMEOUT_SECONDS * 4) + 30)
+CRM_SWEEP_INTERVAL_SECONDS = env.float("CRM_SWEEP_INTERVAL_SECONDS", default=5.0)
+CRM_SWEEP_BATCH_SIZE = env.int("CRM_SWEEP_BATCH_SIZE", default=200)
+CRM_HANDBACK_RETRY_SECONDS = env.int("CRM_HANDBACK_RETRY_SECONDS", default=60)
+CRM_CONFIG_CACHE_SECONDS = env.float("CRM_CONFIG_CACHE_SECONDS", default=5.0)
+# The breaker shared by every worker: open after this many failures in a row, for this long.
+CRM_BREAKER_FAILURES = env.int("CRM_BREAKER_FAILURES", default=5)
+CRM_BREAKER_COOLDOWN_SECONDS = env.float("CRM_BREAKER_COOLDOWN_SECONDS", default=30.0)
+# Health and its alert (routing.crm.health): checked every CRM_HEALTH_INTERVAL_SECONDS.
+CRM_HEALTH_INTERVAL_SECONDS = env.float("CRM_HEALTH_INTERVAL_SECONDS", default=30.0)
+CRM_DOWN_ALERT_SECONDS = env.float("CRM_DOWN_ALERT_SECONDS", default=60.0)
+CRM_RATE_LIMIT_ALERT_SECONDS = env.float("CRM_RATE_LIMIT_ALERT_SECONDS", default=90.0)
+CRM_HEALTH_PROBE_SECONDS = env.float("CRM_HEALTH_PROBE_SECONDS", default=300.0)
+CRM_OK_WRITE_SECONDS = env.float("CRM_OK_WRITE_SECONDS", default=10.0)
+# The roster (CRM owners mapped to reps by e-mail) is read again this often.
+CRM_ROSTER_SYNC_SECONDS = env.float("CRM_ROSTER_SYNC_SECONDS", default=3600.0)
+# First touch and owner changes read from the CRM for assigned, untouched leads.
+CRM_TOUCHES_INTERVAL_SECONDS = env.float("CRM_TOUCHES_INTERVAL_SECONDS", default=60.0)
+CRM_TOUCHES_BATCH_SIZE = env.int("CRM_TOUCHES_BATCH_SIZE", default=500)
+CRM_TOUCHES_LOOKBACK_DAYS = env.int("CRM_TOUCHES_LOOKBACK_DAYS", default=14)
+CELERY_BEAT_SCHEDULE["crm-sweep-due"] = {
+    "task": "crm.sweep_due",
+    "schedule": CRM_SWEEP_INTERVAL_SECONDS,
+    "options": {"expires": max(5.0, CRM_SWEEP_INTERVAL_SECONDS)},
+}
+CELERY_BEAT_SCHEDULE["crm-health"] = {
+    "task": "maintenance.crm_health",
+    "schedule": CRM_HEALTH_INTERVAL_SECONDS,
+    "options": {"expires": max(10.0, CRM_HEALTH_INTERVAL_SECONDS)},
+}
+CELERY_BEAT_SCHEDULE["crm-roster"] = {
+    "task": "maintenance.crm_roster",
+    "schedule": CRM_ROSTER_SYNC_SECONDS,
+    "options": {"expires": 600},
+}
+CELERY_BEAT_SCHEDULE["crm-touches"] = {
+    "task": "maintenance.crm_touches",
+    "schedule": CRM_TOUCHES_INTERVAL_SECONDS,
+    "options": {"expires": max(30.0, CRM_TOUCHES_INTERVAL_SECONDS)},
+}
 
 ENRICHMENT_ALERT_FAILURES = env.int("ENRICHMENT_ALERT_FAILURES", default=10)
 ENRICHMENT_ALERT_WINDOW_SECONDS = env.int("ENRICHMENT_ALERT_WINDOW_SECONDS", default=600)

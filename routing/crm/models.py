@@ -123,6 +123,10 @@ class CrmConnection(models.Model):
     roster_synced_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_ok_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.TextField(blank=True, editable=False)
+    last_error_kind = models.CharField(max_length=16, blank=True, editable=False)
+    problem_since = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="When the current problem began."
+    )
     last_error_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

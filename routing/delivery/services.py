@@ -33,6 +33,8 @@ from audit.services import event_record_for_assignment
 from config.celery import app as celery_app
 from leads.selectors import lead_fields
 from leads.services import broker_breaker
+from routing.crm.models import CrmConnection
+from routing.crm.writeback import crm_write_owner
 from routing.delivery import backoff, egress, signing
 from routing.delivery.models import (
     Delivery,
@@ -129,13 +131,16 @@ def payload_body(payload: dict[str, Any]) -> bytes:
 
 
 @transaction.atomic
-def deliveries_schedule(*, assignment: Assignment, event: str | None = None) -> list[Delivery]:
+def deliveries_schedule(
+    *, assignment: Assignment, event: str | None = None, crm: bool = True
+) -> list[Delivery]:
     """Write the outbox rows for ``event`` about ``assignment`` and publish them after commit.
 
     Call it inside the assignment's transaction. One row per active endpoint subscribed to the
     event, plus an e-mail to the rep (``DELIVERY_EMAIL_ENABLED``). Calling it again for the same
     assignment and event creates nothing new (rows are unique per recipient) and returns the
-    existing ones. ``event`` defaults to the one the assignment's kind announces; the short
+    existing ones. ``crm=False`` leaves the CRM write-backs out (a change the CRM made itself).
+    ``event`` defaults to the one the assignment's kind announces; the short
     forms ``assigned`` and ``reassigned`` are accepted.
     """
     event = _event_name(event) if event else delivery_event_for(assignment)
@@ -147,11 +152,13 @@ def deliveries_schedule(*, assignment: Assignment, event: str | None = None) -> 
     payload: dict[str, Any] | None = None
     new: list[Delivery] = []
 
-    def row(channel: str, endpoint: WebhookEndpoint | None, recipient: str) -> Delivery:
+    def row(
+        channel: str, endpoint: WebhookEndpoint | None, recipient: str, key: str = ""
+    ) -> Delivery:
         nonlocal payload
         if payload is None:
             payload = delivery_payload(assignment=assignment, event=event, at=now)
-        key = f"endpoint-{endpoint.pk}" if endpoint is not None else "email"
+        key = key or (f"endpoint-{endpoint.pk}" if endpoint is not None else "email")
         return Delivery(
             channel=channel,
             endpoint=endpoint,
@@ -172,6 +179,13 @@ def deliveries_schedule(*, assignment: Assignment, event: str | None = None) -> 
     for endpoint in WebhookEndpoint.objects.filter(active=True).order_by("id"):
         if endpoint.subscribes_to(event) and endpoint.pk not in have_endpoints:
             new.append(row(DeliveryChannel.WEBHOOK, endpoint, endpoint.url))
+    have_crms = {row.crm_connection_id for row in existing if row.crm_connection_id is not None}
+    writebacks = CrmConnection.objects.filter(active=True, writeback_enabled=True)
+    for target in writebacks.order_by("id") if crm else []:
+        if target.pk not in have_crms:
+            write = row(DeliveryChannel.CRM, None, target.name, key=f"crm-{target.pk}")
+            write.crm_connection = target
+            new.append(write)
     if settings.DELIVERY_EMAIL_ENABLED and not have_email and assignment.rep.email:
         new.append(row(DeliveryChannel.EMAIL, None, assignment.rep.email))
     if new:
@@ -314,6 +328,17 @@ def _send_email(delivery: Delivery) -> _Result:
     return _Result("delivered")
 
 
+def _send_crm(delivery: Delivery, now: datetime) -> _Result:
+    written = crm_write_owner(delivery=delivery, now=now)
+    outcome = {"failed": "refused"}.get(written.outcome, written.outcome)
+    return _Result(
+        outcome,
+        error=written.error,
+        excerpt=written.excerpt,
+        retry_after=written.retry_after,
+    )
+
+
 def delivery_attempt(*, delivery_id: int) -> str | None:
     """Try one delivery now, if it is pending and due; return the attempt's outcome.
 
@@ -328,11 +353,13 @@ def delivery_attempt(*, delivery_id: int) -> str | None:
     ).update(next_attempt_at=lease, attempts=F("attempts") + 1, updated_at=now)
     if not claimed:
         return None
-    delivery = Delivery.objects.select_related("endpoint").get(pk=delivery_id)
+    delivery = Delivery.objects.select_related("endpoint", "crm_connection").get(pk=delivery_id)
     number = delivery.attempts
     started = time.monotonic()
     if delivery.channel == DeliveryChannel.EMAIL:
         result = _send_email(delivery)
+    elif delivery.channel == DeliveryChannel.CRM:
+        result = _send_crm(delivery, now)
     elif delivery.endpoint is None or not delivery.endpoint.active:
         result = _Result("cancelled", error="the endpoint is disabled")
     else:
@@ -358,6 +385,16 @@ def _attempt_record(*, delivery_id: int, number: int, result: _Result, ms: int) 
     )
     outcome = result.outcome
     next_at: datetime | None = None
+    if outcome == "deferred":
+        # Waited for our own rate limit (a CRM's shared budget): not an attempt, no log row.
+        if delivery.status == DeliveryStatus.PENDING and delivery.attempts == number:
+            wait = max(0.5, result.retry_after or 1.0) * _rng.uniform(1.0, 1.5)
+            Delivery.objects.filter(pk=delivery.pk).update(
+                next_attempt_at=now + timedelta(seconds=wait),
+                attempts=F("attempts") - 1,
+                updated_at=now,
+            )
+        return "deferred"
     if outcome == "retry":
         next_at = backoff.next_attempt_at(
             attempt=number,

@@ -28,6 +28,7 @@ class AlertKind(models.TextChoices):
     RULES = "rules", "Published rules that no longer compile"
     AUDIT = "audit", "Audit (the nightly export of the chain heads)"
     SOURCE = "source", "Source (payloads refused past the threshold)"
+    CRM = "crm", "CRM connection (credential refused, down, or rate limited)"
 
 
 class AlertStatus(models.TextChoices):

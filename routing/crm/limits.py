@@ -1,0 +1,108 @@
+"""Each CRM connection's pace and health, shared by every worker: a rate limit and a breaker.
+
+The same token bucket and breaker as HTTP enrichment (``routing.enrichment.ratelimit`` and
+``.breaker``, state in Redis, else Django's cache), keyed per connection, so every stage that
+calls one CRM (lookup, write-back, first touch, roster) spends from one budget: the vendor's
+documented limit holds however many workers call it. ``spender(connection)`` is the ``spend``
+callback the CRM modules call before each request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from django.conf import settings
+
+from routing.crm.base import CrmError
+from routing.crm.models import CrmConnection
+from routing.enrichment.breaker import Breaker, CacheBreaker, RedisBreaker
+from routing.enrichment.ratelimit import (
+    CacheWindowLimiter,
+    Grant,
+    RateLimiter,
+    RedisTokenBucket,
+)
+from routing.enrichment.store import redis_client
+
+logger = logging.getLogger(__name__)
+
+KEY_PREFIX = "leadrouter:crm"
+
+
+def _prefix(connection: CrmConnection) -> str:
+    return f"{KEY_PREFIX}:{connection.kind}:{connection.pk}"
+
+
+def crm_rate_limiter(connection: CrmConnection) -> RateLimiter:
+    """The connection's shared request budget (Redis token bucket, else a cache window)."""
+    client = redis_client()
+    rate = connection.effective_rate_per_minute
+    if client is not None:
+        return RedisTokenBucket(
+            client, _prefix(connection), rate_per_minute=rate, burst=connection.effective_burst
+        )
+    return CacheWindowLimiter(_prefix(connection), rate_per_minute=rate)
+
+
+def crm_breaker(connection: CrmConnection) -> Breaker:
+    """The connection's shared circuit breaker."""
+    prefix = f"{_prefix(connection)}:breaker"
+    threshold = settings.CRM_BREAKER_FAILURES
+    cooldown = settings.CRM_BREAKER_COOLDOWN_SECONDS
+    probe_ttl = settings.CRM_TIMEOUT_SECONDS * 3 + 5
+    client = redis_client()
+    if client is not None:
+        return RedisBreaker(
+            client, prefix, threshold=threshold, cooldown=cooldown, probe_ttl=probe_ttl
+        )
+    return CacheBreaker(prefix, threshold=threshold, cooldown=cooldown, probe_ttl=probe_ttl)
+
+
+def spender(connection: CrmConnection, *, wait_seconds: float = 0.0) -> Callable[[int], None]:
+    """``spend(n)``: take ``n`` tokens from the connection's budget, or raise rate_limited.
+
+    ``wait_seconds``: a batch job (roster, first touch) may sleep that long in all for tokens
+    instead of giving up at once; a lead's stage never waits in a worker (it is rescheduled).
+    Without a usable shared store nothing is sent: the vendor's quota is not ours to risk.
+    """
+    limiter = crm_rate_limiter(connection)
+    budget = [max(0.0, wait_seconds)]
+
+    def take() -> Grant:
+        while True:
+            grant = limiter.take()
+            if grant.granted or grant.wait_seconds > budget[0]:
+                return grant
+            pause = max(0.01, grant.wait_seconds)
+            budget[0] -= pause
+            time.sleep(pause)
+
+    def spend(n: int = 1) -> None:
+        for _ in range(max(1, n)):
+            try:
+                grant = take()
+            except Exception as exc:
+                logger.error("CRM rate limit unavailable (%s: %s)", type(exc).__name__, exc)
+                raise CrmError(
+                    "rate_limited",
+                    "the shared rate limit's store is unavailable",
+                    retry_after=settings.ENRICHMENT_STORE_DOWN_RETRY_SECONDS,
+                ) from exc
+            if not grant.granted:
+                raise CrmError(
+                    "rate_limited",
+                    "waiting for the connection's rate limit",
+                    retry_after=grant.wait_seconds,
+                )
+
+    return spend
+
+
+def crm_pause(connection: CrmConnection, seconds: float) -> None:
+    """The vendor said 429 (or its daily limit): every worker waits ``seconds``."""
+    try:
+        crm_rate_limiter(connection).pause(seconds)
+    except Exception as exc:
+        logger.error("CRM rate limit pause failed (%s: %s)", type(exc).__name__, exc)

@@ -1,0 +1,186 @@
+"""Owner write-back: each assignment's owner written to the CRM, through the delivery outbox.
+
+``deliveries_schedule`` writes one ``crm`` delivery per active connection with write-back on,
+in the assignment's transaction; ``delivery_attempt`` calls ``crm_write_owner`` for it, outside
+any transaction, with the outbox's retries, backoff, dead letters and admin retry. This module
+only decides what to send and what came of it:
+
+- the owner is the rep's CRM owner id from the roster (``CrmOwner``); a rep without one is a
+  retryable failure that names the fix (sync the roster, or link the owner in the admin);
+- the person is the one the lookup found (or wrote before), else found by e-mail, else created
+  (``write_owner`` makes a repeat find what the first try created: one effect per assignment);
+- an assignment that is no longer the lead's current one is not written (the later one is);
+- the CRM's own later change wins: if the owner there changed after our assignment to someone
+  we did not set, nothing is written (``kept``) and the change is recorded as a reassignment
+  made in the CRM (``routing.crm.touches.crm_owner_changed``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from leads.models import Lead
+from routing.crm.base import CrmError, PersonUpdate
+from routing.crm.connections import crm_client
+from routing.crm.facts import crm_label
+from routing.crm.health import crm_record_error, crm_record_ok
+from routing.crm.limits import crm_pause, spender
+from routing.crm.models import CrmConnection
+from routing.crm.roster import rep_owner_id
+
+logger = logging.getLogger(__name__)
+
+_CREATE_FIELDS = ("email", "first_name", "last_name", "company", "phone", "title", "country")
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    """What one write-back attempt came to, for the outbox.
+
+    ``outcome``: ``delivered`` (written, or nothing to write), ``retry`` (try again later,
+    after ``retry_after`` seconds at least), ``deferred`` (waited for our own rate limit: not an
+    attempt), ``failed`` (retrying will not help), ``cancelled`` (no longer wanted).
+    """
+
+    outcome: str
+    error: str = ""
+    excerpt: str = ""
+    retry_after: float | None = None
+
+
+def _entry(lead: Lead, kind: str) -> dict[str, Any]:
+    record = lead.crm if isinstance(lead.crm, dict) else {}
+    entry = record.get(kind)
+    return entry if isinstance(entry, dict) else {}
+
+
+def _known_person(entry: dict[str, Any]) -> tuple[str, str, str]:
+    """(object, id, owner id we know of) from what we wrote before, else what the lookup found."""
+    for key in ("written", "person"):
+        value = entry.get(key)
+        if isinstance(value, dict) and value.get("id"):
+            owner = str(value.get("owner_id") or "")
+            return str(value.get("object") or ""), str(value["id"]), owner
+    return "", "", ""
+
+
+def _remember(lead_id: Any, kind: str, written: dict[str, Any]) -> None:
+    """Keep what was written on the lead (the next write-back updates the same person)."""
+    with transaction.atomic():
+        lead = Lead.objects.select_for_update(no_key=True).filter(pk=lead_id).first()
+        if lead is None:
+            return
+        record = dict(lead.crm) if isinstance(lead.crm, dict) else {}
+        entry = dict(record.get(kind) or {}) if isinstance(record.get(kind), dict) else {}
+        entry["written"] = written
+        record[kind] = entry
+        lead.crm = record
+        lead.save(update_fields=["crm"])
+
+
+def crm_write_owner(*, delivery: Any, now: datetime) -> WriteOutcome:
+    """Write the owner of ``delivery.assignment`` to ``delivery.crm_connection``."""
+    from routing.models import Assignment
+
+    connection: CrmConnection | None = delivery.crm_connection
+    if connection is None or not connection.active or not connection.writeback_enabled:
+        return WriteOutcome("cancelled", error="the CRM connection is inactive or write-back off")
+    assignment = (
+        Assignment.objects.select_related("lead", "rep").filter(pk=delivery.assignment_id).first()
+    )
+    if assignment is None:
+        return WriteOutcome("failed", error="the assignment no longer exists")
+    if not assignment.active:
+        return WriteOutcome(
+            "cancelled", error="superseded by a later assignment (that one is written instead)"
+        )
+    label = crm_label(connection.kind)
+    owner_id = rep_owner_id(connection.kind, assignment.rep_id)
+    if not owner_id:
+        return WriteOutcome(
+            "retry",
+            error=f"{assignment.rep.email} has no {label} owner id: sync the roster "
+            f"(Admin → CRM connections) or link the owner to the rep",
+        )
+    lead = assignment.lead
+    entry = _entry(lead, connection.kind)
+    person_object, person_id, known_owner = _known_person(entry)
+    if assignment.supersedes_id is not None:
+        previous = (
+            Assignment.objects.filter(pk=assignment.supersedes_id).values_list("rep_id", flat=True)
+        ).first()
+        if previous is not None:
+            known_owner = rep_owner_id(connection.kind, previous) or known_owner
+    fields = {name: getattr(lead, name) for name in _CREATE_FIELDS if getattr(lead, name, "")}
+    update = PersonUpdate(
+        owner_id=owner_id,
+        email=lead.email,
+        person_id=person_id,
+        person_object=person_object,
+        external_id=str(lead.pk),
+        fields=fields,
+    )
+    if not person_id and not lead.email:
+        return WriteOutcome(
+            "failed", error=f"the lead has no e-mail and no {label} record to write the owner to"
+        )
+    try:
+        client = crm_client(connection, spend=spender(connection))
+        since = assignment.assigned_at
+        result = client.write_owner(update, known_owner_id=known_owner, since=since)
+    except CrmError as exc:
+        crm_record_error(connection, exc, lead_id=lead.pk)
+        if exc.kind == "rate_limited":
+            if exc.status is None:
+                return WriteOutcome("deferred", error=str(exc), retry_after=exc.retry_after or 1.0)
+            if exc.retry_after:
+                crm_pause(connection, exc.retry_after)
+            return WriteOutcome("retry", error=str(exc), retry_after=exc.retry_after)
+        if exc.kind == "rejected":
+            return WriteOutcome("failed", error=str(exc))
+        return WriteOutcome("retry", error=str(exc))
+    except Exception as exc:  # a module's bug: retried, visible in the outbox
+        logger.exception(
+            "CRM write-back of lead %s raised", lead.pk, extra={"lead_id": str(lead.pk)}
+        )
+        return WriteOutcome("retry", error=f"{type(exc).__name__}: {str(exc)[:300]}")
+    crm_record_ok(connection, now=now)
+    person = result.person
+    if result.outcome == "kept":
+        from routing.crm.touches import crm_owner_changed
+
+        crm_owner_changed(
+            lead_id=lead.pk,
+            kind=connection.kind,
+            owner_id=person.owner_id,
+            changed_at=person.owner_changed_at or person.modified_at or now,
+            assignment_id=assignment.pk,
+        )
+        _remember(
+            lead.pk,
+            connection.kind,
+            {**person.to_json(), "at": now.isoformat(), "outcome": "kept"},
+        )
+        return WriteOutcome(
+            "delivered",
+            excerpt=f"kept: the owner in {label} changed after our assignment "
+            f"(to {person.owner_id}); not overwritten",
+        )
+    _remember(
+        lead.pk,
+        connection.kind,
+        {
+            **person.to_json(),
+            "owner_id": owner_id,
+            "at": now.isoformat(),
+            "outcome": result.outcome,
+        },
+    )
+    return WriteOutcome(
+        "delivered", excerpt=f"{result.outcome} {person.object} {person.id} owner {owner_id}"
+    )
