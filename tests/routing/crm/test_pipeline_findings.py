@@ -133,7 +133,8 @@ def test_a_crm_company_owner_is_the_account_owner(world):
     assert assignment.rep == world["ben"]
     assert assignment.rule_name == "Named accounts"
     facts = decisions.lead_facts(lead)
-    assert facts.account is not None and facts.account.name == "Acme"
+    assert facts.account is not None
+    assert facts.account.name == "Acme"
 
 
 def test_a_crm_unavailable_for_the_lead_is_in_the_trace(world):

@@ -30,7 +30,8 @@ def test_a_credential_is_stored_encrypted_and_opens_again():
     assert stored.startswith("fernet:")
     assert TOKEN not in stored
     assert secret_open(stored) == TOKEN
-    assert secret_seal("") == "" and secret_open("") == ""
+    assert secret_seal("") == ""
+    assert secret_open("") == ""
 
 
 def test_a_credential_sealed_under_another_key_is_unreadable_not_garbage(settings):
@@ -139,12 +140,14 @@ def test_the_roster_maps_owners_to_reps_by_email_and_creates_new_reps_inactive()
     assert report.linked == ["Ana@Example.com", "ben@example.com"]
     assert report.created == ["ben@example.com"]
     ben = Rep.objects.get(email="ben@example.com")
-    assert ben.active is False and ben.name == "Ben B"
+    assert ben.active is False
+    assert ben.name == "Ben B"
     assert not Rep.objects.filter(email="gone@example.com").exists()
     assert rep_owner_id("hubspot", ana.pk) == "101"
     mapped = owner_reps("hubspot", ["101", "103", "999"])
     assert mapped["101"].rep_id == ana.pk
-    assert mapped["103"].rep_id is None and mapped["103"].active_in_crm is False
+    assert mapped["103"].rep_id is None
+    assert mapped["103"].active_in_crm is False
     assert mapped["999"].rep_id is None
     connection.refresh_from_db()
     assert connection.roster_synced_at is not None
@@ -159,7 +162,8 @@ def test_a_rep_deactivated_in_the_crm_is_flagged_not_deactivated():
     ana.refresh_from_db()
     assert ana.active is True
     owner = CrmOwner.objects.get(kind="hubspot", owner_id="101")
-    assert owner.active_in_crm is False and owner.rep_id == ana.pk
+    assert owner.active_in_crm is False
+    assert owner.rep_id == ana.pk
 
 
 def test_a_rep_linked_by_hand_stays_linked_and_one_rep_has_one_owner_per_kind():
