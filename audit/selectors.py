@@ -25,6 +25,7 @@ from audit.models import Event, EventType
 from audit.permissions import UNSCOPED_PERMISSION
 from leads.models import Lead, LeadStatus, Source
 from leads.selectors import lead_fields
+from routing.crm.facts import crm_entries, crm_label
 from routing.delivery.models import Delivery, DeliveryAttempt
 from routing.models import Assignment, AssignmentKind, Rep, Rule, Team
 
@@ -389,6 +390,7 @@ class LeadDetail:
     sla: SlaState
     deliveries: list[Delivery] = field(default_factory=list)
     attempts: list[DeliveryAttempt] = field(default_factory=list)
+    crm: list[tuple[str, list[str]]] = field(default_factory=list)
 
 
 _EVENT_LABELS: dict[str, str] = {
@@ -590,7 +592,59 @@ def lead_detail(*, user: Any, lead_id: str, now: datetime | None = None) -> Lead
         sla=sla_state(assignment, now=now or timezone.now()),
         deliveries=deliveries,
         attempts=attempts,
+        crm=crm_findings(lead.crm),
     )
+
+
+def _owner_words(owner: Any) -> str:
+    if not isinstance(owner, dict) or not owner.get("owner_id"):
+        return "no owner"
+    if owner.get("rep_name"):
+        return f"owner {owner['rep_name']} (owner id {owner['owner_id']})"
+    who = owner.get("owner_email") or owner.get("owner_id")
+    return f"owner {who}, who is no rep"
+
+
+def crm_findings(crm: Any) -> list[tuple[str, list[str]]]:
+    """What each CRM said about the lead, in words: (CRM name, lines) for the lead page."""
+    found: list[tuple[str, list[str]]] = []
+    for kind, entry in crm_entries(crm):
+        label = crm_label(kind)
+        lines: list[str] = []
+        status = entry.get("status")
+        if status == "failed":
+            lines.append(f"Unavailable for this lead: {entry.get('reason') or 'unknown'}")
+        elif status == "pending":
+            lines.append(
+                "Waiting for the CRM" + (f" ({entry['note']})" if entry.get("note") else "")
+            )
+        person = entry.get("person")
+        if isinstance(person, dict) and person.get("id"):
+            lines.append(
+                f"Person: {person.get('object')} {person['id']}, "
+                + _owner_words(entry.get("person_owner"))
+                + (f", status {person['status']}" if person.get("status") else "")
+            )
+        elif status == "done":
+            lines.append("Person: none with this e-mail")
+        company = entry.get("company")
+        if isinstance(company, dict) and company.get("id"):
+            name = company.get("name") or company.get("domain") or company["id"]
+            lines.append(f"Company: {name}, " + _owner_words(entry.get("company_owner")))
+        written = entry.get("written")
+        if isinstance(written, dict) and written.get("id"):
+            if written.get("outcome") == "kept":
+                lines.append(
+                    f"Owner not written: changed in {label} after our assignment "
+                    f"(to {written.get('owner_id')}), and the later change wins"
+                )
+            else:
+                lines.append(
+                    f"Owner written: {written.get('outcome')} {written.get('object')} "
+                    f"{written['id']} with owner id {written.get('owner_id')}"
+                )
+        found.append((label, lines))
+    return found
 
 
 def _text(value: Any) -> str:

@@ -184,3 +184,20 @@ def test_a_rep_linked_by_hand_stays_linked_and_one_rep_has_one_owner_per_kind():
     assert CrmOwner.objects.get(owner_id="101").rep_id == ana.pk
     assert CrmOwner.objects.get(owner_id="102").rep_id is None  # Ana already has one
     assert report.linked == []
+
+
+def test_the_rotate_command_reseals_every_credential(settings, capsys):
+    from django.core.management import call_command
+
+    old = new_key()
+    settings.CRM_SECRET_KEYS = [old]
+    connection = CrmConnection.objects.create(
+        kind="hubspot", name="HubSpot", secret_encrypted=secret_seal(TOKEN)
+    )
+    new = new_key()
+    settings.CRM_SECRET_KEYS = [new, old]
+    call_command("crm_rotate_key")
+    assert "1 credential(s) re-encrypted, 0 unreadable" in capsys.readouterr().out
+    settings.CRM_SECRET_KEYS = [new]
+    connection.refresh_from_db()
+    assert secret_open(connection.secret_encrypted) == TOKEN

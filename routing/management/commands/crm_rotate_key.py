@@ -1,0 +1,46 @@
+"""Re-encrypt every stored CRM credential under the first key of CRM_SECRET_KEYS.
+
+Rotation: generate a key (``--new-key``), put it first in CRM_SECRET_KEYS (keeping the old one
+after it), restart, run this command, then remove the old key. A credential no key opens is
+reported and left as it is (save a new one on its connection).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from routing.crm.models import CrmConnection
+from routing.crm.secrets import SecretUnreadable, new_key, secret_reseal
+
+
+class Command(BaseCommand):
+    help = "Re-encrypt the CRM credentials under the first CRM_SECRET_KEYS key (or print a key)."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument(
+            "--new-key", action="store_true", help="print a new key for CRM_SECRET_KEYS and exit"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["new_key"]:
+            self.stdout.write(new_key())
+            return
+        resealed = unreadable = 0
+        with transaction.atomic():
+            for connection in CrmConnection.objects.select_for_update().exclude(
+                secret_encrypted=""
+            ):
+                try:
+                    connection.secret_encrypted = secret_reseal(connection.secret_encrypted)
+                except SecretUnreadable as exc:
+                    unreadable += 1
+                    self.stderr.write(f"{connection.name}: {exc}")
+                    continue
+                connection.save(update_fields=["secret_encrypted"])
+                resealed += 1
+        self.stdout.write(f"{resealed} credential(s) re-encrypted, {unreadable} unreadable")
+        if unreadable:
+            raise SystemExit(1)
