@@ -21,6 +21,7 @@ accepted and routed (without the CRM) all the while; ``/readyz`` does not look a
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -35,8 +36,18 @@ logger = logging.getLogger(__name__)
 _FAILURE_KINDS = ("unavailable", "malformed")
 
 
+# When this process last wrote a success per connection: a busy worker writes it every
+# CRM_OK_WRITE_SECONDS at most, not once per call.
+_ok_written: dict[int, float] = {}
+
+
 def crm_record_ok(connection: CrmConnection, *, now: datetime | None = None) -> None:
     """A call succeeded: clear the connection's error (cheaply, at most every few seconds)."""
+    clock = time.monotonic()
+    last = _ok_written.get(connection.pk)
+    if last is not None and clock - last < settings.CRM_OK_WRITE_SECONDS:
+        return
+    _ok_written[connection.pk] = clock
     now = now or timezone.now()
     stale = now - timedelta(seconds=settings.CRM_OK_WRITE_SECONDS)
     updated = (
@@ -58,6 +69,7 @@ def crm_record_error(connection: CrmConnection, error: CrmError, *, lead_id: obj
         return  # our own budget said wait: the CRM is fine
     if error.kind == "rejected":
         return  # about one request, not the connection
+    _ok_written.pop(connection.pk, None)  # the next success clears it at once
     now = timezone.now()
     message = str(error)[:1000]
     since = (
