@@ -25,6 +25,7 @@ from leads.models import Lead, LeadStatus
 
 # _snapshot/_decide: decisions' own read of today's reps and turns, and its decide call; a
 # replay must see exactly what the worker would (a public name for them would be better).
+from routing.crm.facts import crm_person_owner
 from routing.decisions import (
     LiveConfig,
     RulesetNotFound,
@@ -463,7 +464,37 @@ def _before(lead: Lead, active: Assignment | None) -> Outcome:
     )
 
 
+def _crm_owner_after(config: LiveConfig, lead: Lead, snap: Any, now: datetime) -> Outcome | None:
+    """A lead its CRM lookup found owned by an active rep goes to that rep, as routing does
+    (from the stored answer: a replay never calls the CRM)."""
+    if not lead.crm:
+        return None
+    found, _notes = crm_person_owner(lead)
+    rep = snap.reps.get(found.rep_id) if found is not None else None
+    if found is None or rep is None or not rep.active:
+        return None
+    if rep.out_of_office_until is not None and rep.out_of_office_until > now:
+        return None
+    # The rep's first team, as routing picks it for a lead owned in the CRM.
+    teams = [
+        spec
+        for team_id, spec in sorted(config.teams.items())
+        if any(member == rep.id for member, _weight in spec.members)
+    ]
+    return Outcome(
+        status=LeadStatus.ASSIGNED,
+        rep=rep.email,
+        rep_name=rep.name,
+        team=teams[0].name if teams else "",
+        rule="",
+        reason=found.reason,
+    )
+
+
 def _after(config: LiveConfig, lead: Lead, snap: Any, now: datetime) -> Outcome:
+    owned = _crm_owner_after(config, lead, snap, now)
+    if owned is not None:
+        return owned
     decision = _decide(lead_facts(lead), config, snap, now)
     if decision.rotation_update is not None:
         # Carry turns forward in memory, as routing these leads one after another would.

@@ -179,3 +179,15 @@ def test_no_connection_no_parking(world):
     assert lead_process(lead_id=lead.id) == LeadStatus.ASSIGNED
     lead.refresh_from_db()
     assert lead.crm_status == CrmLookupStatus.NONE
+
+
+def test_a_replay_reads_the_stored_crm_owner_and_shows_no_change(world):
+    from routing.models import RuleSet
+    from routing.versions import ruleset_replay
+
+    owned = _lead(_found("7001"))
+    lead_process(lead_id=owned.id)
+    live = RuleSet.objects.get(status="published")
+    result = ruleset_replay(ruleset=live, limit=10)
+    assert result.considered == 1
+    assert result.changed == 0  # the rules alone would give it to Ben
