@@ -31,7 +31,7 @@ def test_visibility_timeout_is_at_least_twice_the_time_limit():
 
 def test_every_task_routes_to_a_declared_queue():
     declared = {q.name for q in app.conf.task_queues}
-    assert declared == {"routing", "enrichment", "delivery", "maintenance"}
+    assert declared == {"routing", "enrichment", "crm", "delivery", "maintenance"}
     app.loader.import_default_modules()
     for name in app.tasks:
         if name.startswith("celery."):

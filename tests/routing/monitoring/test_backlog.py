@@ -348,7 +348,7 @@ def test_a_queue_no_worker_ever_drained_raises_a_worker_alert_within_two_minutes
     stale = set(
         Alert.objects.filter(kind="worker", status="open").values_list("subject", flat=True)
     )
-    assert stale == {"enrichment", "delivery", "maintenance"}
+    assert stale == {"enrichment", "crm", "delivery", "maintenance"}
 
 
 @pytest.mark.django_db
