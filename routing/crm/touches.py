@@ -6,7 +6,8 @@ CRM knows (found by the lookup or written by write-back), reads their activity i
 ``ACTIVITY_BATCH`` at the connection's pace, and:
 
 - records the first touch the CRM reports after the assignment (``touch_source`` = the CRM's
-  kind, at the CRM's time), so SLAs, caps and least-loaded work for reps who work in the CRM;
+  kind, at the CRM's time), so SLAs, caps and least-loaded work for reps who work in the CRM; a
+  status changed from the one seen at lookup or write-back counts too, from when it is seen;
 - records an owner changed in the CRM after our assignment as a reassignment made in the CRM
   (``crm_owner_changed``): to the rep that owner maps to, or, when the new owner is nobody in
   LeadRouter, as an event that closes the SLA clock (the lead is being worked elsewhere).
@@ -53,8 +54,9 @@ class TouchReport:
         return {"read": self.read, "touched": self.touched, "reassigned": self.reassigned}
 
 
-def _person_of(crm: Any, kind: str) -> tuple[str, str, str] | None:
-    """(object, id, owner id we wrote or "") of the lead's person in ``kind``, when known."""
+def _person_of(crm: Any, kind: str) -> tuple[str, str, str, str | None] | None:
+    """(object, id, owner id we wrote or "", status last seen or None) of the lead's person in
+    ``kind``, when known."""
     record = crm if isinstance(crm, dict) else {}
     entry = record.get(kind)
     if not isinstance(entry, dict):
@@ -62,11 +64,16 @@ def _person_of(crm: Any, kind: str) -> tuple[str, str, str] | None:
     written = entry.get("written")
     if isinstance(written, dict) and written.get("id"):
         ours = str(written.get("owner_id") or "") if written.get("outcome") != "kept" else ""
-        return str(written.get("object") or ""), str(written["id"]), ours
+        return str(written.get("object") or ""), str(written["id"]), ours, _status(written)
     person = entry.get("person")
     if isinstance(person, dict) and person.get("id"):
-        return str(person.get("object") or ""), str(person["id"]), ""
+        return str(person.get("object") or ""), str(person["id"]), "", _status(person)
     return None
+
+
+def _status(record: dict[str, Any]) -> str | None:
+    value = record.get("status")
+    return str(value) if isinstance(value, str) else None
 
 
 def assignment_touch_from_crm(
@@ -212,11 +219,11 @@ def crm_touches_sync(connection: CrmConnection, *, now: datetime | None = None) 
     batch = settings.CRM_TOUCHES_BATCH_SIZE
     rows = _candidates(connection, now, batch)
     report = TouchReport()
-    wanted: dict[tuple[str, str], list[tuple[Any, str]]] = {}
+    wanted: dict[tuple[str, str], list[tuple[Any, str, str | None]]] = {}
     for row in rows:
         person = _person_of(row.lead.crm, connection.kind)
         if person is not None:
-            wanted.setdefault((person[0], person[1]), []).append((row, person[2]))
+            wanted.setdefault((person[0], person[1]), []).append((row, person[2], person[3]))
     client = crm_client(
         connection,
         spend=spender(connection, wait_seconds=settings.CRM_TOUCHES_INTERVAL_SECONDS / 2),
@@ -224,7 +231,7 @@ def crm_touches_sync(connection: CrmConnection, *, now: datetime | None = None) 
     people = list(wanted)
     for start in range(0, len(people), ACTIVITY_BATCH):
         chunk = people[start : start + ACTIVITY_BATCH]
-        since = min(row.assigned_at for key in chunk for row, _ in wanted[key])
+        since = min(row.assigned_at for key in chunk for row, _, _ in wanted[key])
         try:
             found = client.activity(chunk, since)
         except CrmError as exc:
@@ -237,8 +244,8 @@ def crm_touches_sync(connection: CrmConnection, *, now: datetime | None = None) 
             activity = by_id.get(person_id)
             if activity is None:
                 continue
-            for row, ours in wanted[(obj, person_id)]:
-                _apply(connection, row, activity, ours, report)
+            for row, ours, seen_status in wanted[(obj, person_id)]:
+                _apply(connection, row, activity, ours, seen_status, report)
     # Wrap when the batch was not full: the next cycle starts from the oldest again.
     cursor = rows[-1].assigned_at if len(rows) >= batch else None
     CrmConnection.objects.filter(pk=connection.pk).update(touches_cursor=cursor)
@@ -246,7 +253,12 @@ def crm_touches_sync(connection: CrmConnection, *, now: datetime | None = None) 
 
 
 def _apply(
-    connection: CrmConnection, row: Any, activity: Activity, ours: str, report: TouchReport
+    connection: CrmConnection,
+    row: Any,
+    activity: Activity,
+    ours: str,
+    seen_status: str | None,
+    report: TouchReport,
 ) -> None:
     kind = connection.kind
     rep_owner = rep_owner_id(kind, row.rep_id)
@@ -274,15 +286,27 @@ def _apply(
         if outcome != "unchanged":
             report.reassigned += 1
             return
-    touched = activity.touched_at
+    touched, touch_kind = activity.touched_at, activity.touch_kind
+    if touched is None and _status_moved(seen_status, activity.status):
+        # A status the rep changed (HubSpot lead status, a Salesforce Lead's Status): neither CRM
+        # says when without field history, so it counts from when this job first saw it.
+        touched, touch_kind = (
+            timezone.now(),
+            f"status {seen_status or '(none)'} → {activity.status}",
+        )
     if (
         touched is not None
         and touched >= row.assigned_at
         and assignment_touch_from_crm(
-            assignment_id=row.pk, kind=kind, at=touched, touch_kind=activity.touch_kind
+            assignment_id=row.pk, kind=kind, at=touched, touch_kind=touch_kind
         )
     ):
         report.touched += 1
+
+
+def _status_moved(seen: str | None, now: str) -> bool:
+    """A status that changed from the one seen at lookup or write-back (None: never seen)."""
+    return seen is not None and bool(now) and now != seen
 
 
 def crm_touches_run(*, connections: Sequence[CrmConnection] | None = None) -> dict[str, Any]:

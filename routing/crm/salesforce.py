@@ -1,0 +1,650 @@
+"""Salesforce: Leads, Contacts, Accounts and Users through ``simple-salesforce``. No Django here.
+
+Authentication: the OAuth 2.0 client credentials flow or the JWT bearer flow, posted to the
+org's My Domain (``<base_url>/services/oauth2/token``) ourselves, because simple-salesforce's
+login helpers only reach ``https://<domain>.salesforce.com``. The access token is cached per
+process (keyed by connection id, My Domain, consumer key and a hash of the secret) and replaced
+at 80% of its lifetime (``expires_in`` when the answer has it, else the ``session_seconds``
+option, default 7200 s: the org's session timeout), and at once on a 401 INVALID_SESSION_ID,
+after which the call is retried once. Data calls go to the configured My Domain URL.
+
+Every HTTP request, the token request included, goes through one ``requests.Session`` that
+spends a rate-limit token first (``settings.spend(1)``), applies ``settings.timeout_seconds``
+and trusts ``settings.ca_bundle`` when set.
+
+First touch (``activity``), in order of precision:
+1. the earliest Task or Event on the person (``WhoId``) created after ``since``: an exact time
+   (``task`` / ``event``);
+2. else ``LastActivityDate``, which Salesforce keeps as a *date* (no time): counted only when
+   that date is after the day of ``since`` (a date on the same day may be before the
+   assignment), as the start of that day in UTC (``last_activity_date``);
+A Lead's ``Status`` is reported as it is; the first-touch job counts a status that moved away
+from the one seen when the lead was looked up or written (``LastModifiedDate`` is no signal:
+our own owner write-back moves it).
+Salesforce does not say when the owner changed (only field history, when enabled, would), so
+``owner_changed_at`` is None: the first-touch job compares the owner with the one we wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from datetime import time as dtime
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import jwt
+import requests
+from simple_salesforce import Salesforce, SFType
+from simple_salesforce.exceptions import (
+    SalesforceError,
+    SalesforceExpiredSession,
+    SalesforceGeneralError,
+    SalesforceMalformedRequest,
+    SalesforceMoreThanOneRecord,
+    SalesforceRefusedRequest,
+    SalesforceResourceNotFound,
+)
+from simple_salesforce.format import format_soql
+
+from routing.crm.base import (
+    ACTIVITY_BATCH,
+    SALESFORCE,
+    Activity,
+    Company,
+    CrmError,
+    CrmSettings,
+    CrmUser,
+    Person,
+    PersonUpdate,
+    WriteResult,
+    domain_of,
+)
+
+__all__ = ["SalesforceClient", "clear_token_cache"]
+
+DEFAULT_API_VERSION = "62.0"
+DEFAULT_SESSION_SECONDS = 7200
+DEFAULT_LEAD_STATUS = "Open - Not Contacted"
+JWT_LIFETIME_SECONDS = 180
+NOT_PROVIDED = "[not provided]"
+MAX_PAGES = 500
+_ID = re.compile(r"^[A-Za-z0-9]{15}([A-Za-z0-9]{3})?$")
+_PREFIX_OBJECT = {"00Q": "Lead", "003": "Contact"}
+_PERSON_OBJECTS = ("Lead", "Contact")
+_CREATE = (
+    ("email", "Email"),
+    ("first_name", "FirstName"),
+    ("last_name", "LastName"),
+    ("company", "Company"),
+    ("phone", "Phone"),
+    ("title", "Title"),
+    ("country", "Country"),
+)
+_LEAD_FIELDS = "Id, Email, OwnerId, Status, LastModifiedDate"
+_CONTACT_FIELDS = "Id, Email, OwnerId, AccountId, LastModifiedDate"
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Token:
+    access_token: str
+    refresh_at: float
+
+
+_tokens: dict[tuple[Any, ...], _Token] = {}
+_tokens_lock = threading.Lock()
+
+
+def clear_token_cache() -> None:
+    """Forget every cached access token (tests; a rotated credential is a new key anyway)."""
+    with _tokens_lock:
+        _tokens.clear()
+
+
+class _Session(requests.Session):
+    """Spends a rate-limit token before every request; a default timeout and CA file."""
+
+    def __init__(self, spend: Callable[[int], None], timeout: float, ca_bundle: str) -> None:
+        super().__init__()
+        self._spend = spend
+        self._timeout = timeout
+        self._ca_bundle = ca_bundle
+
+    def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("timeout", self._timeout)
+        if self._ca_bundle:
+            # Per request: a session-level verify loses to REQUESTS_CA_BUNDLE in requests.
+            kwargs.setdefault("verify", self._ca_bundle)
+        kwargs.setdefault("allow_redirects", False)
+        self._spend(1)
+        return super().request(method, url, *args, **kwargs)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _when(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _day(value: Any) -> date | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return date.fromisoformat(value[:10])
+    except ValueError:
+        return None
+
+
+def _soql_time(value: datetime) -> str:
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _errors_of(content: Any) -> tuple[str, str]:
+    """(errorCode, message) from Salesforce's error array, or ("", "")."""
+    if isinstance(content, list) and content and isinstance(content[0], Mapping):
+        return _text(content[0].get("errorCode")), _text(content[0].get("message"))[:300]
+    return "", ""
+
+
+class SalesforceClient:
+    """``CrmClient`` for a Salesforce org reached at its My Domain URL."""
+
+    kind = SALESFORCE
+
+    def __init__(self, settings: CrmSettings) -> None:
+        options = settings.options
+        self.settings = settings
+        self.base_url = settings.base_url.rstrip("/")
+        self.auth_flow = str(options.get("auth_flow") or "client_credentials")
+        self.client_id = str(options.get("client_id") or "")
+        self.username = str(options.get("username") or "")
+        self.api_version = str(options.get("api_version") or DEFAULT_API_VERSION)
+        self.person_object = str(options.get("person_object") or "Lead")
+        self.external_id_field = str(options.get("external_id_field") or "")
+        self.default_lead_status = str(options.get("default_lead_status") or DEFAULT_LEAD_STATUS)
+        self.session_seconds = float(options.get("session_seconds") or DEFAULT_SESSION_SECONDS)
+        self.jwt_audience = str(options.get("jwt_audience") or self._default_audience())
+        self.session = _Session(settings.spend, settings.timeout_seconds, settings.ca_bundle)
+        digest = hashlib.sha256(settings.secret.encode()).hexdigest()
+        self._cache_key = (settings.connection_id, self.base_url, self.client_id, digest)
+
+    # -- authentication ------------------------------------------------------------------
+
+    def _default_audience(self) -> str:
+        host = self.base_url.split("://", 1)[-1].split("/", 1)[0].lower()
+        sandbox = ".sandbox.my.salesforce.com" in host or host.startswith("test.")
+        return "https://test.salesforce.com" if sandbox else "https://login.salesforce.com"
+
+    def _token_form(self) -> dict[str, str]:
+        if not self.client_id:
+            raise CrmError("config", "the connected app's consumer key is missing")
+        if self.auth_flow == "jwt_bearer":
+            if not self.username:
+                raise CrmError("config", "the JWT bearer flow needs the integration username")
+            now = int(time.time())
+            claims = {
+                "iss": self.client_id,
+                "sub": self.username,
+                "aud": self.jwt_audience,
+                "exp": now + JWT_LIFETIME_SECONDS,
+            }
+            try:
+                assertion = jwt.encode(claims, self.settings.secret, algorithm="RS256")
+            except Exception as exc:  # PyJWT/cryptography: the key is not an RSA private key
+                raise CrmError(
+                    "config", "the JWT private key could not be used (not an RSA PEM key)"
+                ) from exc
+            return {
+                "grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+                "assertion": assertion,
+            }
+        if self.auth_flow != "client_credentials":
+            raise CrmError("config", f"unknown Salesforce auth flow {self.auth_flow!r}")
+        return {
+            "grant_type": "client_credentials",
+            "client_id": self.client_id,
+            "client_secret": self.settings.secret,
+        }
+
+    def _token(self, *, fresh: bool = False) -> str:
+        with _tokens_lock:
+            cached = _tokens.get(self._cache_key)
+        if cached is not None and not fresh and time.time() < cached.refresh_at:
+            return cached.access_token
+        form = self._token_form()
+        url = f"{self.base_url}/services/oauth2/token"
+        try:
+            response = self.session.post(url, data=form, headers={"Accept": "application/json"})
+        except requests.Timeout as exc:
+            raise CrmError("unavailable", "Salesforce token request timed out") from exc
+        except requests.RequestException as exc:
+            raise CrmError(
+                "unavailable", f"Salesforce token endpoint unreachable ({type(exc).__name__})"
+            ) from exc
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        status = response.status_code
+        if status != 200:
+            if status >= 500:
+                raise CrmError("unavailable", "Salesforce token endpoint failed", status=status)
+            if status == 429:
+                raise CrmError("rate_limited", "Salesforce token endpoint throttled", status=status)
+            if isinstance(body, Mapping) and isinstance(body.get("error"), str):
+                text = f"{body['error']}: {_text(body.get('error_description'))[:200]}"
+                raise CrmError("auth", f"Salesforce refused the credential ({text})", status=status)
+            raise CrmError("malformed", "Salesforce token endpoint answered garbage", status=status)
+        token = body.get("access_token") if isinstance(body, Mapping) else None
+        if not isinstance(token, str) or not token:
+            raise CrmError("malformed", "Salesforce token answer has no access_token", status=200)
+        lifetime = self.session_seconds
+        expires_in = body.get("expires_in") if isinstance(body, Mapping) else None
+        if isinstance(expires_in, int | float | str) and str(expires_in).isdigit():
+            lifetime = float(expires_in)
+        entry = _Token(token, time.time() + 0.8 * lifetime)
+        with _tokens_lock:
+            _tokens[self._cache_key] = entry
+        return token
+
+    def _forget_token(self) -> None:
+        with _tokens_lock:
+            _tokens.pop(self._cache_key, None)
+
+    def _api(self, token: str) -> Salesforce:
+        return Salesforce(
+            instance_url=self.base_url,
+            session_id=token,
+            version=self.api_version,
+            session=self.session,
+        )
+
+    def _call(self, fn: Callable[[Salesforce], T]) -> T:
+        """Run ``fn`` with an authenticated client, mapping every failure to ``CrmError``."""
+        token = self._token()
+        try:
+            try:
+                return fn(self._api(token))
+            except SalesforceExpiredSession:
+                self._forget_token()
+                token = self._token(fresh=True)
+                return fn(self._api(token))
+        except CrmError:
+            raise
+        except SalesforceError as exc:
+            raise self._mapped(exc) from None
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            raise CrmError(
+                "malformed", f"Salesforce answered what it does not document ({type(exc).__name__})"
+            ) from None
+        except requests.Timeout:
+            raise CrmError("unavailable", "Salesforce timed out") from None
+        except requests.RequestException as exc:
+            raise CrmError(
+                "unavailable", f"Salesforce unreachable ({type(exc).__name__})"
+            ) from None
+
+    def _mapped(self, exc: SalesforceError) -> CrmError:
+        code, message = _errors_of(exc.content)
+        status = exc.status
+        said = f"{code}: {message}" if code else "no error body"
+        if isinstance(exc, SalesforceExpiredSession):
+            return CrmError(
+                "auth", f"Salesforce session refused after a refresh ({said})", status=401
+            )
+        if isinstance(exc, SalesforceRefusedRequest):
+            if code == "REQUEST_LIMIT_EXCEEDED":
+                return CrmError("rate_limited", f"Salesforce API limit ({said})", status=403)
+            return CrmError("auth", f"Salesforce refused the request ({said})", status=403)
+        if isinstance(exc, SalesforceMalformedRequest | SalesforceResourceNotFound):
+            return CrmError("rejected", f"Salesforce rejected the request ({said})", status=status)
+        if isinstance(exc, SalesforceMoreThanOneRecord):
+            return CrmError("rejected", "Salesforce found more than one record", status=status)
+        if isinstance(exc, SalesforceGeneralError) and status == 429:
+            return CrmError("rate_limited", f"Salesforce throttled ({said})", status=status)
+        if status >= 500:
+            return CrmError("unavailable", f"Salesforce failed ({said})", status=status)
+        return CrmError("rejected", f"Salesforce answered {status} ({said})", status=status)
+
+    # -- queries -------------------------------------------------------------------------
+
+    def _records(
+        self, sf: Salesforce, soql: str, *, all_pages: bool = False
+    ) -> list[dict[str, Any]]:
+        result = sf.query(soql)
+        records: list[dict[str, Any]] = []
+        for _ in range(MAX_PAGES):
+            if not isinstance(result, Mapping) or not isinstance(result.get("records"), list):
+                raise CrmError("malformed", "a Salesforce query answer without records")
+            for record in result["records"]:
+                if not isinstance(record, Mapping):
+                    raise CrmError("malformed", "a Salesforce query record that is no object")
+                records.append(dict(record))
+            if not all_pages or result.get("done") is not False:
+                return records
+            following = result.get("nextRecordsUrl")
+            if not isinstance(following, str) or not following.startswith("/services/data/"):
+                raise CrmError("malformed", "a Salesforce query page without a valid next page")
+            result = sf.query_more(following, identifier_is_url=True)
+        raise CrmError("malformed", f"a Salesforce query with more than {MAX_PAGES} pages")
+
+    def _query(self, soql: str, *, all_pages: bool = False) -> list[dict[str, Any]]:
+        return self._call(lambda sf: self._records(sf, soql, all_pages=all_pages))
+
+    def _person(self, obj: str, record: Mapping[str, Any]) -> Person:
+        record_id = _text(record.get("Id"))
+        if not record_id:
+            raise CrmError("malformed", f"a Salesforce {obj} without an Id")
+        return Person(
+            object=obj,
+            id=record_id,
+            email=_text(record.get("Email")),
+            owner_id=_text(record.get("OwnerId")),
+            owner_changed_at=None,
+            modified_at=_when(record.get("LastModifiedDate")),
+            status=_text(record.get("Status")) if obj == "Lead" else "",
+            company_id=_text(record.get("AccountId")) if obj == "Contact" else "",
+            url=f"{self.base_url}/{record_id}",
+        )
+
+    def _object_of(self, person_id: str, person_object: str = "") -> str:
+        obj = person_object or _PREFIX_OBJECT.get(person_id[:3], "")
+        if obj not in _PERSON_OBJECTS:
+            raise CrmError("rejected", f"not a Salesforce Lead or Contact: {person_object!r}")
+        if not _ID.match(person_id):
+            raise CrmError("rejected", "not a Salesforce record id")
+        return obj
+
+    # -- the protocol --------------------------------------------------------------------
+
+    def check(self) -> str:
+        self._query("SELECT Id FROM User LIMIT 1")
+        who = self.username or self.client_id
+        return f"Salesforce: connected as {who} ({self.base_url}, API v{self.api_version})"
+
+    def find_person(self, email: str) -> Person | None:
+        email = (email or "").strip()
+        if not email:
+            return None
+        contacts = self._query(
+            format_soql(
+                "SELECT {:literal} FROM Contact WHERE Email = {} "
+                "ORDER BY LastModifiedDate DESC LIMIT 1",
+                _CONTACT_FIELDS,
+                email,
+            )
+        )
+        if contacts:
+            return self._person("Contact", contacts[0])
+        leads = self._query(
+            format_soql(
+                "SELECT {:literal} FROM Lead WHERE Email = {} AND IsConverted = false "
+                "ORDER BY LastModifiedDate DESC LIMIT 1",
+                _LEAD_FIELDS,
+                email,
+            )
+        )
+        return self._person("Lead", leads[0]) if leads else None
+
+    def find_company(self, domain: str) -> Company | None:
+        wanted = domain_of(domain)
+        if not wanted:
+            return None
+        rows = self._query(
+            format_soql(
+                "SELECT Id, Name, Website, OwnerId, LastModifiedDate FROM Account "
+                "WHERE Website LIKE '%{:like}%' ORDER BY LastModifiedDate DESC LIMIT 200",
+                wanted,
+            )
+        )
+        for row in rows:
+            host = domain_of(_text(row.get("Website")))
+            if host == wanted or host.endswith("." + wanted):
+                account_id = _text(row.get("Id"))
+                if not account_id:
+                    raise CrmError("malformed", "a Salesforce Account without an Id")
+                return Company(
+                    object="Account",
+                    id=account_id,
+                    name=_text(row.get("Name")),
+                    domain=wanted,
+                    owner_id=_text(row.get("OwnerId")),
+                    url=f"{self.base_url}/{account_id}",
+                )
+        return None
+
+    def _get(self, obj: str, person_id: str) -> Person | None:
+        fields = _CONTACT_FIELDS if obj == "Contact" else _LEAD_FIELDS
+        params = {"fields": fields.replace(" ", "")}
+
+        def read(sf: Salesforce) -> Any:
+            try:
+                return _sobject(sf, obj).get(person_id, params=params)
+            except SalesforceResourceNotFound:
+                return None
+
+        record = self._call(read)
+        if record is None:
+            return None
+        if not isinstance(record, Mapping):
+            raise CrmError("malformed", f"a Salesforce {obj} that is no object")
+        return self._person(obj, record)
+
+    def get_person(self, person_id: str, person_object: str = "") -> Person | None:
+        return self._get(self._object_of(person_id, person_object), person_id)
+
+    def write_owner(
+        self, update: PersonUpdate, *, known_owner_id: str, since: datetime
+    ) -> WriteResult:
+        person: Person | None = None
+        if update.person_id:
+            person = self._get(
+                self._object_of(update.person_id, update.person_object), update.person_id
+            )
+        if person is None and self.external_id_field and update.external_id:
+            return self._upsert(update)
+        if person is None:
+            person = self.find_person(update.email)
+        if person is None:
+            return self._create(update)
+        if (
+            person.owner_id not in (known_owner_id, update.owner_id)
+            and person.modified_at is not None
+            and person.modified_at > since
+        ):
+            return WriteResult("kept", person)
+        if person.owner_id != update.owner_id:
+            target = person
+            self._call(
+                lambda sf: _sobject(sf, target.object).update(
+                    target.id, {"OwnerId": update.owner_id}
+                )
+            )
+        return WriteResult("updated", _with_owner(person, update.owner_id))
+
+    def _create_body(self, update: PersonUpdate, obj: str) -> dict[str, Any]:
+        values = dict(update.fields)
+        values.setdefault("email", update.email)
+        body: dict[str, Any] = {}
+        for key, field_name in _CREATE:
+            value = values.get(key)
+            if field_name == "Company" and obj != "Lead":
+                continue
+            if isinstance(value, str) and value.strip():
+                body[field_name] = value.strip()
+        if obj == "Lead":
+            body.setdefault("Company", NOT_PROVIDED)
+        body.setdefault("LastName", NOT_PROVIDED)
+        body["OwnerId"] = update.owner_id
+        return body
+
+    def _created(self, obj: str, answer: Any, update: PersonUpdate) -> Person:
+        if not isinstance(answer, Mapping) or not _text(answer.get("id")):
+            raise CrmError("malformed", f"a Salesforce {obj} create answer without an id")
+        record_id = _text(answer["id"])
+        return Person(
+            object=obj,
+            id=record_id,
+            email=update.email,
+            owner_id=update.owner_id,
+            url=f"{self.base_url}/{record_id}",
+        )
+
+    def _create(self, update: PersonUpdate) -> WriteResult:
+        obj = self.person_object
+        body = self._create_body(update, obj)
+        answer = self._call(lambda sf: _sobject(sf, obj).create(body))
+        return WriteResult("created", self._created(obj, answer, update))
+
+    def _upsert(self, update: PersonUpdate) -> WriteResult:
+        body = self._create_body(update, "Lead")
+        path = f"{self.external_id_field}/{quote(update.external_id, safe='')}"
+        response = self._call(lambda sf: _sobject(sf, "Lead").upsert(path, body, raw_response=True))
+        status = response.status_code
+        if status == 201:
+            return WriteResult("created", self._created("Lead", self._json(response), update))
+        if status == 200:
+            return WriteResult("updated", self._created("Lead", self._json(response), update))
+        # 204 (API 45.0 and earlier): no body, so read the record's id by its external id.
+        record = self._call(
+            lambda sf: _sobject(sf, "Lead").get_by_custom_id(
+                self.external_id_field, update.external_id, params={"fields": "Id"}
+            )
+        )
+        return WriteResult("updated", self._created("Lead", _id_answer(record), update))
+
+    @staticmethod
+    def _json(response: Any) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            raise CrmError("malformed", "a Salesforce upsert answer that is no JSON") from None
+
+    def activity(self, people: Sequence[tuple[str, str]], since: datetime) -> list[Activity]:
+        by_object: dict[str, list[str]] = {"Lead": [], "Contact": []}
+        for obj, person_id in people[:ACTIVITY_BATCH]:
+            try:
+                by_object[self._object_of(person_id, obj)].append(person_id)
+            except CrmError:
+                continue
+        ids = by_object["Lead"] + by_object["Contact"]
+        if not ids:
+            return []
+        rows: list[tuple[str, dict[str, Any]]] = []
+        for obj, extra in (("Lead", ", Status"), ("Contact", "")):
+            if by_object[obj]:
+                soql = format_soql(
+                    "SELECT Id, OwnerId{:literal}, LastActivityDate "
+                    "FROM {:literal} WHERE Id IN {}",
+                    extra,
+                    obj,
+                    by_object[obj],
+                )
+                rows += [(obj, row) for row in self._query(soql, all_pages=True)]
+        first: dict[str, tuple[datetime, str]] = {}
+        after = _soql_time(since)
+        for activity_object in ("Task", "Event"):
+            soql = format_soql(
+                "SELECT WhoId, CreatedDate FROM {:literal} WHERE WhoId IN {} "
+                "AND CreatedDate > {:literal} ORDER BY CreatedDate ASC",
+                activity_object,
+                ids,
+                after,
+            )
+            for row in self._query(soql, all_pages=True):
+                who, created = _text(row.get("WhoId")), _when(row.get("CreatedDate"))
+                if (
+                    who
+                    and created is not None
+                    and created > since
+                    and (who not in first or created < first[who][0])
+                ):
+                    first[who] = (created, activity_object.lower())
+        result = []
+        since_day = since.astimezone(UTC).date()
+        for obj, row in rows:
+            person_id = _text(row.get("Id"))
+            if not person_id:
+                raise CrmError("malformed", f"a Salesforce {obj} without an Id")
+            touched_at: datetime | None = None
+            touch_kind = ""
+            status = _text(row.get("Status")) if obj == "Lead" else ""
+            if person_id in first:
+                touched_at, touch_kind = first[person_id]
+            else:
+                day = _day(row.get("LastActivityDate"))
+                if day is not None and day > since_day:
+                    touched_at = datetime.combine(day, dtime.min, tzinfo=UTC)
+                    touch_kind = "last_activity_date"
+            result.append(
+                Activity(
+                    person_id=person_id,
+                    owner_id=_text(row.get("OwnerId")),
+                    touched_at=touched_at,
+                    touch_kind=touch_kind,
+                    status=status,
+                    owner_changed_at=None,
+                )
+            )
+        return result
+
+    def users(self) -> list[CrmUser]:
+        rows = self._query(
+            "SELECT Id, Email, Name, IsActive FROM User WHERE UserType = 'Standard'",
+            all_pages=True,
+        )
+        return list(_users(rows))
+
+
+def _users(rows: list[dict[str, Any]]) -> Iterator[CrmUser]:
+    for row in rows:
+        user_id = _text(row.get("Id"))
+        if not user_id:
+            raise CrmError("malformed", "a Salesforce User without an Id")
+        yield CrmUser(
+            id=user_id,
+            email=_text(row.get("Email")).lower(),
+            name=_text(row.get("Name")),
+            active=row.get("IsActive") is not False,
+        )
+
+
+def _with_owner(person: Person, owner_id: str) -> Person:
+    return Person(
+        object=person.object,
+        id=person.id,
+        email=person.email,
+        owner_id=owner_id,
+        owner_changed_at=person.owner_changed_at,
+        modified_at=person.modified_at,
+        status=person.status,
+        company_id=person.company_id,
+        url=person.url,
+    )
+
+
+def _id_answer(record: Any) -> dict[str, Any]:
+    if not isinstance(record, Mapping) or not _text(record.get("Id")):
+        raise CrmError("malformed", "a Salesforce Lead read by external id without an Id")
+    return {"id": record["Id"]}
+
+
+def _sobject(sf: Salesforce, name: str) -> SFType:
+    """The REST resource of one sObject (``sf.Lead``), typed."""
+    return SFType(name, sf.session_id, sf.sf_instance, sf.sf_version, session=sf.session)
