@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
@@ -15,6 +16,13 @@ from audit.config_changes import AuditedConfigAdmin
 from routing.crm.base import HUBSPOT, SALESFORCE, CrmError
 from routing.crm.models import CrmConnection, CrmOwner, SalesforceAuthFlow
 from routing.crm.secrets import secret_hint, secret_seal
+
+
+def _https_urls(field: Any, **kwargs: Any) -> Any:
+    """Form fields as the model says, a URL typed without a scheme taken as https."""
+    if isinstance(field, models.URLField):
+        kwargs.setdefault("assume_scheme", "https")
+    return field.formfield(**kwargs)
 
 
 class CrmConnectionForm(forms.ModelForm):
@@ -32,6 +40,7 @@ class CrmConnectionForm(forms.ModelForm):
 
     class Meta:
         model = CrmConnection
+        formfield_callback = _https_urls
         fields = (
             "kind",
             "name",
@@ -79,6 +88,7 @@ class CrmConnectionForm(forms.ModelForm):
 @admin.register(CrmConnection)
 class CrmConnectionAdmin(AuditedConfigAdmin, admin.ModelAdmin):
     form = CrmConnectionForm
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = ("name", "kind", "active", "health", "secret_hint", "roster_synced_at")
     list_filter = ("kind", "active")
     readonly_fields = (

@@ -550,8 +550,7 @@ class SalesforceClient:
         for obj, extra in (("Lead", ", Status"), ("Contact", "")):
             if by_object[obj]:
                 soql = format_soql(
-                    "SELECT Id, OwnerId{:literal}, LastActivityDate "
-                    "FROM {:literal} WHERE Id IN {}",
+                    "SELECT Id, OwnerId{:literal}, LastActivityDate FROM {:literal} WHERE Id IN {}",
                     extra,
                     obj,
                     by_object[obj],

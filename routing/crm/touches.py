@@ -61,19 +61,39 @@ def _person_of(crm: Any, kind: str) -> tuple[str, str, str, str | None] | None:
     entry = record.get(kind)
     if not isinstance(entry, dict):
         return None
+    seen = entry.get("status_seen")
     written = entry.get("written")
     if isinstance(written, dict) and written.get("id"):
         ours = str(written.get("owner_id") or "") if written.get("outcome") != "kept" else ""
-        return str(written.get("object") or ""), str(written["id"]), ours, _status(written)
+        status = seen if isinstance(seen, str) else _status(written)
+        return str(written.get("object") or ""), str(written["id"]), ours, status
     person = entry.get("person")
     if isinstance(person, dict) and person.get("id"):
-        return str(person.get("object") or ""), str(person["id"]), "", _status(person)
+        status = seen if isinstance(seen, str) else _status(person)
+        return str(person.get("object") or ""), str(person["id"]), "", status
     return None
 
 
 def _status(record: dict[str, Any]) -> str | None:
+    """The status seen at lookup or write-back; None when not known (a record just created
+    reports none: the CRM fills in its default, which the first read then records)."""
     value = record.get("status")
-    return str(value) if isinstance(value, str) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _status_remember(lead_id: Any, kind: str, status: str) -> None:
+    """The status the first read found, as the baseline a later change is measured from."""
+    with transaction.atomic():
+        lead = Lead.objects.select_for_update(no_key=True).filter(pk=lead_id).first()
+        if lead is None:
+            return
+        record = dict(lead.crm) if isinstance(lead.crm, dict) else {}
+        entry = record.get(kind)
+        if not isinstance(entry, dict):
+            return
+        record[kind] = {**entry, "status_seen": status}
+        lead.crm = record
+        lead.save(update_fields=["crm"])
 
 
 def assignment_touch_from_crm(
@@ -287,7 +307,9 @@ def _apply(
             report.reassigned += 1
             return
     touched, touch_kind = activity.touched_at, activity.touch_kind
-    if touched is None and _status_moved(seen_status, activity.status):
+    if seen_status is None and activity.status:
+        _status_remember(row.lead_id, kind, activity.status)
+    elif touched is None and _status_moved(seen_status, activity.status):
         # A status the rep changed (HubSpot lead status, a Salesforce Lead's Status): neither CRM
         # says when without field history, so it counts from when this job first saw it.
         touched, touch_kind = (

@@ -502,6 +502,14 @@ class SalesforceStandIn:
             found = self.records[obj].get(record_id)
             return dict(found) if found is not None else None
 
+    def edit(self, obj: str, record_id: str, **fields: Any) -> None:
+        """Change a record as a user in Salesforce would (LastModifiedDate moves)."""
+        with self._lock:
+            record = self.records[obj][record_id]
+            record.update(fields)
+            if "LastModifiedDate" in self.fields[obj]:
+                record["LastModifiedDate"] = sf_time(dt.datetime.now(dt.UTC))
+
     def add_external_id_field(self, name: str) -> None:
         """Declare an External ID field on Lead (e.g. ``LeadRouter_Id__c``)."""
         self.external_id_fields.add(name)

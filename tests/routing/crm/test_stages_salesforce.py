@@ -1,0 +1,294 @@
+"""The CRM stages end to end against the Salesforce stand-in, through the real client library:
+the roster, the lookup parked on its queue and handed back, the owner who already has the person,
+owner write-back through the outbox, first touch and owner changes read back, and what happens
+when the CRM is rate limiting, failing or refusing the credential."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from audit.models import Event
+from leads.models import CrmLookupStatus, Lead, LeadStatus
+from routing import decisions
+from routing.crm.health import crm_health_check
+from routing.crm.lookup import clear_connection_cache, crm_sweep_due, lead_crm_lookup
+from routing.crm.models import CrmConnection, CrmOwner
+from routing.crm.roster import crm_roster_sync
+from routing.crm.salesforce import clear_token_cache
+from routing.crm.secrets import secret_seal
+from routing.crm.touches import crm_touches_sync
+from routing.delivery.models import Delivery, DeliveryStatus
+from routing.delivery.services import delivery_attempt
+from routing.models import Assignment, AssignmentKind
+from routing.monitoring.models import Alert
+from routing.services import lead_process
+from tests.leads.factories import LeadFactory
+from tests.routing.enrichment.conftest import Sent, sent
+from tests.routing.factories import RepFactory, published_ruleset, team_with
+from tests.support.crm_salesforce import SalesforceStandIn, salesforce_standin
+
+__all__ = ["salesforce_standin", "sent"]
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Iterator[None]:
+    decisions.clear_live_config_cache()
+    clear_connection_cache()
+    clear_token_cache()
+    yield
+    clear_token_cache()
+    decisions.clear_live_config_cache()
+
+
+@pytest.fixture
+def org(salesforce_standin: SalesforceStandIn, settings: Any) -> dict[str, Any]:
+    """An org with two users who are reps, one who is not, and a connection to it."""
+    settings.CRM_CA_BUNDLE = salesforce_standin.ca_file
+    settings.CRM_LOOKUP_BACKOFF_SECONDS = 0
+    sf = salesforce_standin
+    users = {
+        "ana": sf.add_user(email="ana@example.com", name="Ana A"),
+        "ben": sf.add_user(email="ben@example.com", name="Ben B"),
+        "ops": sf.add_user(email="ops@example.com", name="Integration"),
+    }
+    ana = RepFactory(email="ana@example.com", name="Ana")
+    ben = RepFactory(email="ben@example.com", name="Ben")
+    team = team_with([ana, ben])
+    connection = CrmConnection.objects.create(
+        kind="salesforce",
+        name="Salesforce",
+        base_url=sf.url,
+        auth_flow="client_credentials",
+        client_id=sf.client_id,
+        secret_encrypted=secret_seal(sf.client_secret),
+        writeback_enabled=True,
+        touches_enabled=True,
+    )
+    report = crm_roster_sync(connection, create_reps=False)
+    assert sorted(report.linked) == ["ana@example.com", "ben@example.com"], report.summary()
+    published_ruleset(
+        {"name": "Named accounts", "action": {"type": "account_owner"}},
+        {"name": "Everyone", "action": {"type": "team", "team": team.name}},
+    )
+    return {"sf": sf, "users": users, "ana": ana, "ben": ben, "connection": connection}
+
+
+def _route(lead: Lead, capture: Any) -> str | None:
+    """The pipeline as the workers run it: park, look up, hand back, route."""
+    with capture(execute=True):
+        status = lead_process(lead_id=lead.id)
+    lead.refresh_from_db()
+    if lead.crm_status == CrmLookupStatus.PENDING:
+        with capture(execute=True):
+            lead_crm_lookup(lead_id=lead.id)
+        with capture(execute=True):
+            status = lead_process(lead_id=lead.id)
+    return status
+
+
+def _write_back(lead: Lead) -> Delivery:
+    delivery = Delivery.objects.get(assignment__lead=lead, channel="crm", assignment__active=True)
+    Delivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now())
+    delivery_attempt(delivery_id=delivery.pk)
+    delivery.refresh_from_db()
+    return delivery
+
+
+def test_roster_links_users_to_reps_by_email(org):
+    owners = dict(CrmOwner.objects.filter(kind="salesforce").values_list("email", "rep__email"))
+    assert owners["ana@example.com"] == "ana@example.com"
+    assert owners["ben@example.com"] == "ben@example.com"
+    assert owners["ops@example.com"] is None  # a user who is no rep is mirrored, not linked
+
+
+def test_a_person_owned_in_salesforce_goes_to_its_owner_and_the_owner_is_kept(
+    org, sent: Sent, django_capture_on_commit_callbacks
+):
+    sf = org["sf"]
+    sf.add_lead(Email="pat@acme.com", LastName="Pat", Company="Acme", OwnerId=org["users"]["ben"])
+    lead = LeadFactory(raw_payload={"email": "pat@acme.com", "company": "Acme"})
+    with django_capture_on_commit_callbacks(execute=True):
+        assert lead_process(lead_id=lead.id) == LeadStatus.PROCESSING  # parked for the CRM
+    lead.refresh_from_db()
+    assert lead.crm_status == CrmLookupStatus.PENDING
+    assert sent.ids("crm.lookup_lead") == [str(lead.id)]
+    assert not Assignment.objects.filter(lead=lead).exists()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert lead_crm_lookup(lead_id=lead.id) == "done"
+    assert str(lead.id) in sent.ids("routing.process_lead")
+    assert lead_process(lead_id=lead.id) == LeadStatus.ASSIGNED
+    assignment = Assignment.objects.get(lead=lead)
+    assert assignment.rep_id == org["ben"].pk
+    assert assignment.kind == AssignmentKind.CRM_OWNER
+    assert "already owned in Salesforce by" in assignment.reason
+    types = list(Event.objects.filter(lead=lead).order_by("seq").values_list("type", flat=True))
+    assert types[:3] == ["received", "crm_checked", "assigned"]
+
+    # Write-back finds the owner already right: nothing is patched.
+    before = [r.method for r in sf.requests]
+    delivery = _write_back(lead)
+    assert delivery.status == DeliveryStatus.DELIVERED, delivery.last_error
+    assert "PATCH" not in [r.method for r in sf.requests[len(before) :]]
+
+
+def test_a_new_person_is_round_robined_and_written_to_salesforce_once(
+    org, sent: Sent, django_capture_on_commit_callbacks
+):
+    sf = org["sf"]
+    lead = LeadFactory(
+        raw_payload={"email": "new@fresh.io", "first_name": "Nia", "last_name": "New"},
+    )
+    assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    assignment = Assignment.objects.get(lead=lead)
+    assert assignment.kind != AssignmentKind.CRM_OWNER
+    delivery = _write_back(lead)
+    assert delivery.status == DeliveryStatus.DELIVERED, delivery.last_error
+    created = [r for r in sf.requests if r.method == "POST" and "/sobjects/Lead" in r.path]
+    assert len(created) == 1
+    lead.refresh_from_db()
+    written = lead.crm["salesforce"]["written"]
+    assert written["outcome"] == "created"
+    owner = sf.record("Lead", written["id"])
+    assert owner is not None
+    expected = CrmOwner.objects.get(kind="salesforce", rep=assignment.rep).owner_id
+    assert owner["OwnerId"] == expected
+
+    # A repeated delivery (a lost acknowledgement) does not create a second person.
+    Delivery.objects.filter(pk=delivery.pk).update(
+        status=DeliveryStatus.PENDING, next_attempt_at=timezone.now()
+    )
+    _write_back(lead)
+    created = [r for r in sf.requests if r.method == "POST" and "/sobjects/Lead" in r.path]
+    assert len(created) == 1
+
+
+def test_first_touch_and_a_status_change_are_read_back_from_salesforce(
+    org, django_capture_on_commit_callbacks
+):
+    sf = org["sf"]
+    one = LeadFactory(raw_payload={"email": "one@fresh.io", "last_name": "One"})
+    two = LeadFactory(raw_payload={"email": "two@fresh.io", "last_name": "Two"})
+    for lead in (one, two):
+        _route(lead, django_capture_on_commit_callbacks)
+        _write_back(lead)
+        lead.refresh_from_db()
+    report = crm_touches_sync(org["connection"])
+    assert (report.read, report.touched) == (2, 0)  # nothing done in the CRM yet
+
+    first = one.crm["salesforce"]["written"]["id"]
+    sf.add_task(WhoId=first, CreatedDate=dt.datetime.now(dt.UTC) + timedelta(seconds=1))
+    second = two.crm["salesforce"]["written"]["id"]
+    sf.edit("Lead", second, Status="Working - Contacted")
+    report = crm_touches_sync(org["connection"])
+    assert report.touched == 2
+    touched = {a.lead_id: a for a in Assignment.objects.filter(active=True)}
+    assert touched[one.id].touch_source == "salesforce"
+    assert touched[one.id].touched_at is not None
+    assert touched[two.id].touch_source == "salesforce"
+    assert crm_touches_sync(org["connection"]).touched == 0  # recorded once
+
+
+def test_an_owner_changed_in_salesforce_is_a_reassignment_without_a_write_back(
+    org, django_capture_on_commit_callbacks
+):
+    sf = org["sf"]
+    lead = LeadFactory(raw_payload={"email": "moved@fresh.io", "last_name": "Moved"})
+    _route(lead, django_capture_on_commit_callbacks)
+    _write_back(lead)
+    lead.refresh_from_db()
+    first = Assignment.objects.get(lead=lead, active=True)
+    other = org["ben"] if first.rep_id == org["ana"].pk else org["ana"]
+    other_user = CrmOwner.objects.get(kind="salesforce", rep=other).owner_id
+    sf.edit("Lead", lead.crm["salesforce"]["written"]["id"], OwnerId=other_user)
+    report = crm_touches_sync(org["connection"])
+    assert report.reassigned == 1
+    current = Assignment.objects.get(lead=lead, active=True)
+    assert current.rep_id == other.pk
+    assert current.kind == AssignmentKind.REASSIGNMENT
+    assert "reassigned in Salesforce" in current.reason
+    assert not Delivery.objects.filter(assignment=current, channel="crm").exists()
+
+
+def test_rate_limited_lookups_wait_and_then_route_without_the_crm(
+    org, settings, django_capture_on_commit_callbacks
+):
+    settings.CRM_LOOKUP_MAX_ATTEMPTS = 2
+    sf = org["sf"]
+    sf.limit_next(10)  # 403 REQUEST_LIMIT_EXCEEDED on every call
+    lead = LeadFactory(raw_payload={"email": "busy@fresh.io"})
+    with django_capture_on_commit_callbacks(execute=True):
+        lead_process(lead_id=lead.id)
+    assert lead_crm_lookup(lead_id=lead.id) == "retry"
+    Lead.objects.filter(id=lead.id).update(crm_next_at=timezone.now())
+    with django_capture_on_commit_callbacks(execute=True):
+        assert lead_crm_lookup(lead_id=lead.id) == "failed"
+    assert lead_process(lead_id=lead.id) == LeadStatus.ASSIGNED
+    lead.refresh_from_db()
+    assert lead.crm["salesforce"]["status"] == "failed"
+    assert "rate limited" in lead.crm["salesforce"]["reason"]
+    event = Event.objects.get(lead=lead, type="crm_checked")
+    assert "unavailable" in event.data["summary"]
+
+
+def test_a_failing_crm_opens_the_breaker_and_later_leads_do_not_wait_for_it(
+    org, settings, django_capture_on_commit_callbacks
+):
+    settings.CRM_BREAKER_FAILURES = 2
+    settings.CRM_LOOKUP_MAX_ATTEMPTS = 1
+    sf = org["sf"]
+    sf.fail_next(50, status=503)
+    leads = [LeadFactory(raw_payload={"email": f"p{i}@fresh.io"}) for i in range(3)]
+    for lead in leads[:2]:
+        with django_capture_on_commit_callbacks(execute=True):
+            lead_process(lead_id=lead.id)
+        assert lead_crm_lookup(lead_id=lead.id) == "failed"
+    calls = len(sf.requests)
+    with django_capture_on_commit_callbacks(execute=True):
+        lead_process(lead_id=leads[2].id)
+    assert lead_crm_lookup(lead_id=leads[2].id) == "failed"
+    assert len(sf.requests) == calls  # the open breaker made no call
+    leads[2].refresh_from_db()
+    assert "breaker open" in leads[2].crm["salesforce"]["reason"]
+
+
+def test_a_refused_credential_raises_the_crm_alert_and_routing_goes_on(
+    org, settings, django_capture_on_commit_callbacks
+):
+    connection = org["connection"]
+    connection.secret_encrypted = secret_seal("not-the-secret")
+    connection.save()
+    clear_connection_cache()
+    clear_token_cache()
+    lead = LeadFactory(raw_payload={"email": "auth@fresh.io"})
+    assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    lead.refresh_from_db()
+    assert "credential" in lead.crm["salesforce"]["reason"]
+    problems = crm_health_check()
+    assert problems == {"Salesforce": "auth"}
+    alert = Alert.objects.get(kind="crm", status="open")
+    assert alert.subject == "Salesforce"
+    # The credential is replaced: the probe succeeds and the alert resolves.
+    connection.secret_encrypted = secret_seal(org["sf"].client_secret)
+    connection.save()
+    clear_token_cache()
+    assert crm_health_check() == {}
+    assert not Alert.objects.filter(kind="crm", status="open").exists()
+
+
+def test_the_sweeper_resends_a_lookup_whose_message_was_lost(
+    org, sent: Sent, django_capture_on_commit_callbacks
+):
+    lead = LeadFactory(raw_payload={"email": "lost@fresh.io"})
+    lead_process(lead_id=lead.id)  # the on-commit publication is never run: lost
+    assert sent.ids("crm.lookup_lead") == []
+    assert crm_sweep_due() >= 1
+    assert sent.ids("crm.lookup_lead") == [str(lead.id)]
