@@ -211,9 +211,12 @@ class CrmClient(Protocol):
     def write_owner(
         self, update: PersonUpdate, *, known_owner_id: str, since: datetime
     ) -> WriteResult:
-        """Create or update the person with ``update.owner_id``, unless the CRM's owner changed
-        after ``since`` to someone other than ``known_owner_id`` (then ``kept``, nothing written).
-        Safe to repeat: a repeated create finds the person made the first time."""
+        """Create or update the person with ``update.owner_id``, unless the CRM changed its owner
+        (then ``kept``, nothing written): the owner is neither ``update.owner_id`` nor
+        ``known_owner_id`` (the owner LeadRouter last wrote or saw), and either
+        ``known_owner_id`` is set (so it moved away from it) or, when LeadRouter never saw one,
+        the record changed after ``since`` (the assignment). Safe to repeat: a repeated create
+        finds the person made the first time."""
         ...
 
     def activity(self, people: Sequence[tuple[str, str]], since: datetime) -> list[Activity]:

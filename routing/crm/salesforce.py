@@ -463,10 +463,9 @@ class SalesforceClient:
             person = self.find_person(update.email)
         if person is None:
             return self._create(update)
-        if (
-            person.owner_id not in (known_owner_id, update.owner_id)
-            and person.modified_at is not None
-            and person.modified_at > since
+        changed_after = person.modified_at is not None and person.modified_at > since
+        if person.owner_id not in (known_owner_id, update.owner_id) and (
+            bool(known_owner_id) or changed_after
         ):
             return WriteResult("kept", person)
         if person.owner_id != update.owner_id:

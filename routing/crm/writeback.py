@@ -109,13 +109,10 @@ def crm_write_owner(*, delivery: Any, now: datetime) -> WriteOutcome:
         )
     lead = assignment.lead
     entry = _entry(lead, connection.kind)
+    # The owner the CRM shows if nobody changed it there: the one we last wrote (or kept), else
+    # the one the lookup found. Not the superseded assignment's rep: its write may never have
+    # happened (cancelled when superseded), and the CRM would still show the lookup's owner.
     person_object, person_id, known_owner = _known_person(entry)
-    if assignment.supersedes_id is not None:
-        previous = (
-            Assignment.objects.filter(pk=assignment.supersedes_id).values_list("rep_id", flat=True)
-        ).first()
-        if previous is not None:
-            known_owner = rep_owner_id(connection.kind, previous) or known_owner
     fields = {name: getattr(lead, name) for name in _CREATE_FIELDS if getattr(lead, name, "")}
     update = PersonUpdate(
         owner_id=owner_id,

@@ -292,3 +292,66 @@ def test_the_sweeper_resends_a_lookup_whose_message_was_lost(
     assert sent.ids("crm.lookup_lead") == []
     assert crm_sweep_due() >= 1
     assert sent.ids("crm.lookup_lead") == [str(lead.id)]
+
+
+def _other(org: dict[str, Any], rep_id: int) -> Any:
+    return org["ben"] if rep_id == org["ana"].pk else org["ana"]
+
+
+def test_an_owner_changed_in_salesforce_after_our_write_is_not_overwritten_by_a_reassignment(
+    org, django_capture_on_commit_callbacks
+):
+    from routing.services import lead_reassign
+
+    sf = org["sf"]
+    lead = LeadFactory(raw_payload={"email": "kept@fresh.io", "last_name": "Kept"})
+    _route(lead, django_capture_on_commit_callbacks)
+    _write_back(lead)
+    lead.refresh_from_db()
+    person_id = lead.crm["salesforce"]["written"]["id"]
+    sf.edit("Lead", person_id, OwnerId=org["users"]["ops"])  # someone in Salesforce took it
+    first = Assignment.objects.get(lead=lead, active=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        lead_reassign(
+            lead_id=lead.id,
+            rep_email=_other(org, first.rep_id).email,
+            reason="cover",
+            actor="manager",
+        )
+    delivery = _write_back(lead)
+    assert delivery.status == DeliveryStatus.DELIVERED, delivery.last_error
+    record = sf.record("Lead", person_id)
+    assert record is not None
+    assert record["OwnerId"] == org["users"]["ops"]  # the later change, in Salesforce, won
+    lead.refresh_from_db()
+    assert lead.crm["salesforce"]["written"]["outcome"] == "kept"
+    reasons = list(
+        Event.objects.filter(lead=lead, type="reassigned").values_list("data__reason", flat=True)
+    )
+    assert any("owner changed in Salesforce" in (reason or "") for reason in reasons), reasons
+
+
+def test_a_reassignment_before_the_first_write_updates_the_owner_the_lookup_found(
+    org, django_capture_on_commit_callbacks
+):
+    """The superseded assignment's write was cancelled, so Salesforce still shows the owner the
+    lookup found: that is no change made in Salesforce, and the new owner is written."""
+    from routing.services import lead_reassign
+
+    sf = org["sf"]
+    person_id = sf.add_lead(
+        Email="old@acme.com", LastName="Old", Company="Acme", OwnerId=org["users"]["ops"]
+    )
+    lead = LeadFactory(raw_payload={"email": "old@acme.com"})
+    _route(lead, django_capture_on_commit_callbacks)  # ops is no rep: round robin
+    first = Assignment.objects.get(lead=lead, active=True)
+    target = _other(org, first.rep_id)
+    with django_capture_on_commit_callbacks(execute=True):
+        lead_reassign(lead_id=lead.id, rep_email=target.email, reason="cover", actor="manager")
+    for delivery in Delivery.objects.filter(assignment=first, channel="crm"):
+        delivery_attempt(delivery_id=delivery.pk)
+    delivery = _write_back(lead)
+    assert delivery.status == DeliveryStatus.DELIVERED, delivery.last_error
+    record = sf.record("Lead", person_id)
+    assert record is not None
+    assert record["OwnerId"] == CrmOwner.objects.get(kind="salesforce", rep=target).owner_id
