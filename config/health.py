@@ -12,6 +12,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from config.celery import app as celery_app
 from config.errors import error_body
+from config.staticfiles import manifest_missing, missing_message
 
 logger = logging.getLogger(__name__)
 
@@ -49,15 +50,30 @@ def check_broker() -> None:
             client.ping()
 
 
+class StaticFilesNotCollected(RuntimeError):
+    """``collectstatic`` did not run into ``STATIC_ROOT``: pages render without their styles."""
+
+
+def check_static() -> None:
+    """Raise unless the static files were collected (when the storage needs a manifest)."""
+    path = manifest_missing()
+    if path is not None:
+        raise StaticFilesNotCollected(missing_message(path))
+
+
 @csrf_exempt
 @never_cache
 def readyz(request: HttpRequest) -> JsonResponse:
-    """200 when the database and the broker both answer; else 503 naming which failed."""
+    """200 when the database and the broker answer and static files are collected; else 503."""
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed()
     checks: dict[str, str] = {}
     failed: list[str] = []
-    for name, check in (("database", check_database), ("broker", check_broker)):
+    for name, check in (
+        ("database", check_database),
+        ("broker", check_broker),
+        ("static", check_static),
+    ):
         try:
             check()
         except Exception as exc:  # any failure means "not ready"; the reason goes in the body

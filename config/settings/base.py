@@ -155,7 +155,9 @@ STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(VAR_DIR / "static")))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    # WhiteNoise's compressed manifest storage; without a manifest (collectstatic not run) pages
+    # still render and `check --deploy` and /readyz say what to run (config/staticfiles.py).
+    "staticfiles": {"BACKEND": "config.staticfiles.StaticStorage"},
 }
 
 # --- HTTP API -------------------------------------------------------------------------------

@@ -17,7 +17,10 @@ def test_healthz_answers_while_the_process_lives(client):
 def test_readyz_is_200_when_database_and_broker_answer(client):
     response = client.get("/readyz")
     assert response.status_code == 200, response.content
-    assert response.json() == {"status": "ok", "checks": {"database": "ok", "broker": "ok"}}
+    assert response.json() == {
+        "status": "ok",
+        "checks": {"database": "ok", "broker": "ok", "static": "ok"},
+    }
 
 
 def test_readyz_is_503_naming_the_broker_when_it_is_down(client, monkeypatch):
@@ -48,6 +51,7 @@ def test_readyz_is_503_naming_the_database_when_it_fails(client, monkeypatch):
     assert response.json()["checks"] == {
         "database": "error: OperationalError: connection refused",
         "broker": "ok",
+        "static": "ok",
     }
 
 
