@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from django.conf import settings
 
-from routing.crm.base import CrmError
+from routing.crm.base import HUBSPOT, SALESFORCE, CrmError
 from routing.crm.models import CrmConnection
 from routing.enrichment.breaker import Breaker, CacheBreaker, RedisBreaker
 from routing.enrichment.ratelimit import (
@@ -29,6 +29,12 @@ from routing.enrichment.store import redis_client
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "leadrouter:crm"
+
+# The requests one lead's stage makes at most, reserved at its first request (``spender``):
+# a lookup is the person and the company (Salesforce: Contact, then Lead, then Account); a
+# write-back finds the person (Salesforce: two queries) and creates or updates it.
+LOOKUP_REQUESTS = {HUBSPOT: 2, SALESFORCE: 3}
+WRITE_REQUESTS = {HUBSPOT: 2, SALESFORCE: 3}
 
 
 def _prefix(connection: CrmConnection) -> str:
@@ -60,42 +66,65 @@ def crm_breaker(connection: CrmConnection) -> Breaker:
     return CacheBreaker(prefix, threshold=threshold, cooldown=cooldown, probe_ttl=probe_ttl)
 
 
-def spender(connection: CrmConnection, *, wait_seconds: float = 0.0) -> Callable[[int], None]:
+def spender(
+    connection: CrmConnection, *, wait_seconds: float = 0.0, reserve: int = 1
+) -> Callable[[int], None]:
     """``spend(n)``: take ``n`` tokens from the connection's budget, or raise rate_limited.
 
     ``wait_seconds``: a batch job (roster, first touch) may sleep that long in all for tokens
     instead of giving up at once; a lead's stage never waits in a worker (it is rescheduled).
+    ``reserve``: a stage that makes several requests for one answer (a lookup: the person and
+    the company) takes that many tokens at its first request, all or none (capped at the
+    burst), and spends them on the requests that follow; so when the budget is short, a lead
+    waits before its first request instead of half-way, and no request is wasted on an answer
+    that cannot be finished. Tokens a stage reserved and did not need are not given back.
     Without a usable shared store nothing is sent: the vendor's quota is not ours to risk.
     """
     limiter = crm_rate_limiter(connection)
     budget = [max(0.0, wait_seconds)]
+    prepaid = [0]
+    first = [True]
 
-    def take() -> Grant:
+    def take(n: int) -> Grant:
         while True:
-            grant = limiter.take()
+            grant = limiter.take(n)
             if grant.granted or grant.wait_seconds > budget[0]:
                 return grant
             pause = max(0.01, grant.wait_seconds)
             budget[0] -= pause
             time.sleep(pause)
 
+    def take_or_raise(n: int) -> None:
+        try:
+            grant = take(n)
+        except Exception as exc:
+            logger.error("CRM rate limit unavailable (%s: %s)", type(exc).__name__, exc)
+            raise CrmError(
+                "rate_limited",
+                "the shared rate limit's store is unavailable",
+                retry_after=settings.ENRICHMENT_STORE_DOWN_RETRY_SECONDS,
+            ) from exc
+        if not grant.granted:
+            raise CrmError(
+                "rate_limited",
+                "waiting for the connection's rate limit",
+                retry_after=grant.wait_seconds,
+            )
+
     def spend(n: int = 1) -> None:
-        for _ in range(max(1, n)):
-            try:
-                grant = take()
-            except Exception as exc:
-                logger.error("CRM rate limit unavailable (%s: %s)", type(exc).__name__, exc)
-                raise CrmError(
-                    "rate_limited",
-                    "the shared rate limit's store is unavailable",
-                    retry_after=settings.ENRICHMENT_STORE_DOWN_RETRY_SECONDS,
-                ) from exc
-            if not grant.granted:
-                raise CrmError(
-                    "rate_limited",
-                    "waiting for the connection's rate limit",
-                    retry_after=grant.wait_seconds,
-                )
+        n = max(1, n)
+        if first[0]:
+            want = min(max(n, reserve), connection.effective_burst)
+            take_or_raise(want)
+            first[0] = False
+            prepaid[0] = want - n
+            if prepaid[0] >= 0:
+                return
+            n, prepaid[0] = -prepaid[0], 0
+        use = min(prepaid[0], n)
+        prepaid[0] -= use
+        for _ in range(n - use):
+            take_or_raise(1)
 
     return spend
 

@@ -43,7 +43,13 @@ from routing.crm.base import CrmError
 from routing.crm.connections import crm_client
 from routing.crm.facts import crm_label
 from routing.crm.health import crm_record_error, crm_record_ok
-from routing.crm.limits import crm_breaker, crm_pause, crm_rate_limiter, spender
+from routing.crm.limits import (
+    LOOKUP_REQUESTS,
+    crm_breaker,
+    crm_pause,
+    crm_rate_limiter,
+    spender,
+)
 from routing.crm.models import CrmConnection
 from routing.crm.roster import owner_reps
 
@@ -286,7 +292,8 @@ def _lookup_one(
         )
     probe = check is not None and check.verdict == "probe"
     try:
-        client = crm_client(connection, spend=spender(connection))
+        reserve = LOOKUP_REQUESTS.get(connection.kind, 2)
+        client = crm_client(connection, spend=spender(connection, reserve=reserve))
         person = client.find_person(lead.email) if lead.email else None
         domain = _company_domain(lead)
         company = client.find_company(domain) if domain else None
@@ -485,9 +492,10 @@ def _send_budget(batch_size: int) -> int:
             free = crm_rate_limiter(connection).available()
         except Exception:
             free = 0
-        # A lookup makes up to two requests (the person, the company).
+        # A lookup reserves the requests it may make (the person, the company).
+        need = LOOKUP_REQUESTS.get(connection.kind, 2)
         refill = math.ceil(connection.effective_rate_per_minute * interval / 60)
-        budget = min(budget, max(1, (free + refill) // 2))
+        budget = min(budget, max(1, (free + refill) // need))
     return budget
 
 

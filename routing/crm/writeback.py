@@ -29,7 +29,7 @@ from routing.crm.base import CrmError, PersonUpdate
 from routing.crm.connections import crm_client
 from routing.crm.facts import crm_label
 from routing.crm.health import crm_record_error, crm_record_ok
-from routing.crm.limits import crm_pause, spender
+from routing.crm.limits import WRITE_REQUESTS, crm_pause, spender
 from routing.crm.models import CrmConnection
 from routing.crm.roster import rep_owner_id
 
@@ -127,7 +127,8 @@ def crm_write_owner(*, delivery: Any, now: datetime) -> WriteOutcome:
             "failed", error=f"the lead has no e-mail and no {label} record to write the owner to"
         )
     try:
-        client = crm_client(connection, spend=spender(connection))
+        reserve = WRITE_REQUESTS.get(connection.kind, 2)
+        client = crm_client(connection, spend=spender(connection, reserve=reserve))
         since = assignment.assigned_at
         result = client.write_owner(update, known_owner_id=known_owner, since=since)
     except CrmError as exc:

@@ -44,13 +44,14 @@ if now > ts then
   ts = now
 end
 if ARGV[3] == '0' then return {0, '0', tostring(tokens)} end
+local want = math.min(burst, math.max(1, tonumber(ARGV[4] or '1')))
 local granted = 0
 local wait = 0
-if tokens >= 1 then
-  tokens = tokens - 1
+if tokens >= want then
+  tokens = tokens - want
   granted = 1
 else
-  wait = (1 - tokens) / rate
+  wait = (want - tokens) / rate
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(ts))
 redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 60)
@@ -67,7 +68,7 @@ class Grant:
 
 
 class RateLimiter(Protocol):
-    def take(self) -> Grant: ...
+    def take(self, n: int = 1) -> Grant: ...
 
     def available(self) -> int: ...
 
@@ -84,7 +85,7 @@ class RedisTokenBucket:
         self.rate_per_second = max(float(rate_per_minute), 1e-6) / 60.0
         self.burst = max(1, int(burst))
 
-    def _run(self, take: bool) -> tuple[int, float, float]:
+    def _run(self, take: bool, n: int = 1) -> tuple[int, float, float]:
         granted, wait, tokens = self.client.eval(
             _BUCKET_SCRIPT,
             2,
@@ -93,11 +94,15 @@ class RedisTokenBucket:
             repr(self.rate_per_second),
             self.burst,
             "1" if take else "0",
+            str(max(1, int(n))),
         )
         return int(granted), float(wait), float(tokens)
 
-    def take(self) -> Grant:
-        granted, wait, _ = self._run(take=True)
+    def take(self, n: int = 1) -> Grant:
+        """``n`` tokens at once or none (``n`` is capped at ``burst``, which could never
+        be reached otherwise): a caller that needs several requests for one answer never
+        gets half of them and wastes them while it waits for the rest."""
+        granted, wait, _ = self._run(take=True, n=n)
         return Grant(granted=bool(granted), wait_seconds=wait)
 
     def available(self) -> int:
@@ -124,14 +129,16 @@ class CacheWindowLimiter:
         until = cache.get(f"{self.key}:pause")
         return max(0.0, float(until) - time.time()) if until else 0.0
 
-    def take(self) -> Grant:
+    def take(self, n: int = 1) -> Grant:
         paused = self._paused_for()
         if paused > 0:
             return Grant(granted=False, wait_seconds=paused)
+        want = min(self.rate_per_minute, max(1, int(n)))
         key, left = self._window()
         cache.add(key, 0, timeout=120)
-        if int(cache.incr(key)) <= self.rate_per_minute:
+        if int(cache.incr(key, want)) <= self.rate_per_minute:
             return Grant(granted=True)
+        cache.decr(key, want)  # all or nothing: give back what this call could not use
         return Grant(granted=False, wait_seconds=left)
 
     def available(self) -> int:
