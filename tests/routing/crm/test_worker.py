@@ -1,0 +1,240 @@
+"""Real worker processes on PostgreSQL and Redis, with the CRM stages on, against the Salesforce
+stand-in: a spike while the CRM rate-limits, the CRM down for a while, and an owner changed in
+the CRM after our write. What beat does (the sweepers, the health check) the test does itself,
+on a short loop, so that the timing is the test's."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db.models import Count
+
+from leads.models import CrmLookupStatus, Lead, LeadStatus
+from leads.services import leads_enqueue
+from routing.crm.health import crm_health_check
+from routing.crm.lookup import crm_sweep_due
+from routing.crm.models import CrmConnection, CrmOwner
+from routing.crm.roster import crm_roster_sync
+from routing.crm.salesforce import clear_token_cache
+from routing.crm.secrets import secret_seal
+from routing.delivery.models import Delivery, DeliveryStatus
+from routing.delivery.services import deliveries_sweep_due
+from routing.models import Assignment
+from routing.monitoring.models import Alert
+from tests.leads.factories import LeadFactory
+from tests.routing.factories import RepFactory, published_ruleset, team_with
+from tests.support.crm_salesforce import SalesforceStandIn, salesforce_standin
+from tests.support.processes import celery_worker, wait_until
+
+__all__ = ["salesforce_standin"]
+
+pytestmark = [
+    pytest.mark.worker,
+    pytest.mark.redis,
+    pytest.mark.postgres,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+]
+
+RATE_PER_MINUTE = 300  # five requests a second, shared by every worker process
+BURST = 3
+SCALE = max(1, int(os.environ.get("RELIABILITY_SCALE", "1")))
+
+
+@pytest.fixture
+def org(salesforce_standin: SalesforceStandIn, settings: Any) -> Iterator[dict[str, Any]]:
+    settings.CRM_CA_BUNDLE = salesforce_standin.ca_file
+    clear_token_cache()
+    sf = salesforce_standin
+    users = {
+        "ana": sf.add_user(email="ana@example.com", name="Ana A"),
+        "ben": sf.add_user(email="ben@example.com", name="Ben B"),
+        "ops": sf.add_user(email="ops@example.com", name="Integration"),
+    }
+    ana = RepFactory(email="ana@example.com", name="Ana")
+    ben = RepFactory(email="ben@example.com", name="Ben")
+    team = team_with([ana, ben])
+    connection = CrmConnection.objects.create(
+        kind="salesforce",
+        name="Salesforce",
+        base_url=sf.url,
+        auth_flow="client_credentials",
+        client_id=sf.client_id,
+        secret_encrypted=secret_seal(sf.client_secret),
+        writeback_enabled=True,
+        touches_enabled=True,
+        rate_per_minute=RATE_PER_MINUTE,
+        burst=BURST,
+    )
+    crm_roster_sync(connection, create_reps=False)
+    published_ruleset({"name": "Everyone", "action": {"type": "team", "team": team.name}})
+    sf.reset_log()
+    yield {"sf": sf, "users": users, "ana": ana, "ben": ben, "connection": connection}
+    clear_token_cache()
+
+
+def _env(sf: SalesforceStandIn, **extra: str) -> dict[str, str]:
+    return {
+        "CRM_CA_BUNDLE": sf.ca_file,
+        "CRM_TIMEOUT_SECONDS": "2",
+        "CRM_LOOKUP_BACKOFF_SECONDS": "0.5",
+        "CRM_CONFIG_CACHE_SECONDS": "1",
+        "DELIVERY_BACKOFF_BASE_SECONDS": "1",
+        "DELIVERY_BACKOFF_MAX_SECONDS": "3",
+        "DELIVERY_EMAIL_ENABLED": "false",
+        **extra,
+    }
+
+
+def _crm_deliveries() -> dict[str, int]:
+    return dict(
+        Delivery.objects.filter(channel="crm")
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+
+
+def _beat() -> None:
+    """What beat runs on its own schedule: the CRM and delivery sweepers."""
+    crm_sweep_due()
+    deliveries_sweep_due()
+
+
+def _outputs(*workers: Any) -> str:
+    return "\n".join(worker.text()[-3000:] for worker in workers)
+
+
+def test_a_spike_while_the_crm_rate_limits_routes_every_lead_within_the_limit(org, settings):
+    sf = org["sf"]
+    leads_n = 16 * SCALE
+    leads = [
+        LeadFactory(raw_payload={"email": f"spike{i}@fresh{i}.io", "last_name": f"S{i}"})
+        for i in range(leads_n)
+    ]
+    sf.limit_next(3)  # Salesforce's own 403 REQUEST_LIMIT_EXCEEDED on the first calls
+    env = _env(sf, CRM_LOOKUP_MAX_WAIT_SECONDS="300", CRM_LOOKUP_MAX_ATTEMPTS="10")
+    queues = ["routing", "crm", "delivery"]
+    with (
+        celery_worker(concurrency=2, queues=queues, extra_env=env) as one,
+        celery_worker(concurrency=2, queues=queues, extra_env=env) as two,
+    ):
+        assert leads_enqueue([lead.id for lead in leads]) >= 1
+
+        def finished() -> bool:
+            _beat()
+            assigned = Lead.objects.filter(status=LeadStatus.ASSIGNED).count()
+            return assigned == leads_n and _crm_deliveries() == {"delivered": leads_n}
+
+        wait_until(
+            finished,
+            timeout=240,
+            interval=0.5,
+            message=lambda: f"{_crm_deliveries()} {_outputs(one, two)}",
+        )
+    # Every lead was looked up (none routed without the CRM: the wait is long enough) and
+    # written once; the shared limit held across four worker processes.
+    assert set(Lead.objects.values_list("crm_status", flat=True)) == {CrmLookupStatus.DONE}
+    created = [
+        r
+        for r in sf.requests
+        if r.method == "POST" and r.path.rstrip("/").endswith("/sobjects/Lead")
+    ]
+    assert len(created) == leads_n
+    assert sf.max_per_second() <= BURST + RATE_PER_MINUTE / 60 + 1, sf.max_per_second()
+
+
+def test_the_crm_down_routes_every_lead_and_writes_back_once_it_returns(org, settings):
+    sf = org["sf"]
+    settings.CRM_DOWN_ALERT_SECONDS = 3
+    settings.CRM_HEALTH_PROBE_SECONDS = 1
+    leads_n = 6 * SCALE
+    sf.down()
+    leads = [
+        LeadFactory(raw_payload={"email": f"down{i}@fresh{i}.io", "last_name": f"D{i}"})
+        for i in range(leads_n)
+    ]
+    env = _env(sf, CRM_LOOKUP_MAX_WAIT_SECONDS="4", CRM_BREAKER_FAILURES="3")
+    queues = ["routing", "crm", "delivery"]
+    with celery_worker(concurrency=2, queues=queues, extra_env=env) as worker:
+        assert leads_enqueue([lead.id for lead in leads]) >= 1
+        # Routed without the CRM, after the bounded wait.
+        wait_until(
+            lambda: (
+                _beat(),
+                Lead.objects.filter(status=LeadStatus.ASSIGNED).count() == leads_n,
+            )[1],
+            timeout=90,
+            interval=0.5,
+            message=lambda: _outputs(worker),
+        )
+        assert set(Lead.objects.values_list("crm_status", flat=True)) == {CrmLookupStatus.FAILED}
+        assert set(_crm_deliveries()) == {"pending"}  # write-backs wait in the outbox
+        # The alert opens (what the beat's health check does).
+        wait_until(
+            lambda: crm_health_check() == {"Salesforce": "down"},
+            timeout=30,
+            interval=0.5,
+            message=lambda: str(list(Alert.objects.values("kind", "subject", "message"))),
+        )
+        sf.up()
+        wait_until(
+            lambda: (_beat(), _crm_deliveries() == {"delivered": leads_n})[1],
+            timeout=120,
+            interval=0.5,
+            message=lambda: f"{_crm_deliveries()} {_outputs(worker)}",
+        )
+        wait_until(lambda: crm_health_check() == {}, timeout=30, interval=0.5)
+    alerts = list(Alert.objects.filter(kind="crm").values_list("subject", "status"))
+    assert alerts == [("Salesforce", "resolved")], alerts
+    created = [
+        r
+        for r in sf.requests
+        if r.method == "POST" and r.path.rstrip("/").endswith("/sobjects/Lead")
+    ]
+    assert len(created) == leads_n  # each written once, however many tries it took
+    for assignment in Assignment.objects.filter(active=True).select_related("lead"):
+        person_id = assignment.lead.crm["salesforce"]["written"]["id"]
+        record = sf.record("Lead", person_id)
+        assert record is not None
+        owner = CrmOwner.objects.get(kind="salesforce", rep_id=assignment.rep_id).owner_id
+        assert record["OwnerId"] == owner
+
+
+def test_an_owner_changed_in_the_crm_after_our_write_is_not_overwritten(org, settings):
+    from routing.crm.touches import crm_touches_run
+    from routing.services import lead_reassign
+
+    sf = org["sf"]
+    lead = LeadFactory(raw_payload={"email": "mine@fresh.io", "last_name": "Mine"})
+    queues = ["routing", "crm", "delivery"]
+    with celery_worker(concurrency=1, queues=queues, extra_env=_env(sf)) as worker:
+        leads_enqueue([lead.id])
+        wait_until(
+            lambda: (_beat(), _crm_deliveries() == {"delivered": 1})[1],
+            timeout=60,
+            interval=0.5,
+            message=lambda: _outputs(worker),
+        )
+        lead.refresh_from_db()
+        person_id = lead.crm["salesforce"]["written"]["id"]
+        sf.edit("Lead", person_id, OwnerId=org["users"]["ops"])  # taken over in Salesforce
+        first = Assignment.objects.get(lead=lead, active=True)
+        other = org["ben"] if first.rep_id == org["ana"].pk else org["ana"]
+        # A manager reassigns in LeadRouter before the first-touch job has seen the change.
+        lead_reassign(lead_id=lead.id, rep_email=other.email, reason="cover", actor="manager")
+        wait_until(
+            lambda: (_beat(), _crm_deliveries() == {"delivered": 2})[1],
+            timeout=60,
+            interval=0.5,
+            message=lambda: _outputs(worker),
+        )
+    record = sf.record("Lead", person_id)
+    assert record is not None
+    assert record["OwnerId"] == org["users"]["ops"]
+    lead.refresh_from_db()
+    assert lead.crm["salesforce"]["written"]["outcome"] == "kept"
+    assert crm_touches_run()["Salesforce"]["reassigned"] == 0  # recorded once, not again
