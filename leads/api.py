@@ -461,6 +461,8 @@ LEAD_SCHEMA: dict[str, Any] = {
         "idempotency_key": {"type": "string", "nullable": True},
         "attempts": {"type": "integer"},
         "last_error": {"type": "string"},
+        "unassigned_retries": {"type": "integer"},
+        "next_retry_at": {"type": "string", "format": "date-time", "nullable": True},
     },
     "required": ["id", "status", "source", "received_at", "fields", "assignment"],
 }

@@ -228,6 +228,19 @@ class Lead(models.Model):
         "an original still being processed).",
     )
     last_error = models.TextField(blank=True)
+    # A lead nobody can take is routed again on a schedule (routing/monitoring/unassigned.py):
+    # every UNASSIGNED_RETRY_SECONDS doubling up to UNASSIGNED_RETRY_MAX_SECONDS, silently (its
+    # timeline shows when it became unassigned and when that changed, not every retry).
+    unassigned_retries = models.PositiveIntegerField(
+        default=0,
+        help_text="Times it was routed again automatically since it last became unassigned "
+        "(kept once it is assigned: how many it took).",
+    )
+    unassigned_retry_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="While unassigned: when it is next routed again automatically.",
+    )
     duplicate_of = models.ForeignKey(
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="duplicates"
     )

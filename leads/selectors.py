@@ -172,6 +172,12 @@ def lead_document(lead: Lead) -> dict[str, Any]:
         "idempotency_key": lead.idempotency_key,
         "attempts": lead.attempts,
         "last_error": lead.last_error,
+        "unassigned_retries": lead.unassigned_retries,
+        "next_retry_at": (
+            lead.unassigned_retry_at.isoformat()
+            if lead.unassigned_retry_at and lead.status == LeadStatus.UNASSIGNED
+            else None
+        ),
     }
 
 

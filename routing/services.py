@@ -274,11 +274,58 @@ def _assign_crm_owner(
     )
 
 
+def unassigned_retry_delay(retries: int) -> timedelta:
+    """How long an unassigned lead waits before its next automatic retry, after ``retries``.
+
+    ``UNASSIGNED_RETRY_SECONDS``, doubling with each retry that left it unassigned, at most
+    ``UNASSIGNED_RETRY_MAX_SECONDS``: a lead nobody can take for days is tried about once an
+    hour, not 288 times a day.
+    """
+    base = settings.UNASSIGNED_RETRY_SECONDS
+    cap = max(base, settings.UNASSIGNED_RETRY_MAX_SECONDS)
+    return timedelta(seconds=min(cap, base * 2 ** min(retries, 32)))
+
+
+def _end_unassigned_retries(lead: Lead) -> int | None:
+    """The lead has an outcome other than unassigned: no more automatic retries.
+
+    Returns how many retries it took when this was one (for the outcome's event), else None.
+    The count stays on the lead; the caller saves it.
+    """
+    if lead.unassigned_retry_at is None:
+        return None
+    lead.unassigned_retry_at = None
+    return lead.unassigned_retries
+
+
 def _record_decision(lead: Lead, result: RouteResult, now: datetime, notes: list[str]) -> None:
-    """The audit event of a routing outcome, in the routing transaction."""
+    """The audit event of a routing outcome, in the routing transaction.
+
+    An automatic retry that leaves an unassigned lead unassigned changes nothing on its
+    timeline: it only schedules the next retry. Any other outcome is an event.
+    """
     decision = result.decision
+    retries: int | None = None
+    if result.status == LeadStatus.UNASSIGNED and result.assignment is None:
+        if lead.unassigned_retry_at is not None:  # retried, and still nobody can take it
+            lead.unassigned_retry_at = now + unassigned_retry_delay(lead.unassigned_retries)
+            lead.save(update_fields=["unassigned_retry_at"])
+            logger.info(
+                "lead %s still unassigned after %d retries; next retry at %s",
+                lead.pk,
+                lead.unassigned_retries,
+                lead.unassigned_retry_at.isoformat(),
+            )
+            return
+        lead.unassigned_retries = 0  # became unassigned: the first retry after one interval
+        lead.unassigned_retry_at = now + unassigned_retry_delay(0)
+        lead.save(update_fields=["unassigned_retries", "unassigned_retry_at"])
+    else:
+        retries = _end_unassigned_retries(lead)
+        if retries is not None:
+            lead.save(update_fields=["unassigned_retry_at"])
     if result.assignment is not None:
-        _record_assigned(result.assignment, now, decision)
+        _record_assigned(result.assignment, now, decision, retries=retries)
         return
     kind = EventType.EXCLUDED if result.status == LeadStatus.EXCLUDED else EventType.UNASSIGNED
     event_record(
@@ -292,15 +339,23 @@ def _record_decision(lead: Lead, result: RouteResult, now: datetime, notes: list
             "reason": decision.reason,
             "tags": list(decision.tags),
             "priority": decision.priority,
+            **({"unassigned_retries": retries} if retries is not None else {}),
         },
         trace=stored_trace(decision, notes),
     )
 
 
 def _record_assigned(
-    assignment: Assignment, now: datetime, decision: Decision | None = None
+    assignment: Assignment,
+    now: datetime,
+    decision: Decision | None = None,
+    *,
+    retries: int | None = None,
 ) -> None:
-    """The `assigned` event (with the tags and priority that tag rules set) and deliveries."""
+    """The `assigned` event (with the tags and priority that tag rules set) and deliveries.
+
+    ``retries``: the automatic retries it took when the lead had been unassigned.
+    """
     event_record_for_assignment(
         type=EventType.ASSIGNED,
         assignment=assignment,
@@ -311,6 +366,7 @@ def _record_assigned(
             "sla_due_at": assignment.sla_due_at,
             "tags": list(decision.tags) if decision is not None else [],
             "priority": decision.priority if decision is not None else None,
+            **({"unassigned_retries": retries} if retries is not None else {}),
         },
         trace=assignment.trace,
     )
@@ -352,8 +408,9 @@ def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
             if sticky is not None:
                 lead.status = LeadStatus.DUPLICATE
                 lead.processed_at = now
+                retries = _end_unassigned_retries(lead)
                 lead.save()
-                _record_assigned(sticky, now)
+                _record_assigned(sticky, now, retries=retries)
                 return lead.status
         if crm_lookup_wanted(lead):
             # Park it for the CRM queue (live dedup and ownership); it comes back here.
@@ -367,8 +424,9 @@ def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
                 duplicate = lead.duplicate_of_id is not None
                 lead.status = LeadStatus.DUPLICATE if duplicate else LeadStatus.ASSIGNED
                 lead.processed_at = now
+                retries = _end_unassigned_retries(lead)
                 lead.save()
-                _record_assigned(owned, now)
+                _record_assigned(owned, now, retries=retries)
                 return lead.status
             results = enrichment_builtin(lead)
             # An event when a provider learnt something (fields filled, an account matched);
@@ -601,6 +659,10 @@ def lead_reroute(*, lead_id: uuid.UUID | str, actor: str) -> Lead:
         lead.claimed_until = None
         lead.last_error = ""
         lead.requeued_at = None
+        # Asked for by a person: its outcome is an event and, if unassigned again, the
+        # automatic retries start over from the first interval.
+        lead.unassigned_retries = 0
+        lead.unassigned_retry_at = None
         lead.save(
             update_fields=[
                 "status",
@@ -609,10 +671,52 @@ def lead_reroute(*, lead_id: uuid.UUID | str, actor: str) -> Lead:
                 "claimed_until",
                 "last_error",
                 "requeued_at",
+                "unassigned_retries",
+                "unassigned_retry_at",
             ]
         )
         event_record(
             type=EventType.REROUTE_REQUESTED, lead=lead, actor=actor, data={"was": previous}
+        )
+        leads_enqueue_after_commit([lead.pk])
+    return lead
+
+
+def lead_retry_unassigned(*, lead_id: uuid.UUID | str, now: datetime | None = None) -> Lead:
+    """Send an unassigned lead through routing again, automatically and without an event.
+
+    Like ``lead_reroute`` (a fresh attempt budget, queued anew), but it counts the retry on the
+    lead and keeps ``unassigned_retry_at`` set, which tells the pipeline that this is a retry:
+    still unassigned, it only schedules the next one; any other outcome is the lead's next
+    event. Raises ``LeadActionError`` when the lead is no longer unassigned.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        lead = _locked_lead(lead_id)
+        if lead.status != LeadStatus.UNASSIGNED:
+            raise LeadActionError(
+                "not_unassigned", f"Only unassigned leads are retried; this is {lead.status}."
+            )
+        lead.status = LeadStatus.RECEIVED
+        lead.queued_at = now
+        lead.attempts = 0
+        lead.claimed_until = None
+        lead.last_error = ""
+        lead.requeued_at = None
+        lead.unassigned_retries += 1
+        # Set for leads left unassigned by a version without retry times, too: a retry.
+        lead.unassigned_retry_at = lead.unassigned_retry_at or now
+        lead.save(
+            update_fields=[
+                "status",
+                "queued_at",
+                "attempts",
+                "claimed_until",
+                "last_error",
+                "requeued_at",
+                "unassigned_retries",
+                "unassigned_retry_at",
+            ]
         )
         leads_enqueue_after_commit([lead.pk])
     return lead

@@ -596,7 +596,11 @@ SLA_CHECK_MAX_SECONDS = env.float("SLA_CHECK_MAX_SECONDS", default=60.0)
 # An assignment whose SLA handling raised is retried after a pause (one interval, doubling, at
 # most an hour) and never blocks the others; after this many failures an `sla` alert opens.
 SLA_CHECK_ALERT_AFTER_FAILURES = env.int("SLA_CHECK_ALERT_AFTER_FAILURES", default=3)
+# An unassigned lead is routed again UNASSIGNED_RETRY_SECONDS after it became unassigned, then
+# after twice as long each time it is still unassigned, at most UNASSIGNED_RETRY_MAX_SECONDS
+# apart. Beat looks for due leads every UNASSIGNED_RETRY_SECONDS.
 UNASSIGNED_RETRY_SECONDS = env.float("UNASSIGNED_RETRY_SECONDS", default=300.0)
+UNASSIGNED_RETRY_MAX_SECONDS = env.float("UNASSIGNED_RETRY_MAX_SECONDS", default=3600.0)
 UNASSIGNED_RETRY_BATCH_SIZE = env.int("UNASSIGNED_RETRY_BATCH_SIZE", default=100)
 UNASSIGNED_ALERT_COUNT = env.int("UNASSIGNED_ALERT_COUNT", default=50)
 UNASSIGNED_ALERT_AGE_SECONDS = env.int("UNASSIGNED_ALERT_AGE_SECONDS", default=3600)

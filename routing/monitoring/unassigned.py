@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from leads.models import Lead, LeadStatus
-from routing.services import LeadActionError, lead_reroute
+from routing.services import LeadActionError, lead_retry_unassigned
 
 logger = logging.getLogger(__name__)
 
@@ -18,26 +18,31 @@ __all__ = ["unassigned_retry"]
 
 
 def unassigned_retry(*, now: datetime | None = None, batch_size: int | None = None) -> int:
-    """Send up to ``batch_size`` unassigned leads through routing again; returns how many.
+    """Send up to ``batch_size`` unassigned leads that are due through routing again.
 
-    Oldest first, and only leads whose last routing was at least ``UNASSIGNED_RETRY_SECONDS``
-    ago, so a lead that routing still cannot place waits one period between tries instead of
-    being retried in a loop. Each goes through ``lead_reroute`` (a ``reroute_requested``
-    event, then the normal pipeline on a worker).
+    A lead is due at its ``unassigned_retry_at``, which the pipeline sets when it leaves the
+    lead unassigned: ``UNASSIGNED_RETRY_SECONDS`` after it became unassigned, then doubling
+    after each retry up to ``UNASSIGNED_RETRY_MAX_SECONDS``. A lead left unassigned by an
+    older version (no retry time) is due ``UNASSIGNED_RETRY_SECONDS`` after its last routing.
+    Oldest first. Each goes through ``lead_retry_unassigned``: counted on the lead, no event;
+    the pipeline writes one only when the outcome changes.
     """
     now = now or timezone.now()
     batch_size = batch_size or settings.UNASSIGNED_RETRY_BATCH_SIZE
     cutoff = now - timedelta(seconds=settings.UNASSIGNED_RETRY_SECONDS)
+    due = Q(unassigned_retry_at__lte=now) | Q(
+        Q(processed_at__isnull=True) | Q(processed_at__lte=cutoff), unassigned_retry_at=None
+    )
     ids = list(
-        Lead.objects.filter(status=LeadStatus.UNASSIGNED)
-        .filter(Q(processed_at__isnull=True) | Q(processed_at__lte=cutoff))
+        Lead.objects.filter(status=LeadStatus.UNASSIGNED)  # lead_status_idx
+        .filter(due)
         .order_by("received_at")
         .values_list("id", flat=True)[:batch_size]
     )
     sent = 0
     for lead_id in ids:
         try:
-            lead_reroute(lead_id=lead_id, actor="system")
+            lead_retry_unassigned(lead_id=lead_id, now=now)
         except LeadActionError:  # routed by someone else meanwhile
             continue
         sent += 1

@@ -12,9 +12,9 @@ from routing.monitoring.unassigned import unassigned_retry
 
 class Command(BaseCommand):
     help = (
-        "Send up to UNASSIGNED_RETRY_BATCH_SIZE unassigned leads, oldest first, whose last "
-        "routing was at least UNASSIGNED_RETRY_SECONDS ago, through routing again (what beat's "
-        "maintenance.retry_unassigned does on its schedule)."
+        "Send up to UNASSIGNED_RETRY_BATCH_SIZE unassigned leads whose next retry is due, "
+        "oldest first, through routing again (what beat's maintenance.retry_unassigned does on "
+        "its schedule; the interval doubles per retry up to UNASSIGNED_RETRY_MAX_SECONDS)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
