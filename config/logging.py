@@ -1,9 +1,12 @@
-"""Logging filters shared by every process."""
+"""Logging filters and formatters shared by every process."""
 
+import contextlib
 import copy
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from types import MappingProxyType
 from typing import Any
 
 # A source token may arrive in a URL (``?token=...``) for tools that can only set a URL; it must
@@ -79,3 +82,73 @@ def sentry_scrub_tokens(event: Any, hint: Any) -> Any:
         if isinstance(query, str) and "token=" in query.lower():
             request["query_string"] = redact("?" + query)[1:]
     return event
+
+
+# --- Who a log line is about ------------------------------------------------------------------
+# Every record written while a lead is being handled carries the lead's id, its source's slug and
+# the Celery task's id as fields of their own (JSON keys; `key=value` after a text line), so one
+# lead's story can be filtered in any log system without parsing messages.
+CONTEXT_FIELDS = ("lead_id", "source", "task_id")
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+_context: ContextVar[Mapping[str, str]] = ContextVar("leadrouter_log_context", default=_EMPTY)
+
+
+@contextlib.contextmanager
+def log_context(**fields: object) -> Iterator[None]:
+    """Records logged inside carry ``fields`` (``lead_id``, ``source``); None values are skipped.
+
+    Nested contexts add to the outer one; each ends with its ``with`` block.
+    """
+    token = _context.set(_merged(fields))
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+def log_context_add(**fields: object) -> None:
+    """Add fields (the source, once the lead is loaded) until the enclosing ``log_context`` ends."""
+    _context.set(_merged(fields))
+
+
+def _merged(fields: Mapping[str, object]) -> Mapping[str, str]:
+    current = dict(_context.get())
+    current.update({key: str(value) for key, value in fields.items() if value is not None})
+    return MappingProxyType(current)
+
+
+def _current_task_id() -> str | None:
+    from celery import current_task  # the task this worker process is executing, if any
+
+    request = getattr(current_task, "request", None) if current_task else None
+    task_id = getattr(request, "id", None)
+    return str(task_id) if task_id else None
+
+
+class LogContextFilter(logging.Filter):
+    """Adds the current ``log_context`` fields and the Celery task's id to every record.
+
+    A field given explicitly (``logger.info(..., extra={"lead_id": ...})``) is kept.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in _context.get().items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        if not hasattr(record, "task_id"):
+            task_id = _current_task_id()
+            if task_id is not None:
+                record.task_id = task_id
+        return True
+
+
+class ContextTextFormatter(logging.Formatter):
+    """The plain-text format, with the context fields a record has appended as ``key=value``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        pairs = [f"{key}={getattr(record, key)}" for key in CONTEXT_FIELDS if hasattr(record, key)]
+        if not pairs:
+            return text
+        first, newline, rest = text.partition("\n")  # after the message, before a traceback
+        return f"{first} {' '.join(pairs)}{newline}{rest}"

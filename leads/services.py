@@ -26,6 +26,7 @@ from django.utils import timezone
 from audit.models import EventType
 from audit.services import event_record, events_record_received
 from config.celery import app as celery_app
+from config.logging import log_context, log_context_add
 from leads.breaker import CircuitBreaker
 from leads.models import (
     CANONICAL_COLUMNS,
@@ -271,6 +272,18 @@ def lead_ingest(
     request and the record name none; ``actor`` and ``received_data`` describe a lead taken in
     by a person (a re-accepted refusal) in its ``received`` event.
     """
+    with log_context(source=source.slug):  # every line logged meanwhile names the source
+        return _lead_ingest(source, record, idempotency_key, fallback_key, actor, received_data)
+
+
+def _lead_ingest(
+    source: Source,
+    record: dict[str, Any],
+    idempotency_key: str | None,
+    fallback_key: str | None,
+    actor: str | None,
+    received_data: dict[str, Any] | None,
+) -> Accepted:
     item = _prepare(source, record, idempotency_key, 0, fallback_key=fallback_key)
     if item.key is not None:
         existing = (
@@ -280,6 +293,7 @@ def lead_ingest(
         )
         if existing is not None:
             return _replay(item, *existing, source=source)
+    log_context_add(lead_id=item.lead_id)  # a new lead (a replay returned above)
     try:
         # The lead and its `received` audit event in one transaction; the enqueue runs once it
         # is committed (at the outer commit if a caller wraps this in a transaction).
@@ -320,6 +334,13 @@ def lead_ingest_batch(
     leads (conflicting keys are skipped by the database and then resolved as replays), and the
     new leads are enqueued together after commit.
     """
+    with log_context(source=source.slug):  # every line logged meanwhile names the source
+        return _lead_ingest_batch(source, records, limits)
+
+
+def _lead_ingest_batch(
+    source: Source, records: Sequence[Any], limits: Limits | None
+) -> list[Accepted | IntakeError]:
     outcomes: list[Accepted | IntakeError | None] = [None] * len(records)
     prepared: list[_Prepared] = []
     for index, record in enumerate(records):
@@ -591,7 +612,12 @@ def lead_enqueue_later(lead_id: uuid.UUID, *, delay: float) -> bool:
         )
     except Exception as exc:
         broker_breaker.trip(settings.BROKER_BREAKER_SECONDS)
-        logger.error("could not re-enqueue lead %s (%s); left to the sweeper", lead_id, exc)
+        logger.error(
+            "could not re-enqueue lead %s (%s); left to the sweeper",
+            lead_id,
+            exc,
+            extra={"lead_id": str(lead_id)},
+        )
         return False
     return True
 

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from audit.models import EventType
 from audit.services import event_record, event_record_for_assignment
+from config.logging import log_context, log_context_add
 from leads.models import EnrichmentStatus, Lead, LeadStatus
 from leads.services import (
     BACK_FROM_ENRICHMENT,
@@ -82,6 +83,11 @@ def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
     except ValueError:
         logger.error("process_lead: %r is not a lead id", lead_id)
         return None
+    with log_context(lead_id=lead_uuid):  # every line logged meanwhile names the lead
+        return _lead_process(lead_uuid)
+
+
+def _lead_process(lead_uuid: uuid.UUID) -> str | None:
     now = timezone.now()
     lease = now + timedelta(seconds=settings.LEAD_LEASE_SECONDS)
     claimable = (
@@ -386,6 +392,7 @@ def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
         if lead is None:
             logger.warning("process_lead: lease on lead %s lost; writing nothing", lead_uuid)
             return None
+        log_context_add(source=lead.source.slug)
         now = timezone.now()
         lead.claimed_until = None
         if lead.attempts > settings.LEAD_MAX_ATTEMPTS:

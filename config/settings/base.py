@@ -289,19 +289,26 @@ LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s"},
+        "text": {
+            "()": "config.logging.ContextTextFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
+        },
         "json": {
             "()": "pythonjsonlogger.json.JsonFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
             "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
         },
     },
-    "filters": {"redact_tokens": {"()": "config.logging.RedactTokensFilter"}},
+    "filters": {
+        "redact_tokens": {"()": "config.logging.RedactTokensFilter"},
+        # lead_id, source and task_id as fields of every record about a lead (config/logging.py)
+        "log_context": {"()": "config.logging.LogContextFilter"},
+    },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": "json" if LOG_FORMAT == "json" else "text",
-            "filters": ["redact_tokens"],
+            "filters": ["redact_tokens", "log_context"],
         },
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},

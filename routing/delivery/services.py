@@ -31,6 +31,7 @@ from django.utils import timezone
 from audit.models import EventType
 from audit.services import event_record_for_assignment
 from config.celery import app as celery_app
+from config.logging import log_context
 from leads.selectors import lead_fields
 from leads.services import broker_breaker
 from routing.crm.models import CrmConnection
@@ -354,6 +355,19 @@ def delivery_attempt(*, delivery_id: int) -> str | None:
     if not claimed:
         return None
     delivery = Delivery.objects.select_related("endpoint", "crm_connection").get(pk=delivery_id)
+    # The lead the delivery is about, for every line logged meanwhile (one small query).
+    about = (
+        Assignment.objects.filter(pk=delivery.assignment_id)
+        .values_list("lead_id", "lead__source__slug")
+        .first()
+    )
+    lead_id, source = about if about is not None else (None, None)
+    with log_context(lead_id=lead_id, source=source):
+        return _delivery_attempt(delivery, now)
+
+
+def _delivery_attempt(delivery: Delivery, now: datetime) -> str | None:
+    delivery_id = delivery.pk
     number = delivery.attempts
     started = time.monotonic()
     if delivery.channel == DeliveryChannel.EMAIL:

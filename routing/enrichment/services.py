@@ -29,6 +29,7 @@ from django.utils.dateparse import parse_datetime
 from audit.models import EventType
 from audit.services import event_record
 from config.celery import app as celery_app
+from config.logging import log_context, log_context_add
 from leads.models import EnrichmentStatus, Lead, LeadStatus
 from leads.services import broker_breaker, leads_enqueue
 from routing.enrichment.breaker import Breaker, BreakerCheck, http_breaker
@@ -307,13 +308,21 @@ def lead_enrich(*, lead_id: uuid.UUID | str) -> str | None:
     except ValueError:
         logger.error("enrich_lead: %r is not a lead id", lead_id)
         return None
+    with log_context(lead_id=lead_uuid):  # every line logged meanwhile names the lead
+        return _lead_enrich(lead_uuid)
+
+
+def _lead_enrich(lead_uuid: uuid.UUID) -> str | None:
     now = timezone.now()
     claim = _claim(lead_uuid, now)
     if claim is None:
         return None
-    lead = Lead.objects.only("id", "email", "domain", "company", "country", "enrichment").get(
-        id=lead_uuid
+    lead = (
+        Lead.objects.select_related("source")
+        .only("id", "email", "domain", "company", "country", "enrichment", "source__slug")
+        .get(id=lead_uuid)
     )
+    log_context_add(source=lead.source.slug)
     record = _http_record(lead)
     max_attempts = settings.ENRICHMENT_HTTP_MAX_ATTEMPTS
     last_error = record.get("error") or "none finished (worker crash or time limit)"

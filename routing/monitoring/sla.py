@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from audit.models import EventType
 from audit.services import event_record_for_assignment
+from config.logging import log_context
 from leads.models import Lead, LeadStatus
 from routing.decisions import (
     LiveConfig,
@@ -174,7 +175,7 @@ def sla_check(
                 Q(sla_due_at__gt=cursor[0]) | Q(sla_due_at=cursor[0], pk__gt=cursor[1])
             )
         batch = list(
-            rows.order_by("sla_due_at", "id").values_list("sla_due_at", "id")[
+            rows.order_by("sla_due_at", "id").values_list("sla_due_at", "id", "lead_id")[
                 : min(batch_size, limit - seen)
             ]
         )
@@ -185,23 +186,24 @@ def sla_check(
                 "assignment_id", flat=True
             )
         )
-        for due_at, assignment_id in batch:
+        for due_at, assignment_id, lead_id in batch:
             if _clock() >= deadline:
                 result.out_of_time = True
                 break
             cursor = (due_at, assignment_id)
             seen += 1
-            try:
-                breach = assignment_sla_breach(assignment_id=assignment_id, now=now)
-            except SoftTimeLimitExceeded:
-                raise  # the task ran out of time: not this row's fault
-            except Exception as exc:  # one bad row must not stop the others
-                logger.exception("SLA check of assignment %s failed", assignment_id)
-                result.failed += 1
-                _record_failure(assignment_id, exc, now)
-                continue
-            if assignment_id in failing:
-                _clear_failure(assignment_id, now)
+            with log_context(lead_id=lead_id):  # every line logged meanwhile names the lead
+                try:
+                    breach = assignment_sla_breach(assignment_id=assignment_id, now=now)
+                except SoftTimeLimitExceeded:
+                    raise  # the task ran out of time: not this row's fault
+                except Exception as exc:  # one bad row must not stop the others
+                    logger.exception("SLA check of assignment %s failed", assignment_id)
+                    result.failed += 1
+                    _record_failure(assignment_id, exc, now)
+                    continue
+                if assignment_id in failing:
+                    _clear_failure(assignment_id, now)
             if breach is None:
                 continue
             result.breached += 1
