@@ -69,6 +69,13 @@ def crm_person_owner(lead: Any) -> tuple[CrmOwnerFound | None, list[str]]:
                     f"{owner.get('owner_email') or owner.get('owner_id')}, who is no rep"
                 )
             continue
+        if owner.get("active_in_crm") is False:
+            notes.append(
+                f"{crm_label(kind)}: {person.get('object')} {person.get('id')} is owned by "
+                f"{owner.get('rep_name') or owner.get('owner_email')}, whose "
+                f"{crm_label(kind)} user is deactivated: routed by the rules"
+            )
+            continue
         return (
             CrmOwnerFound(
                 kind=kind,
@@ -95,6 +102,8 @@ def crm_account(lead: Any, local: AccountFacts | None) -> AccountFacts | None:
             continue
         owner = entry.get("company_owner") if isinstance(entry.get("company_owner"), dict) else {}
         rep_id = owner.get("rep_id") if isinstance(owner, dict) else None
+        if isinstance(owner, dict) and owner.get("active_in_crm") is False:
+            rep_id = None  # the owner's CRM user is deactivated: not an owner to route to
         if local is not None:
             if rep_id is None:
                 return local

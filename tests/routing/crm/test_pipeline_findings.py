@@ -120,6 +120,34 @@ def test_an_owner_who_is_no_rep_is_noted_and_the_rules_decide(world):
     assert "HubSpot: contact 501 is owned by someone@example.com, who is no rep" in whys
 
 
+def _deactivate_in_crm(email: str) -> None:
+    from routing.crm.models import CrmOwner
+
+    CrmOwner.objects.filter(kind="hubspot", email=email).update(active_in_crm=False)
+
+
+def test_an_owner_deactivated_in_the_crm_is_noted_and_the_rules_decide(world):
+    _deactivate_in_crm("ana@example.com")  # she left; RevOps has not deactivated the rep yet
+    lead = _lead(_found("7001"))
+    lead_process(lead_id=lead.id)
+    assignment = Assignment.objects.get(lead=lead)
+    assert assignment.kind == AssignmentKind.INITIAL
+    assert assignment.rep == world["ben"]
+    whys = [entry["why"] for entry in assignment.trace]
+    assert (
+        "HubSpot: contact 501 is owned by Ana, whose HubSpot user is deactivated: "
+        "routed by the rules" in whys
+    )
+
+
+def test_a_company_owned_by_a_user_deactivated_in_the_crm_has_no_account_owner(world):
+    _deactivate_in_crm("ben@example.com")
+    lead = _lead(_found(None, company_owner="7002"))
+    lead_process(lead_id=lead.id)
+    assignment = Assignment.objects.get(lead=lead)
+    assert assignment.rule_name == "Everyone"
+
+
 def test_honour_crm_owner_off_lets_the_rules_decide(world):
     lead = _lead(_found("7001", honour_owner=False))
     lead_process(lead_id=lead.id)
