@@ -307,8 +307,10 @@ def _apply(
             report.reassigned += 1
             return
     touched, touch_kind = activity.touched_at, activity.touch_kind
-    if seen_status is None and activity.status:
-        _status_remember(row.lead_id, kind, activity.status)
+    if seen_status is None:
+        # The first read is the baseline, an empty status too (a HubSpot contact has no lead
+        # status until a rep sets one: setting it is then a change).
+        _status_remember(row.lead_id, kind, activity.status or "")
     elif touched is None and _status_moved(seen_status, activity.status):
         # A status the rep changed (HubSpot lead status, a Salesforce Lead's Status): neither CRM
         # says when without field history, so it counts from when this job first saw it.

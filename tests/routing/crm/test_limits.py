@@ -32,7 +32,8 @@ def test_the_redis_bucket_grants_several_tokens_all_or_none():
     bucket = _bucket(burst=3)
     assert bucket.take(2).granted
     refused = bucket.take(2)  # one left: not half of it
-    assert not refused.granted and refused.wait_seconds > 0
+    assert not refused.granted
+    assert refused.wait_seconds > 0
     assert bucket.available() == 1
     assert bucket.take(1).granted
     assert bucket.available() == 0
@@ -73,7 +74,8 @@ def test_a_stage_reserves_its_requests_at_the_first_one():
     second = spender(connection, reserve=3)
     with pytest.raises(CrmError) as info:
         second(1)  # 2 left: not enough for a whole lookup, so it takes none
-    assert info.value.kind == "rate_limited" and info.value.retry_after
+    assert info.value.kind == "rate_limited"
+    assert info.value.retry_after
     third = spender(connection, reserve=1)
     third(1)
     third(1)  # the two the second stage did not take are still there

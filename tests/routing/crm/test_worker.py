@@ -20,7 +20,7 @@ from routing.crm.models import CrmConnection, CrmOwner
 from routing.crm.roster import crm_roster_sync
 from routing.crm.salesforce import clear_token_cache
 from routing.crm.secrets import secret_seal
-from routing.delivery.models import Delivery, DeliveryStatus
+from routing.delivery.models import Delivery
 from routing.delivery.services import deliveries_sweep_due
 from routing.models import Assignment
 from routing.monitoring.models import Alert

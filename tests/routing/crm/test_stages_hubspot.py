@@ -1,0 +1,271 @@
+"""The CRM stages end to end against the HubSpot stand-in, through hubspot-api-client: the
+roster from owners, the contact already owned in HubSpot, a company's owner as the account
+owner, owner write-back created once, first touch and a lead status change read back, an owner
+changed in HubSpot, a 429 and a revoked token."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from audit.models import Event
+from leads.models import CrmLookupStatus, Lead, LeadStatus
+from routing import decisions
+from routing.crm.health import crm_health_check
+from routing.crm.hubspot import clear_account_cache
+from routing.crm.lookup import clear_connection_cache, lead_crm_lookup
+from routing.crm.models import CrmConnection, CrmOwner
+from routing.crm.roster import crm_roster_sync
+from routing.crm.secrets import secret_seal
+from routing.crm.touches import crm_touches_sync
+from routing.delivery.models import Delivery, DeliveryStatus
+from routing.delivery.services import delivery_attempt
+from routing.models import Assignment, AssignmentKind
+from routing.monitoring.models import Alert
+from routing.services import lead_process
+from tests.leads.factories import LeadFactory
+from tests.routing.enrichment.conftest import Sent, sent
+from tests.routing.factories import RepFactory, published_ruleset, team_with
+from tests.support.crm_hubspot import HubSpotStandIn, hubspot_standin
+
+__all__ = ["hubspot_standin", "sent"]
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Iterator[None]:
+    decisions.clear_live_config_cache()
+    clear_connection_cache()
+    clear_account_cache()
+    yield
+    clear_account_cache()
+    decisions.clear_live_config_cache()
+
+
+@pytest.fixture
+def portal(hubspot_standin: HubSpotStandIn, settings: Any) -> dict[str, Any]:
+    """A HubSpot account with two owners who are reps, one who is not, and a connection."""
+    settings.CRM_CA_BUNDLE = hubspot_standin.ca_file
+    settings.CRM_LOOKUP_BACKOFF_SECONDS = 0
+    hs = hubspot_standin
+    owners = {
+        "ana": hs.add_owner("ana@example.com", "Ana", "A"),
+        "ben": hs.add_owner("ben@example.com", "Ben", "B"),
+        "ops": hs.add_owner("ops@example.com", "Ops", "Integration"),
+        "old": hs.add_owner("old@example.com", "Old", "Timer", archived=True),
+    }
+    ana = RepFactory(email="ana@example.com", name="Ana")
+    ben = RepFactory(email="ben@example.com", name="Ben")
+    old = RepFactory(email="old@example.com", name="Old")
+    team = team_with([ana, ben])
+    connection = CrmConnection.objects.create(
+        kind="hubspot",
+        name="HubSpot",
+        base_url=hs.url,
+        secret_encrypted=secret_seal(hs.token),
+        writeback_enabled=True,
+        touches_enabled=True,
+    )
+    report = crm_roster_sync(connection, create_reps=False)
+    assert sorted(report.linked) == [
+        "ana@example.com",
+        "ben@example.com",
+        "old@example.com",
+    ], report.summary()
+    published_ruleset(
+        {"name": "Named accounts", "action": {"type": "account_owner"}},
+        {"name": "Everyone", "action": {"type": "team", "team": team.name}},
+    )
+    hs.reset_log()
+    return {"hs": hs, "owners": owners, "ana": ana, "ben": ben, "old": old, "conn": connection}
+
+
+def _route(lead: Lead, capture: Any) -> str | None:
+    with capture(execute=True):
+        status = lead_process(lead_id=lead.id)
+    lead.refresh_from_db()
+    if lead.crm_status == CrmLookupStatus.PENDING:
+        with capture(execute=True):
+            lead_crm_lookup(lead_id=lead.id)
+        with capture(execute=True):
+            status = lead_process(lead_id=lead.id)
+    return status
+
+
+def _write_back(lead: Lead) -> Delivery:
+    delivery = Delivery.objects.get(assignment__lead=lead, channel="crm", assignment__active=True)
+    Delivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now())
+    delivery_attempt(delivery_id=delivery.pk)
+    delivery.refresh_from_db()
+    return delivery
+
+
+def _creates(hs: HubSpotStandIn) -> list[Any]:
+    return [
+        r
+        for r in hs.requests
+        if r.method == "POST" and r.path.rstrip("/").endswith("/crm/v3/objects/contacts")
+    ]
+
+
+def test_the_roster_maps_owners_to_reps_and_flags_the_archived_one(portal):
+    owners = {o.email: o for o in CrmOwner.objects.filter(kind="hubspot").select_related("rep")}
+    assert owners["ana@example.com"].owner_id == portal["owners"]["ana"]
+    assert owners["ana@example.com"].rep_id == portal["ana"].pk
+    assert owners["ops@example.com"].rep is None
+    assert owners["old@example.com"].active_in_crm is False
+
+
+def test_a_contact_owned_in_hubspot_goes_to_its_owner_and_nothing_is_patched(
+    portal, sent: Sent, django_capture_on_commit_callbacks
+):
+    hs = portal["hs"]
+    hs.add_contact(email="pat@acme.com", hubspot_owner_id=portal["owners"]["ben"])
+    lead = LeadFactory(raw_payload={"email": "PAT@acme.com", "company": "Acme"})
+    assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    assignment = Assignment.objects.get(lead=lead)
+    assert assignment.rep_id == portal["ben"].pk
+    assert assignment.kind == AssignmentKind.CRM_OWNER
+    assert "already owned in HubSpot by" in assignment.reason
+    lead.refresh_from_db()
+    found = lead.crm["hubspot"]["person"]
+    assert found["object"] == "contact"
+    assert found["owner_id"] == portal["owners"]["ben"]
+    assert "/record/0-1/" in found["url"]
+    before = len(hs.requests)
+    delivery = _write_back(lead)
+    assert delivery.status == DeliveryStatus.DELIVERED, delivery.last_error
+    assert "PATCH" not in [r.method for r in hs.requests[before:]]
+
+
+def test_a_company_owner_is_the_account_owner(portal, django_capture_on_commit_callbacks):
+    hs = portal["hs"]
+    hs.add_company(name="Globex", domain="globex.com", hubspot_owner_id=portal["owners"]["ana"])
+    lead = LeadFactory(raw_payload={"email": "someone@globex.com", "company": "Globex"})
+    assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    assignment = Assignment.objects.get(lead=lead)
+    assert assignment.rep_id == portal["ana"].pk
+    event = Event.objects.get(lead=lead, type="crm_checked")
+    assert "Globex" in event.data["summary"]
+
+
+def test_an_owner_who_is_an_archived_owner_does_not_get_the_lead(
+    portal, django_capture_on_commit_callbacks
+):
+    hs = portal["hs"]
+    hs.add_contact(email="left@acme.com", hubspot_owner_id=portal["owners"]["old"])
+    lead = LeadFactory(raw_payload={"email": "left@acme.com"})
+    assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    assignment = Assignment.objects.get(lead=lead)
+    assert assignment.rep_id in (portal["ana"].pk, portal["ben"].pk)
+    assert assignment.kind != AssignmentKind.CRM_OWNER
+
+
+def test_a_new_person_is_written_to_hubspot_once(portal, django_capture_on_commit_callbacks):
+    hs = portal["hs"]
+    lead = LeadFactory(
+        raw_payload={"email": "new@fresh.io", "first_name": "Nia", "last_name": "New"}
+    )
+    assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    assignment = Assignment.objects.get(lead=lead)
+    delivery = _write_back(lead)
+    assert delivery.status == DeliveryStatus.DELIVERED, delivery.last_error
+    assert len(_creates(hs)) == 1
+    lead.refresh_from_db()
+    written = lead.crm["hubspot"]["written"]
+    assert written["outcome"] == "created"
+    contact = hs.contact(written["id"])
+    assert contact is not None
+    expected = CrmOwner.objects.get(kind="hubspot", rep=assignment.rep).owner_id
+    assert contact["hubspot_owner_id"] == expected
+    assert (contact["firstname"], contact["lastname"]) == ("Nia", "New")
+    # A repeated delivery (a lost acknowledgement) does not create a second contact.
+    Delivery.objects.filter(pk=delivery.pk).update(
+        status=DeliveryStatus.PENDING, next_attempt_at=timezone.now()
+    )
+    assert _write_back(lead).status == DeliveryStatus.DELIVERED
+    assert len(_creates(hs)) == 1
+
+
+def test_first_touch_and_a_lead_status_change_are_read_back(
+    portal, django_capture_on_commit_callbacks
+):
+    hs = portal["hs"]
+    one = LeadFactory(raw_payload={"email": "one@fresh.io", "last_name": "One"})
+    two = LeadFactory(raw_payload={"email": "two@fresh.io", "last_name": "Two"})
+    for lead in (one, two):
+        _route(lead, django_capture_on_commit_callbacks)
+        assert _write_back(lead).status == DeliveryStatus.DELIVERED
+        lead.refresh_from_db()
+    report = crm_touches_sync(portal["conn"])
+    assert (report.read, report.touched) == (2, 0)
+
+    called = dt.datetime.now(dt.UTC)  # after the assignment (a future time is clamped to now)
+    hs.edit_contact(one.crm["hubspot"]["written"]["id"], notes_last_contacted=called.isoformat())
+    hs.edit_contact(two.crm["hubspot"]["written"]["id"], hs_lead_status="IN_PROGRESS")
+    report = crm_touches_sync(portal["conn"])
+    assert report.touched == 2
+    touched = {a.lead_id: a for a in Assignment.objects.filter(active=True)}
+    assert touched[one.id].touch_source == "hubspot"
+    assert abs((touched[one.id].touched_at - called).total_seconds()) < 0.01
+    assert touched[two.id].touch_source == "hubspot"
+    assert crm_touches_sync(portal["conn"]).touched == 0  # recorded once
+
+
+def test_an_owner_changed_in_hubspot_is_a_reassignment_made_in_hubspot(
+    portal, django_capture_on_commit_callbacks
+):
+    hs = portal["hs"]
+    lead = LeadFactory(raw_payload={"email": "moved@fresh.io", "last_name": "Moved"})
+    _route(lead, django_capture_on_commit_callbacks)
+    _write_back(lead)
+    lead.refresh_from_db()
+    first = Assignment.objects.get(lead=lead, active=True)
+    other = portal["ben"] if first.rep_id == portal["ana"].pk else portal["ana"]
+    other_owner = CrmOwner.objects.get(kind="hubspot", rep=other).owner_id
+    hs.edit_contact(lead.crm["hubspot"]["written"]["id"], hubspot_owner_id=other_owner)
+    report = crm_touches_sync(portal["conn"])
+    assert report.reassigned == 1
+    current = Assignment.objects.get(lead=lead, active=True)
+    assert current.rep_id == other.pk
+    assert "reassigned in HubSpot" in current.reason
+    assert not Delivery.objects.filter(assignment=current, channel="crm").exists()
+
+
+def test_a_429_makes_the_lookup_wait_without_counting_a_try(
+    portal, django_capture_on_commit_callbacks
+):
+    hs = portal["hs"]
+    hs.limit_next(1, retry_after=1)
+    lead = LeadFactory(raw_payload={"email": "busy@fresh.io"})
+    with django_capture_on_commit_callbacks(execute=True):
+        lead_process(lead_id=lead.id)
+    assert lead_crm_lookup(lead_id=lead.id) in ("waiting", "retry")
+    lead.refresh_from_db()
+    assert lead.crm_status == CrmLookupStatus.PENDING
+    assert lead.crm_next_at is not None
+    assert lead.crm_next_at > timezone.now()
+
+
+def test_a_revoked_token_raises_the_crm_alert_and_routing_goes_on(
+    portal, django_capture_on_commit_callbacks
+):
+    hs = portal["hs"]
+    hs.expire_tokens()
+    lead = LeadFactory(raw_payload={"email": "auth@fresh.io"})
+    assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    assert crm_health_check() == {"HubSpot": "auth"}
+    alert = Alert.objects.get(kind="crm", status="open")
+    assert hs.token not in alert.message
+    # A new token is saved: the probe succeeds and the alert resolves.
+    connection = portal["conn"]
+    connection.secret_encrypted = secret_seal(hs.rotate_token())
+    connection.save()
+    clear_connection_cache()
+    assert crm_health_check() == {}
+    assert not Alert.objects.filter(kind="crm", status="open").exists()
