@@ -82,7 +82,7 @@ run: migrate
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HOST=$(HOST) PORT=$(PORT) \
 	  CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT=$${CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT:-3} \
 	  LEADROUTER_URL=http://$(if $(filter 0.0.0.0,$(HOST)),127.0.0.1,$(HOST)):$(PORT) \
-	  $(VENV)/bin/honcho start -f Procfile
+	  $(PY) -m config.stack -f Procfile
 
 # Demo traffic for a running `make run` (see simulate_traffic --help for more).
 SPIKE ?= 400

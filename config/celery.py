@@ -1,10 +1,21 @@
 """The Celery app: ``celery -A config worker`` and ``celery -A config beat``."""
 
+import contextlib
+import logging
 import os
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_init,
+    worker_ready,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 
@@ -79,6 +90,46 @@ def drop_broken_db_connections(**kwargs: Any) -> None:
         if not connection.in_atomic_block:
             connection.close_if_unusable_or_obsolete()
 
+
+def _watch_broker_folders(sender: Any = None, **kwargs: Any) -> None:
+    """On the filesystem broker, stop this worker (exit 70) when its folders vanish.
+
+    ``var/`` removed under a running worker (``make clean``, a deleted test folder, an orphan
+    of a stack that is gone) leaves nothing to consume or acknowledge; without this it depended
+    on where the worker was whether it crashed or went on running, shut off from everything.
+    A thread, so that it works whatever the main loop is doing (a warm shutdown included).
+    """
+    from django.conf import settings
+
+    if not settings.BROKER_IS_FILESYSTEM:
+        return
+    folders = [Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS[key]) for key in _BROKER_FOLDERS]
+    interval = settings.BROKER_FOLDER_CHECK_SECONDS
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval)
+            missing = next((folder for folder in folders if not folder.is_dir()), None)
+            if missing is None:
+                continue
+            logging.getLogger("config.celery").critical(
+                "the filesystem broker's folder %s is gone: this worker stops (exit 70). "
+                "Start the stack again (make run) to recreate it.",
+                missing,
+            )
+            for handler in logging.getLogger().handlers:
+                with contextlib.suppress(Exception):
+                    handler.flush()
+            # Not a graceful stop: with the broker gone nothing can be acknowledged or handed
+            # back, and the pool's children end with this process (prefork sets their
+            # PR_SET_PDEATHSIG). The leads are rows in the database: the sweeper resends them.
+            os._exit(70)
+
+    threading.Thread(target=watch, name="broker-folder-watch", daemon=True).start()
+
+
+_BROKER_FOLDERS = ("data_folder_in", "processed_folder", "control_folder")
+worker_ready.connect(_watch_broker_folders, weak=False, dispatch_uid="leadrouter-broker-watch")
 
 task_prerun.connect(drop_broken_db_connections, weak=False, dispatch_uid="leadrouter-db-prerun")
 task_postrun.connect(drop_broken_db_connections, weak=False, dispatch_uid="leadrouter-db-postrun")

@@ -3,12 +3,14 @@ the exit status of `make test`."""
 
 from __future__ import annotations
 
+import contextlib
 import http.cookiejar
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -190,6 +192,64 @@ def test_web_worker_and_beat_run_together_and_stop_on_ctrl_c(tmp_path, settings)
     assert " ready." in output  # celery worker
     assert "beat: Starting" in output
     assert _status(f"{base}/healthz") == 0, "web still answering after Ctrl-C"
+
+
+def _stack_env(tmp_path: Path, port: int) -> dict[str, str]:
+    env = child_env(
+        DJANGO_SETTINGS_MODULE="config.settings.base",
+        LEADROUTER_VAR_DIR=str(tmp_path),
+        PORT=str(port),
+        HOST="127.0.0.1",
+        WEB_CONCURRENCY="1",
+    )
+    for name in MAKE_VARIABLES:
+        env.pop(name, None)
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != str(BIN))
+    return env
+
+
+@pytest.mark.worker
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "how",
+    [
+        # A process manager: SIGTERM to the whole group, SIGKILL to it 2 s later.
+        "group SIGTERM, then SIGKILL",
+        # `kill -9 <pid of make>`: nothing else of the stack is told.
+        "SIGKILL to make alone",
+    ],
+)
+def test_no_process_outlives_make_run_however_it_is_ended(tmp_path, how):
+    """Issue 23, item 1: a celery worker survived `make run` ended by SIGTERM then SIGKILL."""
+    port = free_port()
+    marker = ("LEADROUTER_VAR_DIR", str(tmp_path))
+    stack = start(["make", "run", f"PORT={port}", "HOST=127.0.0.1"], _stack_env(tmp_path, port))
+    left: dict[int, str] = {}
+    try:
+        wait_until(
+            lambda: _status(f"http://127.0.0.1:{port}/readyz") == 200 and " ready." in stack.text(),
+            timeout=150,
+            message=lambda: f"the stack never came up:\n{stack.text()[-4000:]}",
+        )
+        running = processes_with_env(*marker)
+        assert any("worker" in cmd for cmd in running.values()), _describe(running)
+        make = stack.popen.pid
+        if how == "SIGKILL to make alone":
+            os.kill(make, signal.SIGKILL)
+        else:
+            os.killpg(make, signal.SIGTERM)
+            time.sleep(2)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(make, signal.SIGKILL)
+        # Each process ends within its stop grace (10 s) and a little more.
+        left = wait_for_no_processes_with_env(*marker, timeout=25)
+    finally:
+        stack.stop(sig=signal.SIGKILL, timeout=10)
+        left = left or wait_for_no_processes_with_env(*marker, timeout=5)
+    assert not left, (
+        f"processes left running after {how}:\n{_describe(left)}\n{stack.text()[-3000:]}"
+    )
 
 
 def test_process_scan_finds_what_a_process_group_check_misses(tmp_path):

@@ -191,6 +191,9 @@ REDIS_URL: str = env.str("REDIS_URL", default="")
 CELERY_BROKER_URL: str = env.str("CELERY_BROKER_URL", default="") or REDIS_URL or "filesystem://"
 BROKER_IS_FILESYSTEM = CELERY_BROKER_URL.startswith("filesystem://")
 BROKER_DIR = Path(env.str("LEADROUTER_BROKER_DIR", default=str(VAR_DIR / "broker")))
+# A worker on the filesystem broker checks this often that its folders still exist, and exits
+# (70) when they are gone (config/celery.py).
+BROKER_FOLDER_CHECK_SECONDS = env.float("BROKER_FOLDER_CHECK_SECONDS", default=2.0)
 
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=120)
 CELERY_TASK_SOFT_TIME_LIMIT = env.int(

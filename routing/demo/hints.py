@@ -1,8 +1,8 @@
 """``python -m routing.demo.hints``: once the web server answers, say what to try first.
 
 Run by `make run` beside web, worker and beat (see the Procfile). Standard library only, so it
-costs a few megabytes; after printing it waits quietly until the stack stops (honcho stops every
-process when one exits, so it must not exit).
+costs a few megabytes; after printing it waits quietly until the stack stops (config.stack stops
+every process when one exits, so it must not exit).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def _ready(url: str) -> bool:
 
 
 def main() -> int:
-    # Not PORT: honcho gives each process of the Procfile a PORT of its own (web's plus 100...).
+    # The web's address as `make run` announces it (HOST may be 0.0.0.0: not an address to ask).
     base = os.environ.get("LEADROUTER_URL", "http://127.0.0.1:8000").rstrip("/")
     var_dir = Path(os.environ.get("LEADROUTER_VAR_DIR") or Path(__file__).parents[2] / "var")
     deadline = time.monotonic() + WAIT_SECONDS
@@ -78,7 +78,7 @@ def main() -> int:
     else:
         print(hints_text(base, _logins(var_dir)), flush=True)
     sys.stdout.flush()
-    while True:  # honcho stops everything when one process exits: wait to be stopped
+    while True:  # config.stack stops everything when one process exits: wait to be stopped
         signal.pause()
 
 

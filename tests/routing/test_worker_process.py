@@ -24,3 +24,39 @@ def test_a_worker_with_no_flags_consumes_every_declared_queue():
     seen = dict(QueueHeartbeat.objects.exclude(worker="").values_list("queue", "worker"))
     assert set(seen) == set(queues)
     assert all("@test-" in name for name in seen.values()), seen
+
+
+@pytest.mark.slow
+def test_a_worker_whose_filesystem_broker_folder_vanished_exits_with_an_error(tmp_path):
+    """Issue 23, item 1: `var/` removed under a running worker (a `make clean`, a deleted test
+    folder) must stop it, non-zero, with a line saying why."""
+    import shutil
+
+    from tests.support.processes import BIN, child_env, start
+
+    broker = tmp_path / "broker"
+    env = child_env(
+        CELERY_BROKER_URL="filesystem://",
+        LEADROUTER_BROKER_DIR=str(broker),
+        CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT="1",
+    )
+    worker = start(
+        [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO", "--concurrency", "1"],
+        env,
+    )
+    try:
+        worker.wait_for_output(" ready.", timeout=60)
+        shutil.rmtree(broker)
+        try:
+            returncode = worker.popen.wait(timeout=60)
+        except Exception:
+            raise AssertionError(
+                f"the worker kept running without its broker folder:\n{worker.text()[-3000:]}"
+            ) from None
+    finally:
+        worker.stop(timeout=10)
+    assert returncode != 0, worker.text()[-3000:]
+    # One clear line naming the folder, not only a traceback from deep inside kombu.
+    assert f"the filesystem broker's folder {broker / 'queue'} is gone" in worker.text(), (
+        worker.text()[-3000:]
+    )
