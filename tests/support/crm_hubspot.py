@@ -611,7 +611,7 @@ class HubSpotStandIn:
     # -- controls --------------------------------------------------------------------------
 
     def _new_token(self) -> str:
-        token = f"pat-{getattr(self, 'region', 'na1')}-{uuid.uuid4()}"
+        token = f"pat-{self.region}-{uuid.uuid4()}"
         with self._lock:
             self._tokens[token] = None
         return token
@@ -875,7 +875,7 @@ class HubSpotStandIn:
                 if search:
                     recent = sum(1 for at, s in self._hits if s and now - at < 1.0)
                     if recent > self.search_per_second:
-                        limited = (1.0, "SECONDLY")
+                        limited = (None, "SECONDLY")
                 else:
                     window = self.burst_interval_ms / 1000
                     recent = sum(1 for at, s in self._hits if not s and now - at < window)

@@ -17,7 +17,7 @@ from tests.support.crm_hubspot import HubSpotStandIn, hubspot_standin
 
 __all__ = ["hubspot_standin"]
 
-NOW = dt.datetime.now(dt.UTC)
+NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)  # HubSpot keeps milliseconds
 HOUR = dt.timedelta(hours=1)
 
 
