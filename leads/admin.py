@@ -21,7 +21,7 @@ from config.json_input import BoundedJsonAdmin
 from leads.inbox import refused_dismiss, refused_reaccept
 from leads.models import Lead, RefusedPayload, RefusedState, Source, SourceAuthMode
 from leads.services import source_set_hmac_secret, source_set_token
-from leads.sources import kind_choices, kind_get
+from leads.sources import kind_choices, kind_get, options_masked, options_unmasked
 from leads.tryit import (
     Sample,
     SourceTryForm,
@@ -110,8 +110,19 @@ class SourceForm(forms.ModelForm):
             "rate_limit_per_minute",
         )
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:  # a secret kind option (a page token) is never shown again
+            self.initial["kind_options"] = options_masked(
+                self.instance.kind, self.instance.kind_options
+            )
+
     def clean_kind(self) -> str:
         return self.cleaned_data.get("kind") or "generic"
+
+    def clean_kind_options(self) -> Any:
+        stored = Source.objects.filter(pk=self.instance.pk).values_list("kind_options", flat=True)
+        return options_unmasked(self.cleaned_data.get("kind_options"), stored.first())
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

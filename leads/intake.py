@@ -112,7 +112,7 @@ def records_read(source: Source, request: HttpRequest, body: bytes) -> list[dict
         value = parse_json(body, limits)
         if not isinstance(value, dict):
             raise IntakeError(400, "invalid_body", "The body must be a JSON object.")
-        return [value]
+        return _split(source, value)
     if kind_type in FORM_TYPES:
         return [parse_form(request, limits)]
     raise IntakeError(
@@ -120,6 +120,21 @@ def records_read(source: Source, request: HttpRequest, body: bytes) -> list[dict
         "unsupported_media_type",
         "Send application/json, application/x-www-form-urlencoded or multipart/form-data.",
     )
+
+
+def _split(source: Source, record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records one JSON body holds by its kind (Meta's batched leadgen changes), else it."""
+    kind = kind_get(source.kind)
+    if kind.split is None:
+        return [record]
+    options = source.kind_options if isinstance(source.kind_options, dict) else {}
+    try:
+        parts = kind.split(record, options)
+    except Exception:  # a splitter that cannot read the body: the body is one record
+        return [record]
+    if not isinstance(parts, list) or not parts or len(parts) > settings.INTAKE_MAX_BATCH:
+        return [record]
+    return [part for part in parts if isinstance(part, dict)] or [record]
 
 
 def batch_records_read(request: HttpRequest, body: bytes) -> list[Any]:

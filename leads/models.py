@@ -171,6 +171,13 @@ class CrmLookupStatus(models.TextChoices):
     FAILED = "failed", "CRM unavailable (routed without it)"
 
 
+class FetchStatus(models.TextChoices):
+    NONE = "", "Not needed (the payload is the lead)"
+    PENDING = "pending", "Waiting to be fetched from the vendor"
+    DONE = "done", "Fetched from the vendor"
+    FAILED = "failed", "Could not be fetched (see the last error; retry from the admin)"
+
+
 class Lead(models.Model):
     """One lead as received (raw payload kept verbatim) and normalised to canonical fields."""
 
@@ -272,6 +279,19 @@ class Lead(models.Model):
         blank=True,
         help_text="What each CRM said about this lead's person and company, by CRM kind.",
     )
+    # A lead that its notification only names (Meta's leadgen webhook) is fetched from the
+    # vendor's API first, on the enrichment queue: parked `processing` without a lease and
+    # `fetch_status` pending (routing/fetch/). It is normalised from what the API returned.
+    fetch_status = models.CharField(
+        max_length=16, choices=FetchStatus.choices, default="", blank=True
+    )
+    fetch_attempts = models.PositiveSmallIntegerField(default=0)
+    fetch_next_at = models.DateTimeField(null=True, blank=True)
+    fetch = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The fetch from the vendor's API: its progress, and the record it returned.",
+    )
 
     class Meta:
         ordering = ("-received_at",)
@@ -311,6 +331,12 @@ class Lead(models.Model):
                 fields=("crm_next_at",),
                 condition=Q(crm_status="pending"),
                 name="lead_crm_due_idx",
+            ),
+            # Fetches from the vendor's API that are due (the fetch sweeper).
+            models.Index(
+                fields=("fetch_next_at",),
+                condition=Q(fetch_status="pending"),
+                name="lead_fetch_due_idx",
             ),
             # Worker dedup by e-mail, then phone, within a window.
             models.Index(fields=("email", "received_at"), name="lead_email_idx"),

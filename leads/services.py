@@ -32,6 +32,7 @@ from leads.models import (
     CANONICAL_COLUMNS,
     CrmLookupStatus,
     EnrichmentStatus,
+    FetchStatus,
     Lead,
     LeadStatus,
     Source,
@@ -171,6 +172,21 @@ def record_redact(source: Source, record: dict[str, Any]) -> dict[str, Any]:
     return cleaned if isinstance(cleaned, dict) else record
 
 
+def _fetch_notice(source: Source, record: dict[str, Any]) -> str | None:
+    """The kind's word on a record naming a lead its worker fetches ("" accepts it; see
+    ``SourceKind.awaits_fetch``), None when the kind has no such notices or cannot tell."""
+    awaits = kind_get(source.kind).awaits_fetch
+    if awaits is None:
+        return None
+    options = source.kind_options if isinstance(source.kind_options, dict) else {}
+    try:
+        notice = awaits(record, options)
+    except Exception:  # a kind that cannot read the record: judged as any record
+        logger.exception("the %s kind could not tell whether a record awaits a fetch", source.kind)
+        return None
+    return notice if isinstance(notice, str) else None
+
+
 NOT_A_LEAD_MESSAGE = "Not a lead: it needs an e-mail, a phone, or a company together with a name."
 
 
@@ -192,10 +208,12 @@ def _prepare(
     if canonical is None:
         canonical, _custom = map_fields(flat.record, source.field_map or None)
     if not is_a_lead(canonical):
-        message = NOT_A_LEAD_MESSAGE
-        if flat.decoder_error:
-            message += f" (The {source.kind} decoder failed: {flat.decoder_error})"
-        raise IntakeError(422, "not_a_lead", message)
+        notice = _fetch_notice(source, record)
+        if notice != "":  # not a notice of a lead the worker fetches (or one it cannot fetch)
+            message = NOT_A_LEAD_MESSAGE + (notice or "")
+            if flat.decoder_error:
+                message += f" (The {source.kind} decoder failed: {flat.decoder_error})"
+            raise IntakeError(422, "not_a_lead", message)
     record_key = _idempotency_key(canonical, None) if not header_key else None
     return _Prepared(
         index=index,
@@ -468,6 +486,12 @@ BACK_FROM_ENRICHMENT = Q(status=LeadStatus.PROCESSING, claimed_until__isnull=Tru
         crm_status__in=(CrmLookupStatus.DONE, CrmLookupStatus.FAILED),
         enrichment_status=EnrichmentStatus.NONE,
     )
+    # Fetched from the vendor's API (routing/fetch/), before any other stage parked it.
+    | Q(
+        fetch_status=FetchStatus.DONE,
+        crm_status=CrmLookupStatus.NONE,
+        enrichment_status=EnrichmentStatus.NONE,
+    )
 )
 
 
@@ -711,10 +735,19 @@ def leads_requeue_stale(
 # --- Normalisation (worker side) -------------------------------------------------------------
 
 
+def lead_record(lead: Lead) -> Any:
+    """The record the lead is read from: what the vendor's API returned for a lead its
+    notification only named (routing/fetch/), else the payload as received."""
+    fetched = lead.fetch.get("lead") if isinstance(lead.fetch, dict) else None
+    if lead.fetch_status == FetchStatus.DONE and isinstance(fetched, dict):
+        return fetched
+    return lead.raw_payload
+
+
 def lead_apply_normalization(*, lead: Lead) -> Lead:
     """Fill the lead's canonical fields, custom and flags from its raw payload (not saved)."""
     source_map = lead.source.field_map or None
-    flat = source_flatten(lead.source, lead.raw_payload)
+    flat = source_flatten(lead.source, lead_record(lead))
     result = normalize(flat.record, source_map)
     for name in CANONICAL_COLUMNS:
         value = result.fields.get(name)

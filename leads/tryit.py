@@ -23,7 +23,7 @@ from leads.models import Lead, RefusedPayload, RefusedState, Source
 from leads.normalize import is_a_lead, map_fields, normalize
 from leads.parsing import IntakeError, _parse_urlencoded, check_value, parse_json
 from leads.services import NOT_A_LEAD_MESSAGE
-from leads.sources import flatten, kind_choices, kinds
+from leads.sources import flatten, kind_choices, kinds, options_masked, options_unmasked
 from leads.sources.paths import field_map_errors
 
 FORMAT_JSON = "json"
@@ -157,7 +157,8 @@ def source_try(
 ) -> TryResult:
     """``text`` read with ``kind``, ``kind_options`` and ``field_map`` as the kickoff and the
     worker would read it for ``source``; nothing is saved. TryInputError for unusable input."""
-    kind_options = {} if kind_options is None else kind_options
+    edited = {} if kind_options is None else kind_options
+    kind_options = options_unmasked(edited, source.kind_options)
     field_map = {} if field_map is None else field_map
     errors = _config_errors(kind, kind_options, field_map)
     record: dict[str, Any] = {}
@@ -333,7 +334,7 @@ class SourceTryForm(forms.Form):
         return {
             "fmt": FORMAT_JSON,
             "kind": source.kind or "generic",
-            "kind_options": pretty(source.kind_options or {}),
+            "kind_options": pretty(options_masked(source.kind, source.kind_options or {})),
             "field_map": pretty(source.field_map or {}),
         }
 

@@ -44,6 +44,7 @@ from routing.enrichment import (
     enrichment_http_wanted,
     enrichment_trace_note,
 )
+from routing.fetch.meta import lead_meta_fetch_park, lead_meta_fetch_wanted
 from routing.models import (
     Assignment,
     AssignmentKind,
@@ -397,6 +398,10 @@ def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
         lead.claimed_until = None
         if lead.attempts > settings.LEAD_MAX_ATTEMPTS:
             return _quarantine(lead, now)
+        if lead_meta_fetch_wanted(lead):
+            # A notification that only names its lead: fetched first; it comes back here.
+            lead_meta_fetch_park(lead, now)
+            return lead.status
         # Each stage runs once: a lead back from enrichment (or retried) skips what is done.
         if lead.normalized_at is None:
             lead_apply_normalization(lead=lead)

@@ -510,11 +510,39 @@ ENRICHMENT_SWEEP_INTERVAL_SECONDS = env.float("ENRICHMENT_SWEEP_INTERVAL_SECONDS
 ENRICHMENT_SWEEP_BATCH_SIZE = env.int("ENRICHMENT_SWEEP_BATCH_SIZE", default=200)
 # A finished lead that routing has not taken this long after is handed back again.
 ENRICHMENT_HANDBACK_RETRY_SECONDS = env.int("ENRICHMENT_HANDBACK_RETRY_SECONDS", default=60)
-CELERY_IMPORTS = ("routing.enrichment.tasks", "routing.crm.tasks")
+CELERY_IMPORTS: tuple[str, ...] = ("routing.enrichment.tasks", "routing.crm.tasks")
 CELERY_BEAT_SCHEDULE["enrichment-sweep-due"] = {
     "task": "enrichment.sweep_due",
     "schedule": ENRICHMENT_SWEEP_INTERVAL_SECONDS,
     "options": {"expires": max(5.0, ENRICHMENT_SWEEP_INTERVAL_SECONDS)},
+}
+
+# --- Meta Lead Ads: fetching the lead a leadgen notification names (routing/fetch/meta.py) -----
+# On the `enrichment` queue. Meta's Lead Ads limit is per Page and day (200 x 24 x leads of the
+# last 90 days); this budget per source keeps a burst of notifications polite. Meta's own
+# throttling (codes 4, 17, 32, 613, 80001-80014) pauses it for estimated_time_to_regain_access.
+META_GRAPH_TIMEOUT_SECONDS = env.float("META_GRAPH_TIMEOUT_SECONDS", default=10.0)
+META_GRAPH_CA_BUNDLE: str = env.str("META_GRAPH_CA_BUNDLE", default="")
+META_GRAPH_RATE_PER_MINUTE = env.int("META_GRAPH_RATE_PER_MINUTE", default=120)
+META_GRAPH_BURST = env.int("META_GRAPH_BURST", default=10)
+META_BREAKER_FAILURES = env.int("META_BREAKER_FAILURES", default=5)
+META_BREAKER_COOLDOWN_SECONDS = env.float("META_BREAKER_COOLDOWN_SECONDS", default=60.0)
+# A lead not fetched after this many tries (timeouts, 5xx) or this long is failed, with the
+# reason, for an operator to retry; a refused token waits (an alert) and does not count.
+META_FETCH_MAX_ATTEMPTS = env.int("META_FETCH_MAX_ATTEMPTS", default=10)
+META_FETCH_MAX_WAIT_SECONDS = env.float("META_FETCH_MAX_WAIT_SECONDS", default=6 * 3600.0)
+META_FETCH_BACKOFF_SECONDS = env.float("META_FETCH_BACKOFF_SECONDS", default=5.0)
+META_FETCH_AUTH_RETRY_SECONDS = env.float("META_FETCH_AUTH_RETRY_SECONDS", default=600.0)
+META_FETCH_LEASE_SECONDS = env.int(
+    "META_FETCH_LEASE_SECONDS", default=int(META_GRAPH_TIMEOUT_SECONDS) + 30
+)
+META_FETCH_SWEEP_INTERVAL_SECONDS = env.float("META_FETCH_SWEEP_INTERVAL_SECONDS", default=10.0)
+META_FETCH_SWEEP_BATCH_SIZE = env.int("META_FETCH_SWEEP_BATCH_SIZE", default=200)
+CELERY_IMPORTS = (*CELERY_IMPORTS, "routing.fetch.tasks")
+CELERY_BEAT_SCHEDULE["meta-fetch-sweep-due"] = {
+    "task": "enrichment.meta_fetch_sweep",
+    "schedule": META_FETCH_SWEEP_INTERVAL_SECONDS,
+    "options": {"expires": max(5.0, META_FETCH_SWEEP_INTERVAL_SECONDS)},
 }
 
 # --- Monitoring -------------------------------------------------------------------------------

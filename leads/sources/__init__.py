@@ -82,6 +82,35 @@ def kind_choices() -> list[tuple[str, str]]:
     return [(kind.name, kind.label) for kind in kinds().values()]
 
 
+# What a page shows in place of a secret kind option that is set (a token is never shown again).
+SECRET_KEPT = "[secret: kept; type a new value to replace it]"  # noqa: S105 - a mask
+
+
+def options_masked(kind: str | None, options: Any) -> dict[str, Any]:
+    """A source's kind options as a page may show them: each secret option set is masked."""
+    shown = dict(options) if isinstance(options, dict) else {}
+    for name in kind_get(kind).secret_options:
+        if shown.get(name):
+            shown[name] = SECRET_KEPT
+    return shown
+
+
+def options_unmasked(edited: Any, stored: Any) -> Any:
+    """Kind options edited on a page, with each masked secret back to its stored value (a mask
+    whose value is gone is dropped)."""
+    if not isinstance(edited, dict):
+        return edited
+    kept = stored if isinstance(stored, dict) else {}
+    out = {}
+    for key, value in edited.items():
+        if value == SECRET_KEPT:
+            if key in kept:
+                out[key] = kept[key]
+            continue
+        out[key] = value
+    return out
+
+
 @dataclass(frozen=True)
 class Flattened:
     """A stored record read by its source's kind: the flat record the field mapping sees."""

@@ -68,6 +68,12 @@ class SourceKind:
     - ``redact(record)`` → the record without what must not be stored (a secret the vendor puts
       in the body), applied before a lead is stored; ``redact_body(body)`` likewise for a body
       kept in the refused inbox.
+    - ``split(record, options)`` → the records one JSON body holds, each becoming a lead (Meta
+      batches several leadgen changes in one notification); ``None`` keeps the body whole.
+    - ``awaits_fetch(record, options)`` → for a record that is no lead itself but names one the
+      worker fetches from the vendor's API (a leadgen notification): ``""`` to accept it as a
+      lead waiting for that fetch, or why it cannot be fetched (the refusal's message); ``None``
+      when the record is no such notice.
     """
 
     name: str
@@ -84,6 +90,8 @@ class SourceKind:
     redact: Callable[[Record], Record] | None = None
     redact_body: Callable[[bytes], bytes] | None = None
     batch: bool = False  # its exports arrive as CSV batches (webinar reports)
+    split: Callable[[Record, Options], list[Record]] | None = None
+    awaits_fetch: Callable[[Record, Options], str | None] | None = None
 
 
 # --- helpers for decoders ---------------------------------------------------------------------

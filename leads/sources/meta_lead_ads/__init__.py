@@ -13,7 +13,10 @@ Shapes from Meta's developer docs:
   https://developers.facebook.com/docs/graph-api/webhooks/getting-started/webhooks-for-leadgen):
   ``{"object": "page", "entry": [{"id", "time", "changes": [{"field": "leadgen", "value":
   {"leadgen_id", "page_id", "form_id", "adgroup_id", "ad_id", "created_time"}}]}]}``. It carries
-  ids only; fetching the lead itself from the Graph API is the worker's business, not this one.
+  ids only. With the source's ``page_access_token`` option set, each change is accepted as a
+  lead of its own (``split``) waiting for the worker to fetch it from the Graph API
+  (``graph.py``, ``routing/fetch/``); without it the notification is refused into the inbox
+  with a reason that says to set the token (``awaits_fetch``).
 - "Getting Started" with Graph webhooks
   (https://developers.facebook.com/docs/graph-api/webhooks/getting-started): the GET
   verification request (``hub.mode=subscribe``, ``hub.verify_token``, ``hub.challenge``) and the
@@ -79,6 +82,14 @@ _STANDARD_RANK = {name: rank for rank, (name, _target) in enumerate(_STANDARD)}
 _LEAD_HANDLED = frozenset({"id", "field_data", "custom_disclaimer_responses"})
 
 MAX_CHALLENGE_CHARS = 256
+
+# Kind options for fetching a lead a leadgen notification names (the Graph API's "Retrieving
+# Leads"). The token is a secret option: never exported, audited redacted, never shown again.
+PAGE_TOKEN_OPTION = "page_access_token"  # noqa: S105 - the option's name, not a token
+VERSION_OPTION = "graph_api_version"
+BASE_URL_OPTION = "graph_base_url"
+DEFAULT_GRAPH_VERSION = "v21.0"
+DEFAULT_GRAPH_BASE_URL = "https://graph.facebook.com"
 
 
 def _scalar(value: Any) -> Any:
@@ -179,6 +190,66 @@ def _changes(record: Record) -> list[dict[str, Any]]:
     return found
 
 
+def leadgen_change(record: Any) -> dict[str, Any] | None:
+    """The ``leadgen`` change value of a notification that names one lead (as ``split`` leaves
+    it), or None when ``record`` is no leadgen notification or has no usable ``leadgen_id``."""
+    if not isinstance(record, dict):
+        return None
+    values = _changes(record)
+    if len(values) != 1:
+        return None
+    leadgen_id = as_text(values[0].get("leadgen_id")).strip()
+    if not leadgen_id or len(leadgen_id) > 64 or not leadgen_id.isdigit():
+        return None
+    return values[0]
+
+
+def page_token(options: Options) -> str:
+    """The source's Page access token option ("" when unset)."""
+    token = options.get(PAGE_TOKEN_OPTION) if isinstance(options, dict) else None
+    return token.strip() if isinstance(token, str) else ""
+
+
+def split(record: Record, options: Options) -> list[Record]:
+    """A notification batching several leadgen changes, as one notification per change (each
+    one lead, its ``leadgen_id`` its external id) — when the page token is set, so that each
+    can be fetched. Without it the body stays whole: refused as one, re-accepted as many."""
+    if not page_token(options) or isinstance(record.get("field"), str):
+        return [record]
+    entries = record.get("entry")
+    if not isinstance(entries, list):
+        return [record]
+    parts: list[Record] = []
+    for entry in entries:
+        changes = get(entry, "changes")
+        if not isinstance(entry, dict) or not isinstance(changes, list):
+            continue
+        for change in changes:
+            if get(change, "field") == "leadgen" and isinstance(get(change, "value"), dict):
+                parts.append({**record, "entry": [{**entry, "changes": [change]}]})
+    return parts if len(parts) > 1 else [record]
+
+
+NO_TOKEN_MESSAGE = (
+    " This is a Meta leadgen notification: it carries only the lead's id (leadgen_id). Set "  # noqa: S105
+    "the source's page_access_token kind option (a Page or System User access token with "
+    "leads_retrieval; docs/revops.md) so the worker can fetch the lead from the Graph API, "
+    "then re-accept this payload from the refused inbox."
+)
+
+
+def awaits_fetch(record: Record, options: Options) -> str | None:
+    """ "" for a leadgen notification the worker can fetch (the page token is set), the reason
+    to refuse one it cannot, None for anything else."""
+    if not _changes(record):
+        return None
+    if not page_token(options):
+        return NO_TOKEN_MESSAGE
+    if leadgen_change(record) is None:  # split leaves one change per record
+        return " The leadgen notification names no usable leadgen_id."
+    return ""
+
+
 def _notification(record: Record, values: list[dict[str, Any]], out: Record) -> None:
     first = values[0]
     # The leadgen id is the lead's own id: the lead fetched later carries it as ``id``.
@@ -251,9 +322,15 @@ KIND = SourceKind(
     verify=verify,
     signature_header=SIGNATURE_HEADER,
     handshake=handshake,
-    secret_options=("verify_token",),
+    secret_options=("verify_token", PAGE_TOKEN_OPTION),
     options={
         "verify_token": "The Verify Token typed into the Meta app's Webhooks settings; "
         "Meta's GET verification must present it.",
+        PAGE_TOKEN_OPTION: "A long-lived Page (or System User) access token with "
+        "leads_retrieval: the worker fetches each lead a leadgen notification names with it.",
+        VERSION_OPTION: f"The Graph API version to call (default {DEFAULT_GRAPH_VERSION}).",
+        BASE_URL_OPTION: f"The Graph API's address (default {DEFAULT_GRAPH_BASE_URL}).",
     },
+    split=split,
+    awaits_fetch=awaits_fetch,
 )

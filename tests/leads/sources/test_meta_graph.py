@@ -1,0 +1,113 @@
+"""The Graph API lead read (``leads.sources.meta_lead_ads.graph``) against the stand-in: each
+documented answer becomes the right kind of outcome, and the token is in none of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from leads.sources import flatten
+from leads.sources.meta_lead_ads.graph import FIELDS, GraphError, fetch_lead
+from tests.support.meta_graph import MetaGraphStandIn, meta_graph
+
+__all__ = ["meta_graph"]
+
+
+def _fetch(graph: MetaGraphStandIn, lead_id: str, **overrides: object) -> object:
+    args: dict[str, object] = {
+        "leadgen_id": lead_id,
+        "token": graph.token,
+        "base_url": graph.url,
+        "version": "v21.0",
+        "timeout": 2.0,
+        **overrides,
+    }
+    return fetch_lead(**args)  # type: ignore[arg-type]
+
+
+def _error(graph: MetaGraphStandIn, lead_id: str, **overrides: object) -> GraphError:
+    with pytest.raises(GraphError) as caught:
+        _fetch(graph, lead_id, **overrides)
+    error = caught.value
+    assert graph.token not in str(error)
+    assert graph.token not in repr(error.args)
+    return error
+
+
+def test_a_lead_is_fetched_with_the_documented_fields(meta_graph):
+    lead_id = meta_graph.add_lead(
+        email="ana@brandt-spedition.de", full_name="Ana Brandt", phone_number="+4930123456"
+    )
+    fetched = _fetch(meta_graph, lead_id)
+    assert fetched.lead["id"] == lead_id  # type: ignore[attr-defined]
+    assert meta_graph.requests[-1].fields == FIELDS.split(",")
+    assert meta_graph.requests[-1].token_ok
+    assert meta_graph.requests[-1].path == f"/v21.0/{lead_id}"
+    flat = flatten(fetched.lead, kind="meta_lead_ads")  # type: ignore[attr-defined]
+    assert flat.canonical is not None
+    assert flat.canonical["email"] == "ana@brandt-spedition.de"
+    assert fetched.usage_percent == 3  # type: ignore[attr-defined]
+
+
+def test_an_expired_or_unknown_token_is_an_auth_error(meta_graph):
+    lead_id = meta_graph.add_lead(email="a@b.de")
+    unknown = _error(meta_graph, lead_id, token="not-the-token")
+    assert (unknown.kind, unknown.code) == ("auth", 190)
+    meta_graph.expire_token()
+    expired = _error(meta_graph, lead_id)
+    assert (expired.kind, expired.code, expired.subcode) == ("auth", 190, 463)
+    assert "Session has expired" in str(expired)
+
+
+@pytest.mark.parametrize("code", [4, 17, 32, 613, 80001, 80014])
+def test_throttling_is_rate_limited_for_metas_estimated_time(meta_graph, code):
+    lead_id = meta_graph.add_lead(email="a@b.de")
+    meta_graph.throttle_next(code=code, minutes=3)
+    error = _error(meta_graph, lead_id)
+    assert (error.kind, error.code) == ("rate_limited", code)
+    assert error.retry_after == 180
+
+
+def test_5xx_and_502_html_are_unavailable_garbage_is_malformed(meta_graph):
+    lead_id = meta_graph.add_lead(email="a@b.de")
+    meta_graph.fail_next()
+    assert _error(meta_graph, lead_id).kind == "unavailable"
+    meta_graph.bad_gateway_next()
+    assert _error(meta_graph, lead_id).kind == "unavailable"
+    meta_graph.garbage_next()
+    assert _error(meta_graph, lead_id).kind == "malformed"
+    assert _fetch(meta_graph, lead_id).lead["id"] == lead_id  # type: ignore[attr-defined]
+
+
+def test_a_slow_answer_is_a_timeout(meta_graph):
+    lead_id = meta_graph.add_lead(email="a@b.de")
+    meta_graph.slow_next(seconds=1.0)
+    error = _error(meta_graph, lead_id, timeout=0.3)
+    assert error.kind == "unavailable"
+    assert "0.3 s" in str(error)
+
+
+def test_a_lead_that_does_not_exist_is_not_found(meta_graph):
+    error = _error(meta_graph, "999000111")
+    assert (error.kind, error.code, error.subcode) == ("not_found", 100, 33)
+
+
+def test_an_unreachable_graph_names_no_url_and_no_token(meta_graph):
+    url = meta_graph.url
+    meta_graph.stop()
+    error = _error(meta_graph, "123", base_url=url)
+    assert error.kind == "unavailable"
+    assert "access_token" not in str(error)
+
+
+def test_an_unknown_version_is_rejected(meta_graph):
+    assert _error(meta_graph, "123", version="latest").kind == "rejected"
+
+
+def test_the_token_never_reaches_a_log_line(meta_graph, caplog):
+    lead_id = meta_graph.add_lead(email="a@b.de")
+    with caplog.at_level("DEBUG"):
+        _fetch(meta_graph, lead_id)
+        _error(meta_graph, "999000111")
+    assert caplog.records  # httpx logged the requests...
+    assert meta_graph.token not in caplog.text  # ...without the token
+    assert "access_token=[redacted]" in caplog.text
