@@ -352,12 +352,29 @@ class LeadAdmin(admin.ModelAdmin):
     )
     # Enrichment status, attempts, next try and what each provider got (`enrichment`) show
     # read-only on the lead's page with every other field.
-    list_filter = ("status", "enrichment_status", "source")
+    list_filter = ("status", "enrichment_status", "fetch_status", "source")
     search_fields = ("email", "company", "last_name")
     list_select_related = ("source",)
     date_hierarchy = "received_at"
     show_full_result_count = False
-    actions = ("reroute",)
+    actions = ("reroute", "fetch_again")
+
+    @admin.action(
+        description="Fetch from Meta again (leads whose fetch failed)", permissions=["reroute"]
+    )
+    def fetch_again(self, request: HttpRequest, queryset: QuerySet[Lead]) -> None:
+        from routing.fetch.meta import leads_meta_fetch_retry  # routing builds on leads
+
+        if not request.user.has_perm("leads.reroute_lead"):
+            messages.error(request, "You may not re-route leads.")
+            return
+        ids = list(queryset.values_list("id", flat=True))
+        done = leads_meta_fetch_retry(lead_ids=ids, actor=f"user:{request.user.get_username()}")
+        messages.success(request, f"{done} lead(s) sent to be fetched from Meta again.")
+        if done < len(ids):
+            messages.warning(
+                request, f"{len(ids) - done} lead(s) skipped: their fetch has not failed."
+            )
 
     @admin.action(description="Re-route (unassigned or failed leads)", permissions=["reroute"])
     def reroute(self, request: HttpRequest, queryset: QuerySet[Lead]) -> None:

@@ -72,3 +72,36 @@ def test_the_token_is_never_shown_and_survives_a_save(admin_client: Client) -> N
     assert TOKEN not in audit
     assert "EAAG-new-token" not in audit
     assert "page_access_token" not in _public_options(source)
+
+
+def test_the_admin_filters_failed_fetches_and_retries_them(admin_client: Client) -> None:
+    from leads.models import FetchStatus, Lead, LeadStatus
+    from tests.leads.factories import LeadFactory
+
+    source = SourceFactory(slug="meta", kind="meta_lead_ads")
+    record = {
+        "object": "page",
+        "entry": [
+            {
+                "id": "1",
+                "changes": [{"field": "leadgen", "value": {"leadgen_id": "123", "page_id": "1"}}],
+            }
+        ],
+    }
+    lead = LeadFactory(
+        source=source,
+        raw_payload=record,
+        status=LeadStatus.FAILED,
+        fetch_status=FetchStatus.FAILED,
+        last_error="Meta Lead Ads: Meta says lead 123 does not exist",
+    )
+    url = reverse("admin:leads_lead_changelist")
+    listed = admin_client.get(url, {"fetch_status__exact": "failed"}).content.decode()
+    assert "does not exist" in listed
+    response = admin_client.post(
+        url, {"action": "fetch_again", "_selected_action": [str(lead.pk)]}, follow=True
+    )
+    assert "1 lead(s) sent to be fetched from Meta again" in response.content.decode()
+    lead.refresh_from_db()
+    assert (lead.status, lead.fetch_status) == (LeadStatus.PROCESSING, FetchStatus.PENDING)
+    assert Lead.objects.filter(fetch_status=FetchStatus.PENDING).count() == 1
