@@ -417,10 +417,15 @@ def lead_crm_lookup(*, lead_id: uuid.UUID | str) -> str | None:
             )
             continue
         steps[connection.kind] = _lookup_one(connection, lead, claim, now, last_try=last_try)
-    return _write(claim, steps, now)
+    # However long the CRM asks us to wait (a daily limit's hour), the lead's next try is no
+    # later than its deadline, when it is routed without the CRM.
+    deadline = since + timedelta(seconds=settings.CRM_LOOKUP_MAX_WAIT_SECONDS + 0.5)
+    return _write(claim, steps, now, deadline=deadline)
 
 
-def _write(claim: _Claim, steps: dict[str, _Step], now: datetime) -> str | None:
+def _write(
+    claim: _Claim, steps: dict[str, _Step], now: datetime, *, deadline: datetime | None = None
+) -> str | None:
     waits = [step for step in steps.values() if step.entry is None]
     with transaction.atomic(durable=True):
         lead = claim.locked_lead()
@@ -438,7 +443,8 @@ def _write(claim: _Claim, steps: dict[str, _Step], now: datetime) -> str | None:
             wait = min(step.wait or 1.0 for step in waits)
             if not any(step.counts for step in waits):
                 lead.crm_attempts = max(0, lead.crm_attempts - 1)
-            lead.crm_next_at = now + timedelta(seconds=wait)
+            next_at = now + timedelta(seconds=wait)
+            lead.crm_next_at = min(next_at, deadline) if deadline is not None else next_at
             lead.save(update_fields=["crm", "crm_next_at", "crm_attempts"])
             return "retry" if any(step.counts for step in waits) else "waiting"
         entries = [e for k, e in record.items() if not k.startswith("_") and isinstance(e, dict)]

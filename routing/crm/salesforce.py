@@ -87,6 +87,9 @@ _CREATE = (
     ("country", "Country"),
 )
 _LEAD_FIELDS = "Id, Email, OwnerId, Status, LastModifiedDate"
+# The REST API runs the org's active lead assignment rule on every Lead create and update unless
+# told not to ("Assignment Rule Header", REST API Developer Guide): it would re-own what we write.
+NO_AUTO_ASSIGN = {"Sforce-Auto-Assign": "FALSE"}
 _CONTACT_FIELDS = "Id, Email, OwnerId, AccountId, LastModifiedDate"
 
 T = TypeVar("T")
@@ -472,7 +475,7 @@ class SalesforceClient:
             target = person
             self._call(
                 lambda sf: _sobject(sf, target.object).update(
-                    target.id, {"OwnerId": update.owner_id}
+                    target.id, {"OwnerId": update.owner_id}, headers=NO_AUTO_ASSIGN
                 )
             )
         return WriteResult("updated", _with_owner(person, update.owner_id))
@@ -508,13 +511,17 @@ class SalesforceClient:
     def _create(self, update: PersonUpdate) -> WriteResult:
         obj = self.person_object
         body = self._create_body(update, obj)
-        answer = self._call(lambda sf: _sobject(sf, obj).create(body))
+        answer = self._call(lambda sf: _sobject(sf, obj).create(body, headers=NO_AUTO_ASSIGN))
         return WriteResult("created", self._created(obj, answer, update))
 
     def _upsert(self, update: PersonUpdate) -> WriteResult:
         body = self._create_body(update, "Lead")
         path = f"{self.external_id_field}/{quote(update.external_id, safe='')}"
-        response = self._call(lambda sf: _sobject(sf, "Lead").upsert(path, body, raw_response=True))
+        response = self._call(
+            lambda sf: _sobject(sf, "Lead").upsert(
+                path, body, raw_response=True, headers=NO_AUTO_ASSIGN
+            )
+        )
         status = response.status_code
         if status == 201:
             return WriteResult("created", self._created("Lead", self._json(response), update))

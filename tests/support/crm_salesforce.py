@@ -363,6 +363,7 @@ class LoggedRequest:
     query: dict[str, list[str]]
     body: Any
     at: float
+    auto_assign: str = ""  # the Sforce-Auto-Assign header as sent ("" when absent)
 
 
 class SalesforceStandIn:
@@ -591,7 +592,16 @@ class SalesforceStandIn:
             except ValueError:
                 body = raw.decode("utf-8", "replace")
         with self._lock:
-            self.requests.append(LoggedRequest(method, path, query, body, time.monotonic()))
+            self.requests.append(
+                LoggedRequest(
+                    method,
+                    path,
+                    query,
+                    body,
+                    time.monotonic(),
+                    str(headers.get("Sforce-Auto-Assign") or ""),
+                )
+            )
             if self._fail:
                 status = self._fail.pop(0)
                 return status, [{"message": "Service unavailable", "errorCode": "SERVER_ERROR"}]

@@ -224,6 +224,7 @@ def test_write_owner_patches_the_owner_of_a_known_person(salesforce_standin):
     assert salesforce_standin.record("Lead", lead)["OwnerId"] == new
     assert salesforce_standin.requests[-1].method == "PATCH"
     assert salesforce_standin.requests[-1].body == {"OwnerId": new}
+    assert salesforce_standin.requests[-1].auto_assign == "FALSE"  # no assignment rule re-owns it
 
 
 def test_write_owner_keeps_an_owner_the_crm_changed_later(salesforce_standin):

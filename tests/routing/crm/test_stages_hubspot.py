@@ -252,6 +252,25 @@ def test_a_429_makes_the_lookup_wait_without_counting_a_try(
     assert lead.crm_next_at > timezone.now()
 
 
+def test_a_retry_after_longer_than_the_wait_still_routes_the_lead_in_time(
+    portal, settings, django_capture_on_commit_callbacks
+):
+    """HubSpot's daily limit asks for an hour; the lead's next try is at its deadline, then it
+    is routed without the CRM."""
+    settings.CRM_LOOKUP_MAX_WAIT_SECONDS = 30
+    hs = portal["hs"]
+    hs.limit_next(1, retry_after=3600)
+    lead = LeadFactory(raw_payload={"email": "daily@fresh.io"})
+    started = timezone.now()
+    with django_capture_on_commit_callbacks(execute=True):
+        lead_process(lead_id=lead.id)
+    lead_crm_lookup(lead_id=lead.id)
+    lead.refresh_from_db()
+    assert lead.crm_status == CrmLookupStatus.PENDING
+    assert lead.crm_next_at is not None
+    assert lead.crm_next_at <= started + dt.timedelta(seconds=32)
+
+
 def test_a_revoked_token_raises_the_crm_alert_and_routing_goes_on(
     portal, django_capture_on_commit_callbacks
 ):

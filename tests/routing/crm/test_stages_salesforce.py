@@ -154,6 +154,8 @@ def test_a_new_person_is_round_robined_and_written_to_salesforce_once(
     assert delivery.status == DeliveryStatus.DELIVERED, delivery.last_error
     created = [r for r in sf.requests if r.method == "POST" and "/sobjects/Lead" in r.path]
     assert len(created) == 1
+    # The org's lead assignment rule must not re-own what we write (it runs by default).
+    assert created[0].auto_assign == "FALSE"
     lead.refresh_from_db()
     written = lead.crm["salesforce"]["written"]
     assert written["outcome"] == "created"
