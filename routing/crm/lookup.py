@@ -36,6 +36,7 @@ from django.utils.dateparse import parse_datetime
 from audit.models import EventType
 from audit.services import event_record
 from config.celery import app as celery_app
+from config.logging import log_context
 from leads.models import CrmLookupStatus, Lead, LeadStatus
 from leads.normalize import FLAG_FREE_EMAIL, is_free_email_domain
 from leads.services import broker_breaker, leads_enqueue
@@ -386,6 +387,11 @@ def lead_crm_lookup(*, lead_id: uuid.UUID | str) -> str | None:
     except ValueError:
         logger.error("crm lookup: %r is not a lead id", lead_id)
         return None
+    with log_context(lead_id=lead_uuid):  # every line logged meanwhile names the lead
+        return _lookup(lead_uuid)
+
+
+def _lookup(lead_uuid: uuid.UUID) -> str | None:
     now = timezone.now()
     claim = _claim(lead_uuid, now)
     if claim is None:

@@ -6,6 +6,7 @@ changed in HubSpot, a 429 and a revoked token."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,12 +28,13 @@ from routing.delivery.services import delivery_attempt
 from routing.models import Assignment, AssignmentKind
 from routing.monitoring.models import Alert
 from routing.services import lead_process
+from tests.config.test_log_context import json_lines
 from tests.leads.factories import LeadFactory
 from tests.routing.enrichment.conftest import Sent, sent
 from tests.routing.factories import RepFactory, published_ruleset, team_with
 from tests.support.crm_hubspot import HubSpotStandIn, hubspot_standin
 
-__all__ = ["hubspot_standin", "sent"]
+__all__ = ["hubspot_standin", "json_lines", "sent"]
 
 pytestmark = pytest.mark.django_db
 
@@ -288,3 +290,20 @@ def test_a_revoked_token_raises_the_crm_alert_and_routing_goes_on(
     clear_connection_cache()
     assert crm_health_check() == {}
     assert not Alert.objects.filter(kind="crm", status="open").exists()
+
+
+def test_every_line_a_lookup_logs_names_its_lead(
+    portal, json_lines, settings, django_capture_on_commit_callbacks
+):
+    """The breaker's line says nothing of a lead itself: the lookup's log context adds it."""
+    settings.CRM_LOOKUP_MAX_ATTEMPTS = 1
+    settings.CRM_BREAKER_FAILURES = 1
+    portal["hs"].fail_next(1, status=503)
+    lead = LeadFactory(raw_payload={"email": "down@fresh.io"})
+    with django_capture_on_commit_callbacks(execute=True):
+        lead_process(lead_id=lead.id)
+    assert lead_crm_lookup(lead_id=lead.id) == "failed"  # the lead goes on without HubSpot
+    opened = [line for line in json_lines() if "breaker opened" in line["message"]]
+    assert len(opened) == 1, json_lines()
+    assert opened[0]["lead_id"] == str(lead.id)
+    assert portal["hs"].token not in json.dumps(json_lines())
