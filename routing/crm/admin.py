@@ -25,6 +25,10 @@ def _https_urls(field: Any, **kwargs: Any) -> Any:
     return field.formfield(**kwargs)
 
 
+# What says where the credential goes and whose it is.
+_WHERE_AND_WHO = ("kind", "base_url", "auth_flow", "client_id", "username")
+
+
 class CrmConnectionForm(forms.ModelForm):
     new_secret = forms.CharField(
         required=False,
@@ -66,6 +70,17 @@ class CrmConnectionForm(forms.ModelForm):
         has_secret = bool(secret) or bool(self.instance.pk and self.instance.secret_encrypted)
         if not has_secret:
             self.add_error("new_secret", "Enter the credential LeadRouter authenticates with.")
+        moved = [name for name in _WHERE_AND_WHO if name in self.changed_data]
+        if self.instance.pk and moved and not secret:
+            # The stored credential is only ever sent where it was entered for: pointing a
+            # connection elsewhere (or at another app) takes the credential typed again.
+            self.add_error(
+                "new_secret",
+                "Changing "
+                + ", ".join(self.fields[name].label or name for name in moved)
+                + " needs the credential entered again: the stored one is never sent to a new "
+                "address or app.",
+            )
         kind = data.get("kind")
         flow = data.get("auth_flow")
         jwt = kind == SALESFORCE and flow == SalesforceAuthFlow.JWT_BEARER
