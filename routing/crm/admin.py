@@ -77,7 +77,7 @@ class CrmConnectionForm(forms.ModelForm):
             self.add_error(
                 "new_secret",
                 "Changing "
-                + ", ".join(self.fields[name].label or name for name in moved)
+                + ", ".join(str(self.fields[name].label or name) for name in moved)
                 + " needs the credential entered again: the stored one is never sent to a new "
                 "address or app.",
             )

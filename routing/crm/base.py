@@ -219,9 +219,16 @@ class CrmClient(Protocol):
         finds the person made the first time."""
         ...
 
-    def activity(self, people: Sequence[tuple[str, str]], since: datetime) -> list[Activity]:
+    def activity(
+        self,
+        people: Sequence[tuple[str, str]],
+        since: datetime,
+        since_by_id: Mapping[str, datetime] | None = None,
+    ) -> list[Activity]:
         """The current owner and first touch after ``since`` of each (object, id) in ``people``
-        (at most ``ACTIVITY_BATCH`` per call; people the CRM no longer has are left out)."""
+        (at most ``ACTIVITY_BATCH`` per call; people the CRM no longer has are left out).
+        ``since_by_id``: a later ``since`` for some people (their own assignment), so that an
+        activity before it (a previous rep's) does not hide the first one after it."""
         ...
 
     def users(self) -> list[CrmUser]:

@@ -475,7 +475,12 @@ class HubSpotClient:
         person = self._person(answer)
         return WriteResult("created", person)
 
-    def activity(self, people: Sequence[tuple[str, str]], since: datetime) -> list[Activity]:
+    def activity(
+        self,
+        people: Sequence[tuple[str, str]],
+        since: datetime,
+        since_by_id: Mapping[str, datetime] | None = None,
+    ) -> list[Activity]:
         ids = []
         for obj, person_id in people[:ACTIVITY_BATCH]:
             if obj in ("", "contact") and _NUMERIC.match(person_id or "") and person_id not in ids:
@@ -500,9 +505,10 @@ class HubSpotClient:
             properties = _properties(obj)
             touched_at: datetime | None = None
             touch_kind = ""
+            after = (since_by_id or {}).get(person_id, since)
             for name in _TOUCH_PROPERTIES:
                 when = _when(properties.get(name))
-                if when is not None and when > since and (touched_at is None or when < touched_at):
+                if when is not None and when > after and (touched_at is None or when < touched_at):
                     touched_at, touch_kind = when, name
             result.append(
                 Activity(

@@ -542,7 +542,15 @@ class SalesforceClient:
         except ValueError:
             raise CrmError("malformed", "a Salesforce upsert answer that is no JSON") from None
 
-    def activity(self, people: Sequence[tuple[str, str]], since: datetime) -> list[Activity]:
+    def activity(
+        self,
+        people: Sequence[tuple[str, str]],
+        since: datetime,
+        since_by_id: Mapping[str, datetime] | None = None,
+    ) -> list[Activity]:
+        def since_of(person_id: str) -> datetime:
+            return (since_by_id or {}).get(person_id, since)
+
         by_object: dict[str, list[str]] = {"Lead": [], "Contact": []}
         for obj, person_id in people[:ACTIVITY_BATCH]:
             try:
@@ -577,12 +585,11 @@ class SalesforceClient:
                 if (
                     who
                     and created is not None
-                    and created > since
+                    and created > since_of(who)
                     and (who not in first or created < first[who][0])
                 ):
                     first[who] = (created, activity_object.lower())
         result = []
-        since_day = since.astimezone(UTC).date()
         for obj, row in rows:
             person_id = _text(row.get("Id"))
             if not person_id:
@@ -594,7 +601,7 @@ class SalesforceClient:
                 touched_at, touch_kind = first[person_id]
             else:
                 day = _day(row.get("LastActivityDate"))
-                if day is not None and day > since_day:
+                if day is not None and day > since_of(person_id).astimezone(UTC).date():
                     touched_at = datetime.combine(day, dtime.min, tzinfo=UTC)
                     touch_kind = "last_activity_date"
             result.append(

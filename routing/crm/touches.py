@@ -251,9 +251,12 @@ def crm_touches_sync(connection: CrmConnection, *, now: datetime | None = None) 
     people = list(wanted)
     for start in range(0, len(people), ACTIVITY_BATCH):
         chunk = people[start : start + ACTIVITY_BATCH]
-        since = min(row.assigned_at for key in chunk for row, _, _ in wanted[key])
+        # Each person from its own assignment: a previous rep's activity must not hide the
+        # first touch after this one.
+        own = {key[1]: min(row.assigned_at for row, _, _ in wanted[key]) for key in chunk}
+        since = min(own.values())
         try:
-            found = client.activity(chunk, since)
+            found = client.activity(chunk, since, own)
         except CrmError as exc:
             crm_record_error(connection, exc)
             raise

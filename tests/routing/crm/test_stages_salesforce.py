@@ -357,3 +357,31 @@ def test_a_reassignment_before_the_first_write_updates_the_owner_the_lookup_foun
     record = sf.record("Lead", person_id)
     assert record is not None
     assert record["OwnerId"] == CrmOwner.objects.get(kind="salesforce", rep=target).owner_id
+
+
+def test_an_earlier_activity_does_not_hide_the_first_touch_after_a_later_assignment(
+    org, django_capture_on_commit_callbacks
+):
+    """Two leads read in one batch, assigned hours apart: the later one's person has a Task
+    from before its assignment (a previous rep's) and one after it (its rep's first touch)."""
+    sf = org["sf"]
+    old = LeadFactory(raw_payload={"email": "old@fresh.io", "last_name": "Old"})
+    new = LeadFactory(raw_payload={"email": "new@fresh.io", "last_name": "New"})
+    for lead in (old, new):
+        _route(lead, django_capture_on_commit_callbacks)
+        _write_back(lead)
+        lead.refresh_from_db()
+    now = timezone.now().replace(microsecond=0)  # Salesforce keeps whole seconds
+    Assignment.objects.filter(lead=old).update(assigned_at=now - timedelta(hours=3))
+    assigned = now - timedelta(hours=1)
+    Assignment.objects.filter(lead=new).update(assigned_at=assigned)
+    person = new.crm["salesforce"]["written"]["id"]
+    sf.add_task(WhoId=person, CreatedDate=assigned - timedelta(minutes=30))  # a previous rep's
+    first_touch = assigned + timedelta(minutes=10)
+    sf.add_task(WhoId=person, CreatedDate=first_touch)
+    report = crm_touches_sync(org["connection"])
+    assert report.touched == 1
+    touched = Assignment.objects.get(lead=new, active=True)
+    assert touched.touch_source == "salesforce"
+    assert touched.touched_at is not None
+    assert abs((touched.touched_at - first_touch).total_seconds()) < 0.01
