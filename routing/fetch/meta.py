@@ -50,6 +50,7 @@ from django.utils.dateparse import parse_datetime
 from audit.models import EventType
 from audit.services import event_record
 from config.celery import app as celery_app
+from config.logging import log_context, log_context_add
 from leads.models import FetchStatus, Lead, LeadStatus, Source
 from leads.services import broker_breaker, leads_enqueue
 from leads.sources.meta_lead_ads import (
@@ -396,12 +397,18 @@ def lead_meta_fetch(*, lead_id: uuid.UUID | str) -> str | None:
     except ValueError:
         logger.error("meta fetch: %r is not a lead id", lead_id)
         return None
+    with log_context(lead_id=lead_uuid):  # every line logged meanwhile names the lead
+        return _fetch(lead_uuid)
+
+
+def _fetch(lead_uuid: uuid.UUID) -> str | None:
     now = timezone.now()
     claimed = _claim(lead_uuid, now)
     if claimed is None:
         return None
     lease, attempt = claimed
     lead = Lead.objects.select_related("source").get(id=lead_uuid)
+    log_context_add(source=lead.source.slug)
     record: dict[str, Any] = dict(lead.fetch) if isinstance(lead.fetch, dict) else {}
     since = parse_datetime(str(record.get("_since") or "")) or now
     graph = graph_settings(lead.source)

@@ -22,11 +22,13 @@ from routing.fetch.meta import (
 )
 from routing.monitoring.models import Alert, AlertStatus
 from routing.services import lead_process
+from tests.config.test_log_context import json_lines
 from tests.leads.meta_fetch.conftest import notification
 from tests.routing.enrichment.conftest import Sent
 from tests.support.meta_graph import MetaGraphStandIn
 
 pytestmark = pytest.mark.django_db
+__all__ = ["json_lines"]
 
 
 def _accept(source: Source, leadgen_id: str, capture: Any) -> Lead:
@@ -263,3 +265,15 @@ def test_a_lead_that_is_a_lead_already_is_not_fetched(
     assert _process(lead, capture) == LeadStatus.ASSIGNED
     assert lead.fetch_status == FetchStatus.NONE
     assert meta_graph.requests == []
+
+
+def test_the_fetch_logs_with_its_lead_and_source(
+    meta_source, meta_graph, sent, json_lines, django_capture_on_commit_callbacks
+):
+    capture = django_capture_on_commit_callbacks
+    lead = _accept(meta_source, "1300000000008888", capture)
+    _process(lead, capture)
+    assert _fetch(lead, capture) == "failed"
+    lines = [line for line in json_lines() if "could not be fetched from Meta" in line["message"]]
+    assert len(lines) == 1, json_lines()
+    assert (lines[0]["lead_id"], lines[0]["source"]) == (str(lead.id), meta_source.slug)
