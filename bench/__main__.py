@@ -10,6 +10,7 @@ BENCHMARKS = [
     "bench.engine_pure",
     "bench.route_lead",
     "bench.pipeline",
+    "bench.crm",
     "bench.intake",
     "bench.intake_parts",
     "bench.metrics",
