@@ -1,4 +1,4 @@
-"""The Makefile for real: `make run` (gunicorn + celery worker + celery beat under honcho) and
+"""The Makefile for real: `make run` (gunicorn + celery worker + celery beat under config.stack) and
 the exit status of `make test`."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_web_worker_and_beat_run_together_and_stop_on_ctrl_c(tmp_path, settings)
     get_user_model().objects.create_superuser("boss", "boss@example.com", "correct-horse-42")
     SourceFactory(slug="stack")  # token `token-stack`
     port = free_port()
-    # Every process of this stack, in whatever session honcho puts it, inherits this value.
+    # Every process of this stack, in whatever session or group it runs, inherits this value.
     marker = ("LEADROUTER_VAR_DIR", str(tmp_path))
     env = child_env(
         DJANGO_SETTINGS_MODULE="config.settings.base",  # exactly what `make run` uses
@@ -121,7 +121,7 @@ def test_web_worker_and_beat_run_together_and_stop_on_ctrl_c(tmp_path, settings)
             message=lambda: f"beat -> worker heartbeats missing:\n{stack.text()[-4000:]}",
         )
 
-        # The stack is web, worker and beat (plus make and honcho), each found by its
+        # The stack is web, worker and beat (plus make and the supervisor), each found by its
         # environment, not by a process group it does not share.
         running = processes_with_env(*marker)
         print(f"{len(running)} stack processes:\n{_describe(running)}")
@@ -259,7 +259,7 @@ def test_process_scan_finds_what_a_process_group_check_misses(tmp_path):
     """The stack check above would also catch a process that left make's process group."""
     marker = ("LEADROUTER_VAR_DIR", str(tmp_path))
     env = {**os.environ, marker[0]: marker[1]}
-    # A parent in a group of its own starts a child in a new session (as honcho does) and exits.
+    # A parent in a group of its own starts a child in a new session (as a supervisor like honcho does) and exits.
     parent = subprocess.Popen(
         [
             sys.executable,

@@ -1,4 +1,4 @@
-"""Real processes for tests: celery workers, and the whole `make run` stack under honcho."""
+"""Real processes for tests: celery workers, and the whole `make run` stack under config.stack."""
 
 from __future__ import annotations
 
@@ -156,8 +156,9 @@ def wait_until(
 def processes_with_env(name: str, value: str) -> dict[int, str]:
     """Every live process whose environment has ``name=value``: pid -> command line.
 
-    honcho starts each Procfile process in a session of its own, so a process group says nothing
-    about what belongs to a stack. A variable with a value unique to the test (its ``tmp_path``)
+    A supervisor may start each Procfile process in a group or session of its own (config.stack
+    gives each a group; honcho gave each a session), so a process group says nothing about what
+    belongs to a stack. A variable with a value unique to the test (its ``tmp_path``)
     does: every descendant inherits it, whatever session it runs in.
     """
     needle = f"{name}={value}".encode()
