@@ -27,6 +27,13 @@ from routing.delivery.services import deliveries_retry, endpoint_send_test
 
 
 class WebhookEndpointForm(forms.ModelForm):
+    # A URL typed without a scheme is https (Django 6's default, named here so it doesn't change
+    # on upgrade); the model field's validators (no private addresses) still run on save.
+    url = forms.URLField(
+        max_length=2000,
+        assume_scheme="https",
+        help_text=WebhookEndpoint._meta.get_field("url").help_text,
+    )
     events = forms.MultipleChoiceField(
         choices=DeliveryEvent.choices,
         widget=forms.CheckboxSelectMultiple,

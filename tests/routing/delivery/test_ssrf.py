@@ -8,11 +8,13 @@ import http.client
 import select
 import socket
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils.deprecation import RemovedInDjango60Warning
 from pytest_httpserver import HTTPServer
 
 from audit.models import Event
@@ -424,3 +426,17 @@ def test_dns_rebinding_public_at_save_internal_at_send_connects_to_nothing(
             egress.post(url, body=b"{}", headers={}, timeout=2, allow_private=True)
         assert trap.connections() >= 1
         assert _targets(connects, rebound_to, trap.port) != []
+
+
+@pytest.mark.django_db
+def test_the_admin_form_reads_a_url_typed_without_scheme_as_https() -> None:
+    # Django 6 changes URLField's default scheme from http to https; the form names it, so an
+    # endpoint typed as "hooks.example.com/x" is the same today as after the upgrade, without
+    # Django's deprecation warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RemovedInDjango60Warning)
+        form = WebhookEndpointForm(
+            data={"name": "CRM", "url": "hooks.example.com/x", "events": ["lead.assigned"]}
+        )
+        assert form.is_valid(), form.errors
+    assert form.cleaned_data["url"] == "https://hooks.example.com/x"
