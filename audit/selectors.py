@@ -635,8 +635,14 @@ def crm_findings(crm: Any) -> list[tuple[str, list[str]]]:
         if isinstance(written, dict) and written.get("id"):
             if written.get("outcome") == "kept":
                 lines.append(
-                    f"Owner not written: changed in {label} after our assignment "
+                    f"Owner not written: changed in {label} after our write "
                     f"(to {written.get('owner_id')}), and the later change wins"
+                )
+            elif written.get("outcome") == "owned":
+                lines.append(
+                    f"Owner not written: {written.get('object')} {written['id']} was already "
+                    f"owned in {label} by {written.get('owner_id')}, an owner LeadRouter had "
+                    f"not seen, and {label}'s owner wins"
                 )
             else:
                 lines.append(

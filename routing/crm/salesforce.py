@@ -64,6 +64,7 @@ from routing.crm.base import (
     PersonUpdate,
     WriteResult,
     domain_of,
+    owner_is_foreign,
 )
 
 __all__ = ["SalesforceClient", "clear_token_cache"]
@@ -453,7 +454,11 @@ class SalesforceClient:
         return self._get(self._object_of(person_id, person_object), person_id)
 
     def write_owner(
-        self, update: PersonUpdate, *, known_owner_id: str, since: datetime
+        self,
+        update: PersonUpdate,
+        *,
+        known_owner_id: str,
+        before_write: Callable[[], None] = lambda: None,
     ) -> WriteResult:
         person: Person | None = None
         if update.person_id:
@@ -461,18 +466,17 @@ class SalesforceClient:
                 self._object_of(update.person_id, update.person_object), update.person_id
             )
         if person is None and self.external_id_field and update.external_id:
-            return self._upsert(update)
+            return self._upsert(update, before_write)
         if person is None:
             person = self.find_person(update.email)
         if person is None:
+            before_write()
             return self._create(update)
-        changed_after = person.modified_at is not None and person.modified_at > since
-        if person.owner_id not in (known_owner_id, update.owner_id) and (
-            bool(known_owner_id) or changed_after
-        ):
+        if owner_is_foreign(person.owner_id, ours=update.owner_id, known=known_owner_id):
             return WriteResult("kept", person)
         if person.owner_id != update.owner_id:
             target = person
+            before_write()
             self._call(
                 lambda sf: _sobject(sf, target.object).update(
                     target.id, {"OwnerId": update.owner_id}, headers=NO_AUTO_ASSIGN
@@ -514,8 +518,9 @@ class SalesforceClient:
         answer = self._call(lambda sf: _sobject(sf, obj).create(body, headers=NO_AUTO_ASSIGN))
         return WriteResult("created", self._created(obj, answer, update))
 
-    def _upsert(self, update: PersonUpdate) -> WriteResult:
+    def _upsert(self, update: PersonUpdate, before_write: Callable[[], None]) -> WriteResult:
         body = self._create_body(update, "Lead")
+        before_write()
         path = f"{self.external_id_field}/{quote(update.external_id, safe='')}"
         response = self._call(
             lambda sf: _sobject(sf, "Lead").upsert(

@@ -10,9 +10,15 @@ only decides what to send and what came of it:
 - the person is the one the lookup found (or wrote before), else found by e-mail, else created
   (``write_owner`` makes a repeat find what the first try created: one effect per assignment);
 - an assignment that is no longer the lead's current one is not written (the later one is);
-- the CRM's own later change wins: if the owner there changed after our assignment to someone
-  we did not set, nothing is written (``kept``) and the change is recorded as a reassignment
-  made in the CRM (``routing.crm.touches.crm_owner_changed``).
+- an owner set in the CRM is never overwritten: the person's current owner is read right
+  before the write, and when it is neither the one being written nor the one LeadRouter knew
+  (last wrote, else the lookup found) nothing is written (``kept``). When it differs from an
+  owner LeadRouter wrote, it is a real owner change made in the CRM, recorded as a reassignment
+  made there (``routing.crm.touches.crm_owner_changed``); when LeadRouter never wrote one (the
+  lookup failed, timed out or found nobody, and the person has an owner), it is the owner the
+  CRM already had, recorded as such (``found=True``): the lead goes to that owner's rep, or is
+  noted as worked outside LeadRouter. Another edit of the record (Salesforce's LastModifiedDate
+  moves on any) is no owner change.
 """
 
 from __future__ import annotations
@@ -57,6 +63,17 @@ def _entry(lead: Lead, kind: str) -> dict[str, Any]:
     record = lead.crm if isinstance(lead.crm, dict) else {}
     entry = record.get(kind)
     return entry if isinstance(entry, dict) else {}
+
+
+def _we_wrote(entry: dict[str, Any], owner_id: str) -> bool:
+    """Did LeadRouter itself write ``owner_id`` to the person (created or updated it)?"""
+    written = entry.get("written")
+    return (
+        bool(owner_id)
+        and isinstance(written, dict)
+        and written.get("outcome") in ("created", "updated")
+        and str(written.get("owner_id") or "") == owner_id
+    )
 
 
 def _known_person(entry: dict[str, Any]) -> tuple[str, str, str]:
@@ -129,8 +146,7 @@ def crm_write_owner(*, delivery: Any, now: datetime) -> WriteOutcome:
     try:
         reserve = WRITE_REQUESTS.get(connection.kind, 2)
         client = crm_client(connection, spend=spender(connection, reserve=reserve))
-        since = assignment.assigned_at
-        result = client.write_owner(update, known_owner_id=known_owner, since=since)
+        result = client.write_owner(update, known_owner_id=known_owner)
     except CrmError as exc:
         crm_record_error(connection, exc, lead_id=lead.pk)
         if exc.kind == "rate_limited":
@@ -152,23 +168,33 @@ def crm_write_owner(*, delivery: Any, now: datetime) -> WriteOutcome:
     if result.outcome == "kept":
         from routing.crm.touches import crm_owner_changed
 
+        # A real owner change only when the CRM moved away from an owner we wrote; otherwise
+        # the person had an owner LeadRouter never saw (the lookup failed or found nobody).
+        changed = _we_wrote(entry, known_owner)
         crm_owner_changed(
             lead_id=lead.pk,
             kind=connection.kind,
             owner_id=person.owner_id,
-            changed_at=person.owner_changed_at or person.modified_at or now,
+            changed_at=(person.owner_changed_at or now) if changed else now,
             assignment_id=assignment.pk,
+            found=not changed,
         )
         _remember(
             lead.pk,
             connection.kind,
-            {**person.to_json(), "at": now.isoformat(), "outcome": "kept"},
+            {**person.to_json(), "at": now.isoformat(), "outcome": "kept" if changed else "owned"},
         )
-        return WriteOutcome(
-            "delivered",
-            excerpt=f"kept: the owner in {label} changed after our assignment "
-            f"(to {person.owner_id}); not overwritten",
-        )
+        if changed:
+            excerpt = (
+                f"kept: the owner in {label} changed after our write (to {person.owner_id}); "
+                "not overwritten"
+            )
+        else:
+            excerpt = (
+                f"kept: {person.object} {person.id} is already owned in {label} by "
+                f"{person.owner_id}, an owner LeadRouter had not seen; not overwritten"
+            )
+        return WriteOutcome("delivered", excerpt=excerpt)
     _remember(
         lead.pk,
         connection.kind,

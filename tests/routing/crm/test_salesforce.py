@@ -218,7 +218,7 @@ def test_write_owner_patches_the_owner_of_a_known_person(salesforce_standin):
     lead = salesforce_standin.add_lead(Email="d@x.com", LastName="D", Company="X", OwnerId=old)
     update = PersonUpdate(owner_id=new, email="d@x.com", person_id=lead, person_object="Lead")
     result = client_for(salesforce_standin).write_owner(
-        update, known_owner_id=old, since=NOW - HOUR
+        update, known_owner_id=old
     )
     assert result.outcome == "updated"
     assert salesforce_standin.record("Lead", lead)["OwnerId"] == new
@@ -234,12 +234,43 @@ def test_write_owner_keeps_an_owner_the_crm_changed_later(salesforce_standin):
     lead = salesforce_standin.add_lead(Email="e@x.com", LastName="E", Company="X", OwnerId=theirs)
     update = PersonUpdate(owner_id=new, email="e@x.com", person_id=lead, person_object="Lead")
     result = client_for(salesforce_standin).write_owner(
-        update, known_owner_id=ours, since=NOW - HOUR
+        update, known_owner_id=ours
     )
     assert result.outcome == "kept"
     assert result.person.owner_id == theirs
     assert salesforce_standin.record("Lead", lead)["OwnerId"] == theirs
     assert [r.method for r in salesforce_standin.requests] == ["POST", "GET"]
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_write_owner_keeps_an_owner_the_lookup_did_not_see(salesforce_standin, edited):
+    """No owner known (the lookup failed or timed out): the Lead's owner is Salesforce's,
+    whether or not the record was edited since (LastModifiedDate moves on any edit), and is not
+    overwritten (review finding B5)."""
+    theirs = salesforce_standin.add_user(email="theirs@acme.example")
+    new = salesforce_standin.add_user(email="new@acme.example")
+    lead = salesforce_standin.add_lead(Email="k@x.com", LastName="K", Company="X", OwnerId=theirs)
+    if edited:
+        salesforce_standin.edit("Lead", lead, Status="Working - Contacted")
+    update = PersonUpdate(owner_id=new, email="k@x.com")
+    result = client_for(salesforce_standin).write_owner(update, known_owner_id="")
+    assert result.outcome == "kept"
+    assert result.person.owner_id == theirs
+    assert salesforce_standin.record("Lead", lead)["OwnerId"] == theirs
+    assert "PATCH" not in [r.method for r in salesforce_standin.requests]
+
+
+def test_write_owner_updates_a_lead_edited_since_our_write(salesforce_standin):
+    """Another edit of a Lead we wrote (its status) is no owner change: the new owner is
+    written."""
+    ours = salesforce_standin.add_user(email="ours@acme.example")
+    new = salesforce_standin.add_user(email="new@acme.example")
+    lead = salesforce_standin.add_lead(Email="m@x.com", LastName="M", Company="X", OwnerId=ours)
+    salesforce_standin.edit("Lead", lead, Status="Working - Contacted")
+    update = PersonUpdate(owner_id=new, email="m@x.com", person_id=lead, person_object="Lead")
+    result = client_for(salesforce_standin).write_owner(update, known_owner_id=ours)
+    assert result.outcome == "updated"
+    assert salesforce_standin.record("Lead", lead)["OwnerId"] == new
 
 
 def test_write_owner_creates_a_lead_then_a_repeat_finds_it(salesforce_standin):
@@ -248,14 +279,14 @@ def test_write_owner_creates_a_lead_then_a_repeat_finds_it(salesforce_standin):
         owner_id=rep, email="f@x.com", fields={"email": "f@x.com", "first_name": "Fay"}
     )
     client = client_for(salesforce_standin)
-    first = client.write_owner(update, known_owner_id="", since=NOW)
+    first = client.write_owner(update, known_owner_id="")
     assert first.outcome == "created"
     created = salesforce_standin.record("Lead", first.person.id)
     assert created["LastName"] == "[not provided]"
     assert created["Company"] == "[not provided]"
     assert created["OwnerId"] == rep
     assert created["FirstName"] == "Fay"
-    again = client.write_owner(update, known_owner_id="", since=NOW)
+    again = client.write_owner(update, known_owner_id="")
     assert (again.outcome, again.person.id) == ("updated", first.person.id)
     assert len(salesforce_standin.records["Lead"]) == 1
 
@@ -267,8 +298,8 @@ def test_write_owner_upserts_by_external_id(salesforce_standin):
         owner_id=rep, email="g@x.com", external_id="lead-42", fields={"company": "G Inc"}
     )
     client = client_for(salesforce_standin, external_id_field="LeadRouter_Id__c")
-    first = client.write_owner(update, known_owner_id="", since=NOW)
-    again = client.write_owner(update, known_owner_id="", since=NOW)
+    first = client.write_owner(update, known_owner_id="")
+    again = client.write_owner(update, known_owner_id="")
     assert (first.outcome, again.outcome) == ("created", "updated")
     assert first.person.id == again.person.id
     assert salesforce_standin.requests[-1].path.endswith("/sobjects/Lead/LeadRouter_Id__c/lead-42")
@@ -282,8 +313,8 @@ def test_upsert_on_api_45_reads_the_id_after_a_204(salesforce_standin):
     client = client_for(
         salesforce_standin, external_id_field="LeadRouter_Id__c", api_version="45.0"
     )
-    first = client.write_owner(update, known_owner_id="", since=NOW)
-    again = client.write_owner(update, known_owner_id="", since=NOW)
+    first = client.write_owner(update, known_owner_id="")
+    again = client.write_owner(update, known_owner_id="")
     assert again.outcome == "updated"
     assert again.person.id == first.person.id
 
@@ -452,8 +483,7 @@ def test_required_field_missing_is_rejected(salesforce_standin):
     with pytest.raises(CrmError) as caught:
         client.write_owner(
             PersonUpdate(owner_id=salesforce_standin.integration_user_id, email=""),
-            known_owner_id="",
-            since=NOW,
+            known_owner_id=""
         )
     assert caught.value.kind == "rejected"
     assert "REQUIRED_FIELD_MISSING" in str(caught.value)

@@ -310,3 +310,34 @@ def test_every_line_a_lookup_logs_names_its_lead(
     assert len(opened) == 1, json_lines()
     assert opened[0]["lead_id"] == str(lead.id)
     assert portal["hs"].token not in json.dumps(json_lines())
+
+
+def test_an_owner_hubspot_had_is_not_overwritten_when_the_lookup_failed(
+    portal, settings, django_capture_on_commit_callbacks
+):
+    """The contact is owned in HubSpot since before the lead came; the lookup failed, so the
+    lead was routed by the rules. Write-back reads the owner, does not overwrite it, and the
+    history says whose it is (review finding B5)."""
+    settings.CRM_LOOKUP_MAX_ATTEMPTS = 1
+    hs = portal["hs"]
+    contact = hs.add_contact(email="owned@acme.com", hubspot_owner_id=portal["owners"]["ops"])
+    lead = LeadFactory(raw_payload={"email": "owned@acme.com"})
+    hs.fail_next(1, status=503)
+    assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    lead.refresh_from_db()
+    assert lead.crm["hubspot"]["status"] == "failed"
+    first = Assignment.objects.get(lead=lead, active=True)
+    delivery = _write_back(lead)
+    assert delivery.status == DeliveryStatus.DELIVERED, delivery.last_error
+    assert hs.contact(contact)["hubspot_owner_id"] == portal["owners"]["ops"]
+    assert "PATCH" not in [r.method for r in hs.requests]
+    lead.refresh_from_db()
+    assert lead.crm["hubspot"]["written"]["outcome"] == "owned"
+    reasons = list(
+        Event.objects.filter(lead=lead, type="reassigned").values_list("data__reason", flat=True)
+    )
+    assert len(reasons) == 1
+    assert reasons[0].startswith("already owned in HubSpot by ops@example.com, who is no rep")
+    first.refresh_from_db()
+    assert first.touch_source == "hubspot"  # worked outside LeadRouter: the SLA clock stops
+    assert crm_touches_sync(portal["conn"]).reassigned == 0  # recorded once
