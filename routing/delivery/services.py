@@ -25,7 +25,7 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import Case, DateTimeField, F, Q, Value, When
 from django.utils import timezone
 
 from audit.models import EventType
@@ -34,6 +34,7 @@ from config.celery import app as celery_app
 from config.logging import log_context
 from leads.selectors import lead_fields
 from leads.services import broker_breaker
+from routing.crm.limits import writeback_lease_seconds
 from routing.crm.models import CrmConnection
 from routing.crm.writeback import crm_write_owner
 from routing.delivery import backoff, egress, signing
@@ -349,9 +350,19 @@ def delivery_attempt(*, delivery_id: int) -> str | None:
     """
     now = timezone.now()
     lease = now + timedelta(seconds=settings.DELIVERY_LEASE_SECONDS)
+    # A CRM write-back makes several requests, each up to CRM_TIMEOUT_SECONDS: its lease covers
+    # them all, so a slow send is not taken over by a redelivery and sent twice.
+    crm_lease = now + timedelta(
+        seconds=max(settings.DELIVERY_LEASE_SECONDS, writeback_lease_seconds())
+    )
+    held_until = Case(
+        When(channel=DeliveryChannel.CRM, then=Value(crm_lease)),
+        default=Value(lease),
+        output_field=DateTimeField(),
+    )
     claimed = Delivery.objects.filter(
         pk=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at__lte=now
-    ).update(next_attempt_at=lease, attempts=F("attempts") + 1, updated_at=now)
+    ).update(next_attempt_at=held_until, attempts=F("attempts") + 1, updated_at=now)
     if not claimed:
         return None
     delivery = Delivery.objects.select_related("endpoint", "crm_connection").get(pk=delivery_id)
