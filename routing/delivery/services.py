@@ -197,10 +197,11 @@ def deliveries_schedule(
     return existing + new
 
 
-def deliveries_enqueue(delivery_ids: Sequence[int]) -> int:
+def deliveries_enqueue(delivery_ids: Sequence[int], *, countdown: float = 0.0) -> int:
     """Publish a ``delivery.deliver`` task per id; never raises. Returns how many were published.
 
-    A failure is logged and left to ``deliveries_sweep_due``: the row is the outbox.
+    ``countdown``: seconds before a worker runs them (a deferred write-back's wait). A failure
+    is logged and left to ``deliveries_sweep_due``: the row is the outbox.
     """
     if not delivery_ids:
         return 0
@@ -214,7 +215,11 @@ def deliveries_enqueue(delivery_ids: Sequence[int]) -> int:
         with celery_app.producer_or_acquire() as producer:
             for delivery_id in delivery_ids:
                 celery_app.send_task(
-                    DELIVER_TASK, args=[delivery_id], producer=producer, retry=False
+                    DELIVER_TASK,
+                    args=[delivery_id],
+                    producer=producer,
+                    retry=False,
+                    **({"countdown": countdown} if countdown > 0 else {}),
                 )
                 published += 1
     except Exception as exc:  # any broker failure: the sweeper publishes the rest
@@ -411,14 +416,26 @@ def _attempt_record(*, delivery_id: int, number: int, result: _Result, ms: int) 
     outcome = result.outcome
     next_at: datetime | None = None
     if outcome == "deferred":
-        # Waited for our own rate limit (a CRM's shared budget): not an attempt, no log row.
+        # Waited for our own rate limit (a CRM's shared budget) or for another write-back of the
+        # same lead: not an attempt, no log row. Sent again when the wait is over, by a message
+        # of its own, so that write-backs drain at the CRM's pace rather than the sweep's; the
+        # sweep re-sends it only if that message is lost (DELIVERY_REDISPATCH_SECONDS after it
+        # was due), or when the wait is longer than that.
         if delivery.status == DeliveryStatus.PENDING and delivery.attempts == number:
             wait = max(0.5, result.retry_after or 1.0) * _rng.uniform(1.0, 1.5)
+            due = now + timedelta(seconds=wait)
+            requeue = wait <= settings.DELIVERY_REDISPATCH_SECONDS
             Delivery.objects.filter(pk=delivery.pk).update(
-                next_attempt_at=now + timedelta(seconds=wait),
+                next_attempt_at=due,
                 attempts=F("attempts") - 1,
                 updated_at=now,
+                **({"dispatched_at": due} if requeue else {}),
             )
+            if requeue:
+                delivery_pk = delivery.pk
+                transaction.on_commit(
+                    lambda: deliveries_enqueue([delivery_pk], countdown=wait), robust=True
+                )
         return "deferred"
     if outcome == "retry":
         next_at = backoff.next_attempt_at(
