@@ -211,15 +211,12 @@ def deliveries_enqueue(delivery_ids: Sequence[int], *, countdown: float = 0.0) -
         )
         return 0
     published = 0
+    options: dict[str, Any] = {"countdown": countdown} if countdown > 0 else {}
     try:
         with celery_app.producer_or_acquire() as producer:
             for delivery_id in delivery_ids:
                 celery_app.send_task(
-                    DELIVER_TASK,
-                    args=[delivery_id],
-                    producer=producer,
-                    retry=False,
-                    **({"countdown": countdown} if countdown > 0 else {}),
+                    DELIVER_TASK, args=[delivery_id], producer=producer, retry=False, **options
                 )
                 published += 1
     except Exception as exc:  # any broker failure: the sweeper publishes the rest
