@@ -635,7 +635,7 @@ def crm_findings(crm: Any) -> list[tuple[str, list[str]]]:
         if isinstance(written, dict) and written.get("id"):
             if written.get("outcome") == "kept":
                 lines.append(
-                    f"Owner not written: changed in {label} after our write "
+                    f"Owner not written: changed in {label} after our assignment "
                     f"(to {written.get('owner_id')}), and the later change wins"
                 )
             elif written.get("outcome") == "owned":

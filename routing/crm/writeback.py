@@ -18,13 +18,13 @@ only decides what to send and what came of it:
   write remembered;
 - an owner set in the CRM is never overwritten: the person's current owner is read right
   before the write, and when it is neither the one being written nor the one LeadRouter knew
-  (last wrote, else the lookup found) nothing is written (``kept``). When it differs from an
-  owner LeadRouter wrote, it is a real owner change made in the CRM, recorded as a reassignment
-  made there (``routing.crm.touches.crm_owner_changed``); when LeadRouter never wrote one (the
+  (last wrote, else the lookup found) nothing is written (``kept``). When LeadRouter knew an
+  owner, the owner moved away from it: a real owner change made in the CRM, recorded as a
+  reassignment made there (``routing.crm.touches.crm_owner_changed``); when it knew none (the
   lookup failed, timed out or found nobody, and the person has an owner), it is the owner the
-  CRM already had, recorded as such (``found=True``): the lead goes to that owner's rep, or is
-  noted as worked outside LeadRouter. Another edit of the record (Salesforce's LastModifiedDate
-  moves on any) is no owner change.
+  CRM already had, recorded as such (``found=True``, outcome ``owned``): the lead goes to that
+  owner's rep, or is noted as worked outside LeadRouter. Another edit of the record
+  (Salesforce's LastModifiedDate moves on any) is no owner change.
 """
 
 from __future__ import annotations
@@ -121,17 +121,6 @@ def _entry(lead: Lead, kind: str) -> dict[str, Any]:
     record = lead.crm if isinstance(lead.crm, dict) else {}
     entry = record.get(kind)
     return entry if isinstance(entry, dict) else {}
-
-
-def _we_wrote(entry: dict[str, Any], owner_id: str) -> bool:
-    """Did LeadRouter itself write ``owner_id`` to the person (created or updated it)?"""
-    written = entry.get("written")
-    return (
-        bool(owner_id)
-        and isinstance(written, dict)
-        and written.get("outcome") in ("created", "updated")
-        and str(written.get("owner_id") or "") == owner_id
-    )
 
 
 def _known_person(entry: dict[str, Any]) -> tuple[str, str, str]:
@@ -256,9 +245,10 @@ def _write_owner(connection: CrmConnection, assignment_id: int, now: datetime) -
     if result.outcome == "kept":
         from routing.crm.touches import crm_owner_changed
 
-        # A real owner change only when the CRM moved away from an owner we wrote; otherwise
-        # the person had an owner LeadRouter never saw (the lookup failed or found nobody).
-        changed = _we_wrote(entry, known_owner)
+        # A real owner change only when the owner moved away from one LeadRouter knew (wrote,
+        # or saw at lookup); without one, the person had an owner LeadRouter never saw (the
+        # lookup failed, timed out or found nobody) and nothing changed at all.
+        changed = bool(known_owner)
         crm_owner_changed(
             lead_id=lead.pk,
             kind=connection.kind,
@@ -274,7 +264,7 @@ def _write_owner(connection: CrmConnection, assignment_id: int, now: datetime) -
         )
         if changed:
             excerpt = (
-                f"kept: the owner in {label} changed after our write (to {person.owner_id}); "
+                f"kept: the owner in {label} changed from {known_owner} to {person.owner_id}; "
                 "not overwritten"
             )
         else:
