@@ -14,6 +14,7 @@ import pytest
 from django.utils import timezone
 
 from audit.models import Event
+from audit.selectors import crm_findings
 from leads.models import CrmLookupStatus, Lead, LeadStatus
 from routing import decisions
 from routing.crm.health import crm_health_check
@@ -334,6 +335,13 @@ def test_an_owner_hubspot_had_is_not_overwritten_when_the_lookup_failed(
     assert "PATCH" not in [r.method for r in hs.requests]
     lead.refresh_from_db()
     assert lead.crm["hubspot"]["written"]["outcome"] == "owned"
+    # The lead page says why nothing was written.
+    [(label, lines)] = crm_findings(lead.crm)
+    assert label == "HubSpot"
+    assert (
+        f"Owner not written: contact {contact} was already owned in HubSpot by "
+        f"{portal['owners']['ops']}, an owner LeadRouter had not seen, and HubSpot's owner wins"
+    ) in lines
     reasons = list(
         Event.objects.filter(lead=lead, type="reassigned").values_list("data__reason", flat=True)
     )
