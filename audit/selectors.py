@@ -638,6 +638,12 @@ def crm_findings(crm: Any) -> list[tuple[str, list[str]]]:
                     f"Owner not written: changed in {label} after our assignment "
                     f"(to {written.get('owner_id')}), and the later change wins"
                 )
+            elif written.get("outcome") == "owned":
+                lines.append(
+                    f"Owner not written: {written.get('object')} {written['id']} was already "
+                    f"owned in {label} by {written.get('owner_id')}, an owner LeadRouter had "
+                    f"not seen, and {label}'s owner wins"
+                )
             else:
                 lines.append(
                     f"Owner written: {written.get('outcome')} {written.get('object')} "

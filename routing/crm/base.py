@@ -163,10 +163,23 @@ class PersonUpdate:
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What a write did: ``created``, ``updated``, or ``kept`` (the CRM's later owner won)."""
+    """What a write did: ``created``, ``updated``, or ``kept`` (nothing written: the person has
+    an owner LeadRouter neither wrote nor saw, and the CRM's owner wins)."""
 
     outcome: Literal["created", "updated", "kept"]
     person: Person
+
+
+def owner_is_foreign(current: str, *, ours: str, known: str) -> bool:
+    """Does the person's ``current`` owner belong to someone LeadRouter did not put or see there?
+
+    ``ours``: the owner being written; ``known``: the owner LeadRouter last wrote, else the one
+    its lookup found ("" when it saw none: the lookup failed, timed out or found nobody). Any
+    other owner was set in the CRM, before or after our assignment, and is never overwritten.
+    No timestamp decides it: Salesforce's LastModifiedDate moves on any edit, and an owner set
+    before the assignment is the CRM's all the same when the lookup did not see it.
+    """
+    return bool(current) and current not in (ours, known)
 
 
 @dataclass(frozen=True)
@@ -209,14 +222,18 @@ class CrmClient(Protocol):
         ...
 
     def write_owner(
-        self, update: PersonUpdate, *, known_owner_id: str, since: datetime
+        self,
+        update: PersonUpdate,
+        *,
+        known_owner_id: str,
+        before_write: Callable[[], None] = lambda: None,
     ) -> WriteResult:
-        """Create or update the person with ``update.owner_id``, unless the CRM changed its owner
-        (then ``kept``, nothing written): the owner is neither ``update.owner_id`` nor
-        ``known_owner_id`` (the owner LeadRouter last wrote or saw), and either
-        ``known_owner_id`` is set (so it moved away from it) or, when LeadRouter never saw one,
-        the record changed after ``since`` (the assignment). Safe to repeat: a repeated create
-        finds the person made the first time."""
+        """Create or update the person with ``update.owner_id``, reading its current owner first:
+        when that owner is foreign (``owner_is_foreign``: neither ``update.owner_id`` nor
+        ``known_owner_id``), nothing is written and the answer is ``kept``. An update sets only
+        the owner. ``before_write`` is called right before each request that writes (create,
+        update, upsert) and may raise to stop it (the assignment was superseded meanwhile).
+        Safe to repeat: a repeated create finds the person made the first time."""
         ...
 
     def activity(

@@ -75,6 +75,7 @@ from routing.crm.base import (
     PersonUpdate,
     WriteResult,
     domain_of,
+    owner_is_foreign,
 )
 
 __all__ = ["HubSpotClient", "clear_account_cache"]
@@ -408,7 +409,11 @@ class HubSpotClient:
         return self._person(answer)
 
     def write_owner(
-        self, update: PersonUpdate, *, known_owner_id: str, since: datetime
+        self,
+        update: PersonUpdate,
+        *,
+        known_owner_id: str,
+        before_write: Callable[[], None] = lambda: None,
     ) -> WriteResult:
         if not _NUMERIC.match(update.owner_id or ""):
             raise CrmError("rejected", "not a HubSpot owner id")
@@ -418,19 +423,17 @@ class HubSpotClient:
         if person is None:
             person = self.find_person(update.email)
         if person is None:
+            before_write()
             created = self._create(update)
             if isinstance(created, WriteResult):
                 return created
             person = created  # it existed after all (search had not indexed it yet)
-        changed_at = person.owner_changed_at or person.modified_at
-        changed_after = changed_at is not None and changed_at > since
-        if person.owner_id not in (known_owner_id, update.owner_id) and (
-            bool(known_owner_id) or changed_after
-        ):
+        if owner_is_foreign(person.owner_id, ours=update.owner_id, known=known_owner_id):
             return WriteResult("kept", person)
         if person.owner_id == update.owner_id:
             return WriteResult("updated", person)
         body = SimplePublicObjectInput(properties={"hubspot_owner_id": update.owner_id})
+        before_write()
         try:
             answer = self._call(
                 self._contacts_basic.update, person.id, simple_public_object_input=body
@@ -438,6 +441,7 @@ class HubSpotClient:
         except CrmError as exc:
             if exc.kind == "rejected" and exc.status == 404:
                 # Deleted since we read it: create it again rather than lose the write.
+                before_write()
                 again = self._create(update)
                 if isinstance(again, WriteResult):
                     return again

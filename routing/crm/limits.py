@@ -37,6 +37,13 @@ LOOKUP_REQUESTS = {HUBSPOT: 2, SALESFORCE: 3}
 WRITE_REQUESTS = {HUBSPOT: 2, SALESFORCE: 3}
 
 
+def writeback_lease_seconds() -> float:
+    """How long one write-back attempt holds its delivery: every request it makes (the
+    kind's ``WRITE_REQUESTS``, plus a token request, a refresh and the retried call) at
+    ``CRM_TIMEOUT_SECONDS`` each, so a slow send is never taken over and sent a second time."""
+    return (max(WRITE_REQUESTS.values()) + 3) * float(settings.CRM_TIMEOUT_SECONDS)
+
+
 def _prefix(connection: CrmConnection) -> str:
     return f"{KEY_PREFIX}:{connection.kind}:{connection.pk}"
 

@@ -64,6 +64,7 @@ from routing.crm.base import (
     PersonUpdate,
     WriteResult,
     domain_of,
+    owner_is_foreign,
 )
 
 __all__ = ["SalesforceClient", "clear_token_cache"]
@@ -75,6 +76,7 @@ JWT_LIFETIME_SECONDS = 180
 NOT_PROVIDED = "[not provided]"
 MAX_PAGES = 500
 _ID = re.compile(r"^[A-Za-z0-9]{15}([A-Za-z0-9]{3})?$")
+_FIELD_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,79}$")  # an API name: goes into SOQL as is
 _PREFIX_OBJECT = {"00Q": "Lead", "003": "Contact"}
 _PERSON_OBJECTS = ("Lead", "Contact")
 _CREATE = (
@@ -453,7 +455,11 @@ class SalesforceClient:
         return self._get(self._object_of(person_id, person_object), person_id)
 
     def write_owner(
-        self, update: PersonUpdate, *, known_owner_id: str, since: datetime
+        self,
+        update: PersonUpdate,
+        *,
+        known_owner_id: str,
+        before_write: Callable[[], None] = lambda: None,
     ) -> WriteResult:
         person: Person | None = None
         if update.person_id:
@@ -461,18 +467,17 @@ class SalesforceClient:
                 self._object_of(update.person_id, update.person_object), update.person_id
             )
         if person is None and self.external_id_field and update.external_id:
-            return self._upsert(update)
+            return self._upsert(update, known_owner_id, before_write)
         if person is None:
             person = self.find_person(update.email)
         if person is None:
+            before_write()
             return self._create(update)
-        changed_after = person.modified_at is not None and person.modified_at > since
-        if person.owner_id not in (known_owner_id, update.owner_id) and (
-            bool(known_owner_id) or changed_after
-        ):
+        if owner_is_foreign(person.owner_id, ours=update.owner_id, known=known_owner_id):
             return WriteResult("kept", person)
         if person.owner_id != update.owner_id:
             target = person
+            before_write()
             self._call(
                 lambda sf: _sobject(sf, target.object).update(
                     target.id, {"OwnerId": update.owner_id}, headers=NO_AUTO_ASSIGN
@@ -514,8 +519,60 @@ class SalesforceClient:
         answer = self._call(lambda sf: _sobject(sf, obj).create(body, headers=NO_AUTO_ASSIGN))
         return WriteResult("created", self._created(obj, answer, update))
 
-    def _upsert(self, update: PersonUpdate) -> WriteResult:
+    def _upsert(
+        self, update: PersonUpdate, known_owner_id: str, before_write: Callable[[], None]
+    ) -> WriteResult:
+        """The external id path: the person found by e-mail (an unconverted Lead, then a
+        Contact) gets only its owner (and, a Lead without one, our external id), never its other
+        fields; only a person who is absent is created, by an upsert on the external id (a
+        repeat finds what the first made)."""
+        field_name = self.external_id_field
+        if not _FIELD_NAME.match(field_name):
+            raise CrmError("config", "the external id field is not a Salesforce field name")
+        found: tuple[Person, dict[str, Any]] | None = None
+        email = (update.email or "").strip()
+        if email:
+            leads = self._query(
+                format_soql(
+                    "SELECT {:literal}, {:literal} FROM Lead WHERE Email = {} "
+                    "AND IsConverted = false ORDER BY LastModifiedDate DESC LIMIT 1",
+                    _LEAD_FIELDS,
+                    field_name,
+                    email,
+                )
+            )
+            if leads:
+                found = (self._person("Lead", leads[0]), leads[0])
+            else:
+                contacts = self._query(
+                    format_soql(
+                        "SELECT {:literal} FROM Contact WHERE Email = {} "
+                        "ORDER BY LastModifiedDate DESC LIMIT 1",
+                        _CONTACT_FIELDS,
+                        email,
+                    )
+                )
+                if contacts:
+                    found = (self._person("Contact", contacts[0]), contacts[0])
+        if found is not None:
+            person, record = found
+            if owner_is_foreign(person.owner_id, ours=update.owner_id, known=known_owner_id):
+                return WriteResult("kept", person)
+            changes: dict[str, Any] = {}
+            if person.owner_id != update.owner_id:
+                changes["OwnerId"] = update.owner_id
+            if person.object == "Lead" and not record.get(field_name):
+                changes[field_name] = update.external_id
+            if changes:
+                before_write()
+                self._call(
+                    lambda sf: _sobject(sf, person.object).update(
+                        person.id, changes, headers=NO_AUTO_ASSIGN
+                    )
+                )
+            return WriteResult("updated", _with_owner(person, update.owner_id))
         body = self._create_body(update, "Lead")
+        before_write()
         path = f"{self.external_id_field}/{quote(update.external_id, safe='')}"
         response = self._call(
             lambda sf: _sobject(sf, "Lead").upsert(

@@ -64,7 +64,8 @@ def _person_of(crm: Any, kind: str) -> tuple[str, str, str, str | None] | None:
     seen = entry.get("status_seen")
     written = entry.get("written")
     if isinstance(written, dict) and written.get("id"):
-        ours = str(written.get("owner_id") or "") if written.get("outcome") != "kept" else ""
+        kept = written.get("outcome") in ("kept", "owned")
+        ours = "" if kept else str(written.get("owner_id") or "")
         status = seen if isinstance(seen, str) else _status(written)
         return str(written.get("object") or ""), str(written["id"]), ours, status
     person = entry.get("person")
@@ -135,7 +136,13 @@ def assignment_touch_from_crm(
 
 
 def crm_owner_changed(
-    *, lead_id: Any, kind: str, owner_id: str, changed_at: datetime, assignment_id: int
+    *,
+    lead_id: Any,
+    kind: str,
+    owner_id: str,
+    changed_at: datetime,
+    assignment_id: int,
+    found: bool = False,
 ) -> str:
     """The CRM gave the lead's person another owner after our assignment: record it.
 
@@ -143,6 +150,9 @@ def crm_owner_changed(
     rep's e-mail go out as for any reassignment). To an owner who is no rep: an event, and the
     assignment's SLA clock stops (touched, source the CRM). Returns ``reassigned``, ``noted``
     or ``unchanged`` (the lead moved on meanwhile, or the owner is already ours).
+    ``found``: not a change but the owner the person already had, which write-back found and
+    the lookup had not seen (it failed, timed out or found nobody); recorded the same way, said
+    as such.
     """
     from routing.decisions import assignment_create
     from routing.delivery.services import deliveries_schedule
@@ -180,7 +190,11 @@ def crm_owner_changed(
                 team_name=team.name if team is not None else "",
                 kind=AssignmentKind.REASSIGNMENT,
                 supersede=current,
-                reason=f"reassigned in {label} to {mapped.rep_name}",
+                reason=(
+                    f"already owned in {label} by {mapped.rep_name} (found at write-back)"
+                    if found
+                    else f"reassigned in {label} to {mapped.rep_name}"
+                ),
                 sla_minutes=current.sla_minutes,
                 now=now,
             )
@@ -192,7 +206,12 @@ def crm_owner_changed(
                 data={
                     "manual": False,
                     "crm": kind,
-                    "reason": f"reassigned in {label} (changed {changed_at.isoformat()})",
+                    "reason": (
+                        f"already owned in {label} by {mapped.rep_name}: found when the owner "
+                        "was written back (the lookup had not seen it); not overwritten"
+                        if found
+                        else f"reassigned in {label} (changed {changed_at.isoformat()})"
+                    ),
                     "from": {"id": current.rep_id, "name": current.rep_name},
                 },
             )
@@ -207,8 +226,14 @@ def crm_owner_changed(
             data={
                 "manual": False,
                 "crm": kind,
-                "reason": f"owner changed in {label} to {who}, who is no rep; "
-                "the lead is worked outside LeadRouter's reps",
+                "reason": (
+                    f"already owned in {label} by {who}, who is no rep: found when the owner "
+                    "was written back (the lookup had not seen it); not overwritten, "
+                    "the lead is worked outside LeadRouter's reps"
+                    if found
+                    else f"owner changed in {label} to {who}, who is no rep; "
+                    "the lead is worked outside LeadRouter's reps"
+                ),
                 "from": {"id": current.rep_id, "name": current.rep_name},
                 "to_owner": owner_id,
             },

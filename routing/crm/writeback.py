@@ -9,20 +9,36 @@ only decides what to send and what came of it:
   retryable failure that names the fix (sync the roster, or link the owner in the admin);
 - the person is the one the lookup found (or wrote before), else found by e-mail, else created
   (``write_owner`` makes a repeat find what the first try created: one effect per assignment);
-- an assignment that is no longer the lead's current one is not written (the later one is);
-- the CRM's own later change wins: if the owner there changed after our assignment to someone
-  we did not set, nothing is written (``kept``) and the change is recorded as a reassignment
-  made in the CRM (``routing.crm.touches.crm_owner_changed``).
+- an assignment that is no longer the lead's current one is not written (the later one is),
+  checked again right before the request that writes (``before_write``);
+- one write-back per (lead, connection) at a time (``writeback_lock``: a PostgreSQL advisory
+  lock held through the send, released by the database if the worker dies), so a
+  reassignment's write and a stale retry of the one before it cannot cross; the second waits,
+  deferred (not an attempt), and then finds its assignment superseded or the first one's
+  write remembered;
+- an owner set in the CRM is never overwritten: the person's current owner is read right
+  before the write, and when it is neither the one being written nor the one LeadRouter knew
+  (last wrote, else the lookup found) nothing is written (``kept``). When LeadRouter knew an
+  owner, the owner moved away from it: a real owner change made in the CRM, recorded as a
+  reassignment made there (``routing.crm.touches.crm_owner_changed``); when it knew none (the
+  lookup failed, timed out or found nobody, and the person has an owner), it is the owner the
+  CRM already had, recorded as such (``found=True``, outcome ``owned``): the lead goes to that
+  owner's rep, or is noted as worked outside LeadRouter. Another edit of the record
+  (Salesforce's LastModifiedDate moves on any) is no owner change.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
+from django.db import connection as db_connection
 
 from leads.models import Lead
 from routing.crm.base import CrmError, PersonUpdate
@@ -36,6 +52,54 @@ from routing.crm.roster import rep_owner_id
 logger = logging.getLogger(__name__)
 
 _CREATE_FIELDS = ("email", "first_name", "last_name", "company", "phone", "title", "country")
+
+# A write-back that finds another one of the same lead and connection in flight tries again
+# after about this long (deferred: not an attempt).
+LOCK_BUSY_RETRY_SECONDS = 1.0
+
+_held: set[str] = set()  # the keys held in this process (databases without advisory locks)
+_held_lock = threading.Lock()
+
+
+@contextmanager
+def writeback_lock(*, lead_id: Any, connection_id: int) -> Iterator[bool]:
+    """Hold the write-back of ``lead_id`` to connection ``connection_id``; yields False (held
+    by someone else, nothing waits) or True.
+
+    PostgreSQL: a session advisory lock (``pg_try_advisory_lock``) on the worker's connection,
+    held through the HTTP requests outside any transaction; a worker that dies mid-send loses
+    its session and with it the lock. Other databases (SQLite, development with one worker):
+    a lock within this process.
+    """
+    key = f"leadrouter:crm-writeback:{connection_id}:{lead_id}"
+    if db_connection.vendor != "postgresql":
+        with _held_lock:
+            got = key not in _held
+            _held.add(key)
+        try:
+            yield got
+        finally:
+            if got:
+                with _held_lock:
+                    _held.discard(key)
+        return
+    with db_connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [key])
+        row = cursor.fetchone()
+    got = bool(row and row[0])
+    try:
+        yield got
+    finally:
+        if got:
+            try:
+                with db_connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [key])
+            except DatabaseError as exc:  # the session is gone, and its lock with it
+                logger.warning("CRM write-back lock release failed (%s)", exc)
+
+
+class _Superseded(Exception):
+    """The assignment stopped being the lead's current one while its owner was being written."""
 
 
 @dataclass(frozen=True)
@@ -90,9 +154,28 @@ def crm_write_owner(*, delivery: Any, now: datetime) -> WriteOutcome:
     connection: CrmConnection | None = delivery.crm_connection
     if connection is None or not connection.active or not connection.writeback_enabled:
         return WriteOutcome("cancelled", error="the CRM connection is inactive or write-back off")
-    assignment = (
-        Assignment.objects.select_related("lead", "rep").filter(pk=delivery.assignment_id).first()
+    lead_id = (
+        Assignment.objects.filter(pk=delivery.assignment_id)
+        .values_list("lead_id", flat=True)
+        .first()
     )
+    if lead_id is None:
+        return WriteOutcome("failed", error="the assignment no longer exists")
+    with writeback_lock(lead_id=lead_id, connection_id=connection.pk) as held:
+        if not held:
+            return WriteOutcome(
+                "deferred",
+                error="another write-back of this lead is in flight",
+                retry_after=LOCK_BUSY_RETRY_SECONDS,
+            )
+        return _write_owner(connection, delivery.assignment_id, now)
+
+
+def _write_owner(connection: CrmConnection, assignment_id: int, now: datetime) -> WriteOutcome:
+    """The write itself, under the lead's write-back lock: everything read here is fresh."""
+    from routing.models import Assignment
+
+    assignment = Assignment.objects.select_related("lead", "rep").filter(pk=assignment_id).first()
     if assignment is None:
         return WriteOutcome("failed", error="the assignment no longer exists")
     if not assignment.active:
@@ -129,8 +212,18 @@ def crm_write_owner(*, delivery: Any, now: datetime) -> WriteOutcome:
     try:
         reserve = WRITE_REQUESTS.get(connection.kind, 2)
         client = crm_client(connection, spend=spender(connection, reserve=reserve))
-        since = assignment.assigned_at
-        result = client.write_owner(update, known_owner_id=known_owner, since=since)
+
+        def still_current() -> None:
+            if not Assignment.objects.filter(pk=assignment_id, active=True).exists():
+                raise _Superseded
+
+        result = client.write_owner(update, known_owner_id=known_owner, before_write=still_current)
+    except _Superseded:
+        return WriteOutcome(
+            "cancelled",
+            error="superseded by a later assignment while its owner was being written "
+            "(nothing written: the later one is written instead)",
+        )
     except CrmError as exc:
         crm_record_error(connection, exc, lead_id=lead.pk)
         if exc.kind == "rate_limited":
@@ -152,23 +245,34 @@ def crm_write_owner(*, delivery: Any, now: datetime) -> WriteOutcome:
     if result.outcome == "kept":
         from routing.crm.touches import crm_owner_changed
 
+        # A real owner change only when the owner moved away from one LeadRouter knew (wrote,
+        # or saw at lookup); without one, the person had an owner LeadRouter never saw (the
+        # lookup failed, timed out or found nobody) and nothing changed at all.
+        changed = bool(known_owner)
         crm_owner_changed(
             lead_id=lead.pk,
             kind=connection.kind,
             owner_id=person.owner_id,
-            changed_at=person.owner_changed_at or person.modified_at or now,
+            changed_at=(person.owner_changed_at or now) if changed else now,
             assignment_id=assignment.pk,
+            found=not changed,
         )
         _remember(
             lead.pk,
             connection.kind,
-            {**person.to_json(), "at": now.isoformat(), "outcome": "kept"},
+            {**person.to_json(), "at": now.isoformat(), "outcome": "kept" if changed else "owned"},
         )
-        return WriteOutcome(
-            "delivered",
-            excerpt=f"kept: the owner in {label} changed after our assignment "
-            f"(to {person.owner_id}); not overwritten",
-        )
+        if changed:
+            excerpt = (
+                f"kept: the owner in {label} changed from {known_owner} to {person.owner_id}; "
+                "not overwritten"
+            )
+        else:
+            excerpt = (
+                f"kept: {person.object} {person.id} is already owned in {label} by "
+                f"{person.owner_id}, an owner LeadRouter had not seen; not overwritten"
+            )
+        return WriteOutcome("delivered", excerpt=excerpt)
     _remember(
         lead.pk,
         connection.kind,

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import Case, DateTimeField, F, Q, Value, When
 from django.utils import timezone
 
 from audit.models import EventType
@@ -34,6 +34,7 @@ from config.celery import app as celery_app
 from config.logging import log_context
 from leads.selectors import lead_fields
 from leads.services import broker_breaker
+from routing.crm.limits import writeback_lease_seconds
 from routing.crm.models import CrmConnection
 from routing.crm.writeback import crm_write_owner
 from routing.delivery import backoff, egress, signing
@@ -196,10 +197,11 @@ def deliveries_schedule(
     return existing + new
 
 
-def deliveries_enqueue(delivery_ids: Sequence[int]) -> int:
+def deliveries_enqueue(delivery_ids: Sequence[int], *, countdown: float = 0.0) -> int:
     """Publish a ``delivery.deliver`` task per id; never raises. Returns how many were published.
 
-    A failure is logged and left to ``deliveries_sweep_due``: the row is the outbox.
+    ``countdown``: seconds before a worker runs them (a deferred write-back's wait). A failure
+    is logged and left to ``deliveries_sweep_due``: the row is the outbox.
     """
     if not delivery_ids:
         return 0
@@ -209,11 +211,12 @@ def deliveries_enqueue(delivery_ids: Sequence[int]) -> int:
         )
         return 0
     published = 0
+    options: dict[str, Any] = {"countdown": countdown} if countdown > 0 else {}
     try:
         with celery_app.producer_or_acquire() as producer:
             for delivery_id in delivery_ids:
                 celery_app.send_task(
-                    DELIVER_TASK, args=[delivery_id], producer=producer, retry=False
+                    DELIVER_TASK, args=[delivery_id], producer=producer, retry=False, **options
                 )
                 published += 1
     except Exception as exc:  # any broker failure: the sweeper publishes the rest
@@ -349,9 +352,19 @@ def delivery_attempt(*, delivery_id: int) -> str | None:
     """
     now = timezone.now()
     lease = now + timedelta(seconds=settings.DELIVERY_LEASE_SECONDS)
+    # A CRM write-back makes several requests, each up to CRM_TIMEOUT_SECONDS: its lease covers
+    # them all, so a slow send is not taken over by a redelivery and sent twice.
+    crm_lease = now + timedelta(
+        seconds=max(settings.DELIVERY_LEASE_SECONDS, writeback_lease_seconds())
+    )
+    held_until = Case(
+        When(channel=DeliveryChannel.CRM, then=Value(crm_lease)),
+        default=Value(lease),
+        output_field=DateTimeField(),
+    )
     claimed = Delivery.objects.filter(
         pk=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at__lte=now
-    ).update(next_attempt_at=lease, attempts=F("attempts") + 1, updated_at=now)
+    ).update(next_attempt_at=held_until, attempts=F("attempts") + 1, updated_at=now)
     if not claimed:
         return None
     delivery = Delivery.objects.select_related("endpoint", "crm_connection").get(pk=delivery_id)
@@ -400,14 +413,26 @@ def _attempt_record(*, delivery_id: int, number: int, result: _Result, ms: int) 
     outcome = result.outcome
     next_at: datetime | None = None
     if outcome == "deferred":
-        # Waited for our own rate limit (a CRM's shared budget): not an attempt, no log row.
+        # Waited for our own rate limit (a CRM's shared budget) or for another write-back of the
+        # same lead: not an attempt, no log row. Sent again when the wait is over, by a message
+        # of its own, so that write-backs drain at the CRM's pace rather than the sweep's; the
+        # sweep re-sends it only if that message is lost (DELIVERY_REDISPATCH_SECONDS after it
+        # was due), or when the wait is longer than that.
         if delivery.status == DeliveryStatus.PENDING and delivery.attempts == number:
             wait = max(0.5, result.retry_after or 1.0) * _rng.uniform(1.0, 1.5)
+            due = now + timedelta(seconds=wait)
+            requeue = wait <= settings.DELIVERY_REDISPATCH_SECONDS
             Delivery.objects.filter(pk=delivery.pk).update(
-                next_attempt_at=now + timedelta(seconds=wait),
+                next_attempt_at=due,
                 attempts=F("attempts") - 1,
                 updated_at=now,
+                **({"dispatched_at": due} if requeue else {}),
             )
+            if requeue:
+                delivery_pk = delivery.pk
+                transaction.on_commit(
+                    lambda: deliveries_enqueue([delivery_pk], countdown=wait), robust=True
+                )
         return "deferred"
     if outcome == "retry":
         next_at = backoff.next_attempt_at(

@@ -399,6 +399,7 @@ class SalesforceStandIn:
         self._garbage = 0
         self._raw: list[tuple[int, bytes, str]] = []
         self._delay = 0.0
+        self._slow: list[float] = []
         self._dir = tempfile.TemporaryDirectory(prefix="sf-standin-")
         self.ca_file, self._key_file = (str(p) for p in _certificate(Path(self._dir.name)))
         self._server: ThreadingHTTPServer | None = None
@@ -551,6 +552,11 @@ class SalesforceStandIn:
     def set_delay(self, seconds: float) -> None:
         self._delay = seconds
 
+    def delay_next(self, seconds: float, n: int = 1) -> None:
+        """The next ``n`` requests (whichever client sends them) answer after ``seconds``."""
+        with self._lock:
+            self._slow += [seconds] * n
+
     def queries(self) -> list[str]:
         """The SOQL of every query request, in order."""
         return [
@@ -579,6 +585,10 @@ class SalesforceStandIn:
     def handle(self, method: str, path: str, query: dict[str, list[str]], headers: Any, raw: bytes):
         if self._delay:
             time.sleep(self._delay)
+        with self._lock:
+            slow = self._slow.pop(0) if self._slow else 0.0
+        if slow:
+            time.sleep(slow)
         body: Any = None
         form = parse_qs(raw.decode("utf-8", "replace")) if path == "/services/oauth2/token" else {}
         if path == "/services/oauth2/token":

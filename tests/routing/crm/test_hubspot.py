@@ -146,7 +146,7 @@ def test_write_back_creates_a_contact_with_the_owner_and_the_lead_fields(hs):
         email="new@acme.com",
         fields={"first_name": "Nia", "last_name": "New", "company": "Acme", "title": "VP"},
     )
-    result = client_for(hs).write_owner(update, known_owner_id="", since=NOW - HOUR)
+    result = client_for(hs).write_owner(update, known_owner_id="")
     assert result.outcome == "created"
     stored = hs.contact(result.person.id)
     assert stored is not None
@@ -160,31 +160,61 @@ def test_write_back_updates_the_known_contact_and_is_safe_to_repeat(hs):
     contact = hs.add_contact(email="pat@acme.com", hubspot_owner_id=ana)
     client = client_for(hs)
     update = PersonUpdate(owner_id=ben, email="pat@acme.com", person_id=contact)
-    since = NOW + HOUR  # the contact's owner was stamped before the assignment
-    assert client.write_owner(update, known_owner_id=ana, since=since).outcome == "updated"
+    assert client.write_owner(update, known_owner_id=ana).outcome == "updated"
     assert hs.contact(contact)["hubspot_owner_id"] == ben
     hs.reset_log()
-    again = client.write_owner(update, known_owner_id=ben, since=since)
+    again = client.write_owner(update, known_owner_id=ben)
     assert again.outcome == "updated"
     assert [r.method for r in hs.requests] == ["GET"]  # already right: nothing patched
 
 
-def test_an_owner_changed_in_hubspot_after_the_assignment_is_kept(hs):
+def test_an_owner_changed_in_hubspot_after_our_write_is_kept(hs):
     ana, ben, ops = (hs.add_owner(f"{n}@example.com") for n in ("ana", "ben", "ops"))
     contact = hs.add_contact(email="pat@acme.com", hubspot_owner_id=ana)
     client = client_for(hs)
-    since = NOW - HOUR
-    # We never saw an owner, and HubSpot assigned one after our assignment: kept.
     update = PersonUpdate(owner_id=ben, email="pat@acme.com", person_id=contact)
-    kept = client.write_owner(update, known_owner_id="", since=since)
-    assert kept.outcome == "kept"
-    assert kept.person.owner_id == ana
     # We wrote ana before, and someone moved it to ops in HubSpot: kept, whatever the time.
     hs.edit_contact(contact, hubspot_owner_id=ops)
-    kept = client.write_owner(update, known_owner_id=ana, since=NOW + HOUR)
+    kept = client.write_owner(update, known_owner_id=ana)
     assert kept.outcome == "kept"
     assert kept.person.owner_id == ops
     assert hs.contact(contact)["hubspot_owner_id"] == ops
+    assert "PATCH" not in [r.method for r in hs.requests]
+
+
+def test_an_owner_hubspot_had_before_the_assignment_is_kept_when_the_lookup_did_not_see_it(hs):
+    """The lookup failed or timed out (no owner known): an owner set in HubSpot long before our
+    assignment is HubSpot's all the same, and is not overwritten (review finding B5)."""
+    ana, ben = hs.add_owner("ana@example.com"), hs.add_owner("ben@example.com")
+    hs.add_contact(email="pat@acme.com", hubspot_owner_id=ana)  # owned since before
+    update = PersonUpdate(owner_id=ben, email="pat@acme.com")
+    kept = client_for(hs).write_owner(update, known_owner_id="")
+    assert kept.outcome == "kept"
+    assert kept.person.owner_id == ana
+    assert kept.person.owner_changed_at is not None
+    assert "PATCH" not in [r.method for r in hs.requests]
+    # A contact nobody owns is ours to write.
+    free = hs.add_contact(email="free@acme.com")
+    update = PersonUpdate(owner_id=ben, email="free@acme.com")
+    assert client_for(hs).write_owner(update, known_owner_id="").outcome == "updated"
+    assert hs.contact(free)["hubspot_owner_id"] == ben
+
+
+def test_before_write_is_called_before_the_patch_and_can_stop_it(hs):
+    ana, ben = hs.add_owner("ana@example.com"), hs.add_owner("ben@example.com")
+    contact = hs.add_contact(email="pat@acme.com", hubspot_owner_id=ana)
+    update = PersonUpdate(owner_id=ben, email="pat@acme.com", person_id=contact)
+
+    class Superseded(Exception):
+        pass
+
+    def stop() -> None:
+        raise Superseded
+
+    with pytest.raises(Superseded):
+        client_for(hs).write_owner(update, known_owner_id=ana, before_write=stop)
+    assert "PATCH" not in [r.method for r in hs.requests]
+    assert hs.contact(contact)["hubspot_owner_id"] == ana
 
 
 def test_a_create_that_conflicts_updates_the_existing_contact(hs):
@@ -194,7 +224,7 @@ def test_a_create_that_conflicts_updates_the_existing_contact(hs):
     contact = hs.add_contact(email="pat@acme.com")
     hs.respond_next({"total": 0, "results": []})  # the search has not indexed it yet
     update = PersonUpdate(owner_id=ana, email="pat@acme.com")
-    result = client_for(hs).write_owner(update, known_owner_id="", since=NOW + HOUR)
+    result = client_for(hs).write_owner(update, known_owner_id="")
     assert result.outcome == "updated"
     assert result.person.id == contact
     assert hs.contact(contact)["hubspot_owner_id"] == ana
@@ -206,7 +236,7 @@ def test_write_back_to_an_owner_hubspot_does_not_know_is_rejected(hs):
     contact = hs.add_contact(email="pat@acme.com")
     update = PersonUpdate(owner_id="123456", email="pat@acme.com", person_id=contact)
     with pytest.raises(CrmError) as info:
-        client_for(hs).write_owner(update, known_owner_id="", since=NOW + HOUR)
+        client_for(hs).write_owner(update, known_owner_id="")
     assert info.value.kind == "rejected"
     assert info.value.status == 400
 

@@ -217,9 +217,7 @@ def test_write_owner_patches_the_owner_of_a_known_person(salesforce_standin):
     new = salesforce_standin.add_user(email="new@acme.example")
     lead = salesforce_standin.add_lead(Email="d@x.com", LastName="D", Company="X", OwnerId=old)
     update = PersonUpdate(owner_id=new, email="d@x.com", person_id=lead, person_object="Lead")
-    result = client_for(salesforce_standin).write_owner(
-        update, known_owner_id=old, since=NOW - HOUR
-    )
+    result = client_for(salesforce_standin).write_owner(update, known_owner_id=old)
     assert result.outcome == "updated"
     assert salesforce_standin.record("Lead", lead)["OwnerId"] == new
     assert salesforce_standin.requests[-1].method == "PATCH"
@@ -233,13 +231,42 @@ def test_write_owner_keeps_an_owner_the_crm_changed_later(salesforce_standin):
     new = salesforce_standin.add_user(email="new@acme.example")
     lead = salesforce_standin.add_lead(Email="e@x.com", LastName="E", Company="X", OwnerId=theirs)
     update = PersonUpdate(owner_id=new, email="e@x.com", person_id=lead, person_object="Lead")
-    result = client_for(salesforce_standin).write_owner(
-        update, known_owner_id=ours, since=NOW - HOUR
-    )
+    result = client_for(salesforce_standin).write_owner(update, known_owner_id=ours)
     assert result.outcome == "kept"
     assert result.person.owner_id == theirs
     assert salesforce_standin.record("Lead", lead)["OwnerId"] == theirs
     assert [r.method for r in salesforce_standin.requests] == ["POST", "GET"]
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_write_owner_keeps_an_owner_the_lookup_did_not_see(salesforce_standin, edited):
+    """No owner known (the lookup failed or timed out): the Lead's owner is Salesforce's,
+    whether or not the record was edited since (LastModifiedDate moves on any edit), and is not
+    overwritten (review finding B5)."""
+    theirs = salesforce_standin.add_user(email="theirs@acme.example")
+    new = salesforce_standin.add_user(email="new@acme.example")
+    lead = salesforce_standin.add_lead(Email="k@x.com", LastName="K", Company="X", OwnerId=theirs)
+    if edited:
+        salesforce_standin.edit("Lead", lead, Status="Working - Contacted")
+    update = PersonUpdate(owner_id=new, email="k@x.com")
+    result = client_for(salesforce_standin).write_owner(update, known_owner_id="")
+    assert result.outcome == "kept"
+    assert result.person.owner_id == theirs
+    assert salesforce_standin.record("Lead", lead)["OwnerId"] == theirs
+    assert "PATCH" not in [r.method for r in salesforce_standin.requests]
+
+
+def test_write_owner_updates_a_lead_edited_since_our_write(salesforce_standin):
+    """Another edit of a Lead we wrote (its status) is no owner change: the new owner is
+    written."""
+    ours = salesforce_standin.add_user(email="ours@acme.example")
+    new = salesforce_standin.add_user(email="new@acme.example")
+    lead = salesforce_standin.add_lead(Email="m@x.com", LastName="M", Company="X", OwnerId=ours)
+    salesforce_standin.edit("Lead", lead, Status="Working - Contacted")
+    update = PersonUpdate(owner_id=new, email="m@x.com", person_id=lead, person_object="Lead")
+    result = client_for(salesforce_standin).write_owner(update, known_owner_id=ours)
+    assert result.outcome == "updated"
+    assert salesforce_standin.record("Lead", lead)["OwnerId"] == new
 
 
 def test_write_owner_creates_a_lead_then_a_repeat_finds_it(salesforce_standin):
@@ -248,14 +275,14 @@ def test_write_owner_creates_a_lead_then_a_repeat_finds_it(salesforce_standin):
         owner_id=rep, email="f@x.com", fields={"email": "f@x.com", "first_name": "Fay"}
     )
     client = client_for(salesforce_standin)
-    first = client.write_owner(update, known_owner_id="", since=NOW)
+    first = client.write_owner(update, known_owner_id="")
     assert first.outcome == "created"
     created = salesforce_standin.record("Lead", first.person.id)
     assert created["LastName"] == "[not provided]"
     assert created["Company"] == "[not provided]"
     assert created["OwnerId"] == rep
     assert created["FirstName"] == "Fay"
-    again = client.write_owner(update, known_owner_id="", since=NOW)
+    again = client.write_owner(update, known_owner_id="")
     assert (again.outcome, again.person.id) == ("updated", first.person.id)
     assert len(salesforce_standin.records["Lead"]) == 1
 
@@ -267,12 +294,111 @@ def test_write_owner_upserts_by_external_id(salesforce_standin):
         owner_id=rep, email="g@x.com", external_id="lead-42", fields={"company": "G Inc"}
     )
     client = client_for(salesforce_standin, external_id_field="LeadRouter_Id__c")
-    first = client.write_owner(update, known_owner_id="", since=NOW)
-    again = client.write_owner(update, known_owner_id="", since=NOW)
+    first = client.write_owner(update, known_owner_id="")
+    upserts = [r for r in salesforce_standin.requests if r.method == "PATCH"]
+    assert [r.path.split("/sobjects/")[1] for r in upserts] == ["Lead/LeadRouter_Id__c/lead-42"]
+    again = client.write_owner(update, known_owner_id="")
     assert (first.outcome, again.outcome) == ("created", "updated")
     assert first.person.id == again.person.id
-    assert salesforce_standin.requests[-1].path.endswith("/sobjects/Lead/LeadRouter_Id__c/lead-42")
     assert len(salesforce_standin.records["Lead"]) == 1
+    created = salesforce_standin.record("Lead", first.person.id)
+    assert (created["LeadRouter_Id__c"], created["Company"], created["OwnerId"]) == (
+        "lead-42",
+        "G Inc",
+        rep,
+    )
+
+
+def test_the_upsert_path_sets_only_the_owner_of_a_lead_found_by_email(salesforce_standin):
+    """With an external id field, a person who exists is found by e-mail first and gets only
+    its owner and our external id: its name, company and phone stay Salesforce's (review
+    finding C3)."""
+    salesforce_standin.add_external_id_field("LeadRouter_Id__c")
+    old = salesforce_standin.add_user(email="old@acme.example")
+    rep = salesforce_standin.add_user(email="rep@acme.example")
+    lead = salesforce_standin.add_lead(
+        Email="p@x.com", FirstName="Pat", LastName="Real", Company="Real Co", Phone="1", OwnerId=old
+    )
+    update = PersonUpdate(
+        owner_id=rep,
+        email="p@x.com",
+        external_id="lead-44",
+        fields={"first_name": "P", "last_name": "Typed", "company": "Typed Inc", "phone": "2"},
+    )
+    client = client_for(salesforce_standin, external_id_field="LeadRouter_Id__c")
+    result = client.write_owner(update, known_owner_id=old)
+    assert (result.outcome, result.person.id) == ("updated", lead)
+    stored = salesforce_standin.record("Lead", lead)
+    assert (stored["FirstName"], stored["LastName"], stored["Company"], stored["Phone"]) == (
+        "Pat",
+        "Real",
+        "Real Co",
+        "1",
+    )
+    assert stored["OwnerId"] == rep
+    assert stored["LeadRouter_Id__c"] == "lead-44"
+    writes = [r for r in salesforce_standin.requests if r.method in ("PATCH", "POST")][1:]
+    assert [(r.method, r.path.split("/sobjects/")[1], r.body) for r in writes] == [
+        ("PATCH", f"Lead/{lead}", {"OwnerId": rep, "LeadRouter_Id__c": "lead-44"})
+    ]
+    assert len(salesforce_standin.records["Lead"]) == 1
+    queries = salesforce_standin.queries()
+    assert len(queries) == 1
+    assert queries[0].startswith("SELECT Id, Email, OwnerId, Status, LastModifiedDate, ")
+    assert "FROM Lead WHERE Email = 'p@x.com' AND IsConverted = false" in queries[0]
+
+
+def test_the_upsert_path_sets_only_the_owner_of_a_contact_and_creates_no_lead(
+    salesforce_standin,
+):
+    salesforce_standin.add_external_id_field("LeadRouter_Id__c")
+    rep = salesforce_standin.add_user(email="rep@acme.example")
+    contact = salesforce_standin.add_contact(Email="q@x.com", LastName="Quinn", Phone="1")
+    salesforce_standin.add_lead(  # converted into the contact: not updatable, not the person
+        Email="q@x.com", LastName="Quinn", Company="Q", IsConverted=True
+    )
+    update = PersonUpdate(
+        owner_id=rep, email="q@x.com", external_id="lead-45", fields={"last_name": "Other"}
+    )
+    client = client_for(salesforce_standin, external_id_field="LeadRouter_Id__c")
+    result = client.write_owner(update, known_owner_id=salesforce_standin.integration_user_id)
+    assert (result.outcome, result.person.object, result.person.id) == (
+        "updated",
+        "Contact",
+        contact,
+    )
+    stored = salesforce_standin.record("Contact", contact)
+    assert (stored["LastName"], stored["Phone"], stored["OwnerId"]) == ("Quinn", "1", rep)
+    assert len(salesforce_standin.records["Lead"]) == 1  # none created
+    writes = [r for r in salesforce_standin.requests if r.method == "PATCH"]
+    assert [(r.path.split("/sobjects/")[1], r.body) for r in writes] == [
+        (f"Contact/{contact}", {"OwnerId": rep})
+    ]
+    assert [q.split(" FROM ")[1].split(" ")[0] for q in salesforce_standin.queries()] == [
+        "Lead",
+        "Contact",
+    ]
+
+
+def test_the_upsert_path_keeps_a_foreign_owner_of_a_person_found_by_email(salesforce_standin):
+    salesforce_standin.add_external_id_field("LeadRouter_Id__c")
+    theirs = salesforce_standin.add_user(email="theirs@acme.example")
+    rep = salesforce_standin.add_user(email="rep@acme.example")
+    lead = salesforce_standin.add_lead(Email="r@x.com", LastName="R", Company="R", OwnerId=theirs)
+    update = PersonUpdate(owner_id=rep, email="r@x.com", external_id="lead-46")
+    client = client_for(salesforce_standin, external_id_field="LeadRouter_Id__c")
+    assert client.write_owner(update, known_owner_id="").outcome == "kept"
+    assert salesforce_standin.record("Lead", lead)["OwnerId"] == theirs
+    assert "PATCH" not in [r.method for r in salesforce_standin.requests]
+
+
+def test_an_external_id_field_that_is_no_field_name_is_a_config_error(salesforce_standin):
+    client = client_for(salesforce_standin, external_id_field="Id FROM User --")
+    with pytest.raises(CrmError) as info:
+        client.write_owner(
+            PersonUpdate(owner_id="x", email="s@x.com", external_id="lead-47"), known_owner_id=""
+        )
+    assert info.value.kind == "config"
 
 
 def test_upsert_on_api_45_reads_the_id_after_a_204(salesforce_standin):
@@ -282,8 +408,8 @@ def test_upsert_on_api_45_reads_the_id_after_a_204(salesforce_standin):
     client = client_for(
         salesforce_standin, external_id_field="LeadRouter_Id__c", api_version="45.0"
     )
-    first = client.write_owner(update, known_owner_id="", since=NOW)
-    again = client.write_owner(update, known_owner_id="", since=NOW)
+    first = client.write_owner(update, known_owner_id="")
+    again = client.write_owner(update, known_owner_id="")
     assert again.outcome == "updated"
     assert again.person.id == first.person.id
 
@@ -453,7 +579,6 @@ def test_required_field_missing_is_rejected(salesforce_standin):
         client.write_owner(
             PersonUpdate(owner_id=salesforce_standin.integration_user_id, email=""),
             known_owner_id="",
-            since=NOW,
         )
     assert caught.value.kind == "rejected"
     assert "REQUIRED_FIELD_MISSING" in str(caught.value)

@@ -14,17 +14,19 @@ import pytest
 from django.utils import timezone
 
 from audit.models import Event
+from audit.selectors import crm_findings
 from leads.models import CrmLookupStatus, Lead, LeadStatus
 from routing import decisions
 from routing.crm.health import crm_health_check
 from routing.crm.hubspot import clear_account_cache
+from routing.crm.limits import crm_pause
 from routing.crm.lookup import clear_connection_cache, lead_crm_lookup
 from routing.crm.models import CrmConnection, CrmOwner
 from routing.crm.roster import crm_roster_sync
 from routing.crm.secrets import secret_seal
 from routing.crm.touches import crm_touches_sync
 from routing.delivery.models import Delivery, DeliveryStatus
-from routing.delivery.services import delivery_attempt
+from routing.delivery.services import deliveries_sweep_due, delivery_attempt
 from routing.models import Assignment, AssignmentKind
 from routing.monitoring.models import Alert
 from routing.services import lead_process
@@ -310,3 +312,74 @@ def test_every_line_a_lookup_logs_names_its_lead(
     assert len(opened) == 1, json_lines()
     assert opened[0]["lead_id"] == str(lead.id)
     assert portal["hs"].token not in json.dumps(json_lines())
+
+
+def test_an_owner_hubspot_had_is_not_overwritten_when_the_lookup_failed(
+    portal, settings, django_capture_on_commit_callbacks
+):
+    """The contact is owned in HubSpot since before the lead came; the lookup failed, so the
+    lead was routed by the rules. Write-back reads the owner, does not overwrite it, and the
+    history says whose it is (review finding B5)."""
+    settings.CRM_LOOKUP_MAX_ATTEMPTS = 1
+    hs = portal["hs"]
+    contact = hs.add_contact(email="owned@acme.com", hubspot_owner_id=portal["owners"]["ops"])
+    lead = LeadFactory(raw_payload={"email": "owned@acme.com"})
+    hs.fail_next(1, status=503)
+    assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    lead.refresh_from_db()
+    assert lead.crm["hubspot"]["status"] == "failed"
+    first = Assignment.objects.get(lead=lead, active=True)
+    delivery = _write_back(lead)
+    assert delivery.status == DeliveryStatus.DELIVERED, delivery.last_error
+    assert hs.contact(contact)["hubspot_owner_id"] == portal["owners"]["ops"]
+    assert "PATCH" not in [r.method for r in hs.requests]
+    lead.refresh_from_db()
+    assert lead.crm["hubspot"]["written"]["outcome"] == "owned"
+    # The lead page says why nothing was written.
+    [(label, lines)] = crm_findings(lead.crm)
+    assert label == "HubSpot"
+    assert (
+        f"Owner not written: contact {contact} was already owned in HubSpot by "
+        f"{portal['owners']['ops']}, an owner LeadRouter had not seen, and HubSpot's owner wins"
+    ) in lines
+    reasons = list(
+        Event.objects.filter(lead=lead, type="reassigned").values_list("data__reason", flat=True)
+    )
+    assert len(reasons) == 1
+    assert reasons[0].startswith("already owned in HubSpot by ops@example.com, who is no rep")
+    first.refresh_from_db()
+    assert first.touch_source == "hubspot"  # worked outside LeadRouter: the SLA clock stops
+    assert crm_touches_sync(portal["conn"]).reassigned == 0  # recorded once
+
+
+def test_a_write_back_waiting_for_the_rate_limit_is_sent_again_when_the_wait_is_over(
+    portal, sent: Sent, settings, django_capture_on_commit_callbacks
+):
+    """Deferred by our shared budget (HubSpot asked every worker to wait 4 s): re-sent by a
+    message of its own with that wait as countdown, not left for the 15 s sweep, which re-sends
+    it only if that message is lost (benchmark finding b)."""
+    lead = LeadFactory(raw_payload={"email": "paced@fresh.io", "last_name": "Paced"})
+    _route(lead, django_capture_on_commit_callbacks)
+    delivery = Delivery.objects.get(assignment__lead=lead, channel="crm")
+    crm_pause(portal["conn"], 4.0)
+    Delivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now())
+    sent.clear()
+    before = len(portal["hs"].requests)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert delivery_attempt(delivery_id=delivery.pk) == "deferred"
+    assert len(portal["hs"].requests) == before
+    requeued = [(args, options) for name, args, options in sent if name == "delivery.deliver"]
+    assert len(requeued) == 1
+    assert requeued[0][0] == [delivery.pk]
+    countdown = requeued[0][1]["countdown"]
+    assert 3.5 <= countdown <= 6.5
+    delivery.refresh_from_db()
+    assert delivery.attempts == 0
+    assert delivery.next_attempt_at is not None
+    assert delivery.dispatched_at == delivery.next_attempt_at
+    sent.clear()
+    deliveries_sweep_due(now=delivery.next_attempt_at + dt.timedelta(seconds=1))
+    assert delivery.pk not in sent.ids("delivery.deliver")
+    lost = settings.DELIVERY_REDISPATCH_SECONDS + 1
+    deliveries_sweep_due(now=delivery.next_attempt_at + dt.timedelta(seconds=lost))
+    assert delivery.pk in sent.ids("delivery.deliver")

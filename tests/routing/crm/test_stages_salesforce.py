@@ -385,3 +385,50 @@ def test_an_earlier_activity_does_not_hide_the_first_touch_after_a_later_assignm
     assert touched.touch_source == "salesforce"
     assert touched.touched_at is not None
     assert abs((touched.touched_at - first_touch).total_seconds()) < 0.01
+
+
+@pytest.mark.parametrize("edited", [False, True], ids=["untouched", "edited"])
+def test_an_owner_salesforce_had_is_not_overwritten_when_the_lookup_failed(
+    org, settings, edited, django_capture_on_commit_callbacks
+):
+    """Ben owns the Lead in Salesforce; the lookup failed, so the rules gave it to Ana. The
+    write-back keeps Ben (an owner we never saw) and the lead follows him, said as the owner
+    Salesforce had, not as an owner change, even when the record was edited after the
+    assignment (LastModifiedDate moves on any edit) (review finding B5)."""
+    settings.CRM_LOOKUP_MAX_ATTEMPTS = 1
+    sf = org["sf"]
+    person_id = sf.add_lead(
+        Email="owned@acme.com", LastName="Owned", Company="Acme", OwnerId=org["users"]["ben"]
+    )
+    ben = org["ben"]
+    ben.out_of_office_until = timezone.now() + timedelta(hours=1)  # so the rules pick Ana
+    ben.save()
+    lead = LeadFactory(raw_payload={"email": "owned@acme.com"})
+    sf.fail_next(1, status=503)
+    assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    ben.out_of_office_until = None
+    ben.save()
+    lead.refresh_from_db()
+    assert lead.crm["salesforce"]["status"] == "failed"
+    first = Assignment.objects.get(lead=lead, active=True)
+    assert first.rep_id == org["ana"].pk
+    if edited:
+        sf.edit("Lead", person_id, Status="Working - Contacted")
+    sf.reset_log()
+    with django_capture_on_commit_callbacks(execute=True):
+        delivery = _write_back(lead)
+    assert delivery.status == DeliveryStatus.DELIVERED, delivery.last_error
+    assert sf.record("Lead", person_id)["OwnerId"] == org["users"]["ben"]
+    assert "PATCH" not in [r.method for r in sf.requests]
+    current = Assignment.objects.get(lead=lead, active=True)
+    assert current.rep_id == org["ben"].pk
+    assert current.reason == "already owned in Salesforce by Ben (found at write-back)"
+    assert not Delivery.objects.filter(assignment=current, channel="crm").exists()
+    lead.refresh_from_db()
+    assert lead.crm["salesforce"]["written"]["outcome"] == "owned"
+    reasons = list(
+        Event.objects.filter(lead=lead, type="reassigned").values_list("data__reason", flat=True)
+    )
+    assert len(reasons) == 1
+    assert not any("changed" in reason for reason in reasons), reasons
+    assert crm_touches_sync(org["connection"]).reassigned == 0

@@ -238,3 +238,47 @@ def test_an_owner_changed_in_the_crm_after_our_write_is_not_overwritten(org, set
     lead.refresh_from_db()
     assert lead.crm["salesforce"]["written"]["outcome"] == "kept"
     assert crm_touches_run()["Salesforce"]["reassigned"] == 0  # recorded once, not again
+
+
+def test_an_owner_the_crm_had_is_not_overwritten_when_the_crm_was_down_at_lookup(org, settings):
+    """The person is owned in Salesforce (by a user who is no rep) before the lead comes;
+    Salesforce is down during the lookup, so the lead is routed without it; once Salesforce is
+    back, the write-back finds that owner and leaves it (review finding B5)."""
+    from audit.models import Event
+
+    sf = org["sf"]
+    person_id = sf.add_lead(
+        Email="owned@acme.io", LastName="Owned", Company="Acme", OwnerId=org["users"]["ops"]
+    )
+    sf.down()
+    lead = LeadFactory(raw_payload={"email": "owned@acme.io", "last_name": "Owned"})
+    env = _env(sf, CRM_LOOKUP_MAX_WAIT_SECONDS="3")
+    queues = ["routing", "crm", "delivery"]
+    with celery_worker(concurrency=1, queues=queues, extra_env=env) as worker:
+        leads_enqueue([lead.id])
+        wait_until(
+            lambda: (_beat(), Lead.objects.filter(status=LeadStatus.ASSIGNED).count() == 1)[1],
+            timeout=60,
+            interval=0.5,
+            message=lambda: _outputs(worker),
+        )
+        lead.refresh_from_db()
+        assert lead.crm_status == CrmLookupStatus.FAILED  # routed without Salesforce
+        sf.up()
+        wait_until(
+            lambda: (_beat(), _crm_deliveries() == {"delivered": 1})[1],
+            timeout=90,
+            interval=0.5,
+            message=lambda: f"{_crm_deliveries()} {_outputs(worker)}",
+        )
+    record = sf.record("Lead", person_id)
+    assert record is not None
+    assert record["OwnerId"] == org["users"]["ops"]
+    assert "PATCH" not in [r.method for r in sf.requests]
+    lead.refresh_from_db()
+    assert lead.crm["salesforce"]["written"]["outcome"] == "owned"
+    reasons = list(
+        Event.objects.filter(lead=lead, type="reassigned").values_list("data__reason", flat=True)
+    )
+    assert len(reasons) == 1
+    assert reasons[0].startswith("already owned in Salesforce by ops@example.com"), reasons
