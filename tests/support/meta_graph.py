@@ -112,6 +112,7 @@ class MetaGraphStandIn:
         self.expired_tokens: set[str] = set()
         self.leads: dict[str, dict[str, Any]] = {}
         self.requests: list[Logged] = []
+        self.error_codes: list[int] = []  # the Graph error code of each error answered
         self._scripts: list[_Script] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -286,6 +287,8 @@ class MetaGraphStandIn:
         }
         if subcode is not None:
             error["error_subcode"] = subcode
+        with self._lock:
+            self.error_codes.append(code)
         self._send(handler, status, json.dumps({"error": error}).encode(), headers=headers)
         return status
 
