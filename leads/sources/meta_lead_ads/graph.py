@@ -117,10 +117,15 @@ class Fetched:
     usage_percent: float | None = None
 
 
-def _scrub(text: str, token: str) -> str:
+def scrub(text: str, token: str = "") -> str:
+    """``text`` without ``token`` and without any ``access_token=`` value."""
     if token:
         text = text.replace(token, "[redacted]")
-    return _TOKEN_IN_URL.sub(r"\1[redacted]", text)[:500]
+    return _TOKEN_IN_URL.sub(r"\1[redacted]", text)
+
+
+def _scrub(text: str, token: str) -> str:
+    return scrub(text, token)[:500]
 
 
 def _int(value: Any) -> int | None:
