@@ -625,8 +625,8 @@ def fetch_findings(lead: Lead) -> list[str]:
     if lead.fetch_status == FetchStatus.PENDING:
         note = _redacted(lead, fetch.get("note"))
         lines.append(f"Waiting to be fetched from the Graph API: {note or 'not tried yet'}.")
-        when = lead.fetch_next_at
-        next_try = f"; next try at {when:%Y-%m-%d %H:%M:%S} UTC" if when else ""
+        due = lead.fetch_next_at
+        next_try = f"; next try at {due:%Y-%m-%d %H:%M:%S} UTC" if due else ""
         lines.append(f"{_tries(lead.fetch_attempts)} so far{next_try}.")
     elif lead.fetch_status == FetchStatus.FAILED:
         reason = _redacted(lead, lead.last_error or fetch.get("reason")).removeprefix(
