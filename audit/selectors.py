@@ -20,11 +20,14 @@ from django import forms
 from django.conf import settings
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from audit.models import Event, EventType
 from audit.permissions import UNSCOPED_PERMISSION
-from leads.models import Lead, LeadStatus, Source
+from leads.models import FetchStatus, Lead, LeadStatus, Source
 from leads.selectors import lead_fields
+from leads.sources.meta_lead_ads import page_token
+from leads.sources.meta_lead_ads.graph import scrub
 from routing.crm.facts import crm_entries, crm_label
 from routing.delivery.models import Delivery, DeliveryAttempt
 from routing.models import Assignment, AssignmentKind, Rep, Rule, Team
@@ -391,6 +394,8 @@ class LeadDetail:
     deliveries: list[Delivery] = field(default_factory=list)
     attempts: list[DeliveryAttempt] = field(default_factory=list)
     crm: list[tuple[str, list[str]]] = field(default_factory=list)
+    fetch: list[str] = field(default_factory=list)
+    failure: str = ""
 
 
 _EVENT_LABELS: dict[str, str] = {
@@ -593,7 +598,50 @@ def lead_detail(*, user: Any, lead_id: str, now: datetime | None = None) -> Lead
         deliveries=deliveries,
         attempts=attempts,
         crm=crm_findings(lead.crm),
+        fetch=fetch_findings(lead),
+        failure=_redacted(lead, lead.last_error) if lead.status == LeadStatus.FAILED else "",
     )
+
+
+def _redacted(lead: Lead, text: Any) -> str:
+    """``text`` without the source's page access token (nor any ``access_token=`` value)."""
+    options = lead.source.kind_options if isinstance(lead.source.kind_options, dict) else {}
+    return scrub(str(text or ""), page_token(options)).strip()
+
+
+def _tries(count: int) -> str:
+    return f"{count} try" if count == 1 else f"{count} tries"
+
+
+def fetch_findings(lead: Lead) -> list[str]:
+    """Where the fetch of a lead its notification only named stands, in words (Meta Lead Ads:
+    routing/fetch/meta.py), for the lead page; never the token."""
+    if lead.fetch_status == FetchStatus.NONE:
+        return []
+    fetch = lead.fetch if isinstance(lead.fetch, dict) else {}
+    leadgen_id = str(fetch.get("leadgen_id") or "")
+    what = f"lead {leadgen_id}" if leadgen_id else "the lead"
+    lines: list[str] = []
+    if lead.fetch_status == FetchStatus.PENDING:
+        note = _redacted(lead, fetch.get("note"))
+        lines.append(f"Waiting to be fetched from the Graph API: {note or 'not tried yet'}.")
+        due = lead.fetch_next_at
+        next_try = f"; next try at {due:%Y-%m-%d %H:%M:%S} UTC" if due else ""
+        lines.append(f"{_tries(lead.fetch_attempts)} so far{next_try}.")
+    elif lead.fetch_status == FetchStatus.FAILED:
+        reason = _redacted(lead, lead.last_error or fetch.get("reason")).removeprefix(
+            "Meta Lead Ads: "
+        )
+        lines.append(f"Could not be fetched from the Graph API: {reason or 'no reason kept'}.")
+        lines.append(
+            "Fix the cause (the source's page access token, its permissions), then retry it: "
+            "in the admin, Leads, select it, action Fetch from Meta again."
+        )
+    elif lead.fetch_status == FetchStatus.DONE:
+        at = parse_datetime(str(fetch.get("at") or ""))
+        when = f" at {at:%Y-%m-%d %H:%M:%S} UTC" if at else ""
+        lines.append(f"Fetched {what} from the Graph API{when}.")
+    return lines
 
 
 def _owner_words(owner: Any) -> str:

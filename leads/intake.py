@@ -123,13 +123,18 @@ def records_read(source: Source, request: HttpRequest, body: bytes) -> list[dict
 
 
 def _split(source: Source, record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The records one JSON body holds by its kind (Meta's batched leadgen changes), else it."""
-    kind = kind_get(source.kind)
-    if kind.split is None:
+    """The records one JSON body holds by its source's kind, else it."""
+    return records_split(kind=source.kind, options=source.kind_options, record=record)
+
+
+def records_split(*, kind: str, options: Any, record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records one JSON body holds by ``kind`` (Meta's batched leadgen changes), else it."""
+    source_kind = kind_get(kind)
+    if source_kind.split is None:
         return [record]
-    options = source.kind_options if isinstance(source.kind_options, dict) else {}
+    options = options if isinstance(options, dict) else {}
     try:
-        parts = kind.split(record, options)
+        parts = source_kind.split(record, options)
     except Exception:  # a splitter that cannot read the body: the body is one record
         return [record]
     if not isinstance(parts, list) or not parts or len(parts) > settings.INTAKE_MAX_BATCH:

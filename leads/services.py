@@ -173,16 +173,20 @@ def record_redact(source: Source, record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fetch_notice(source: Source, record: dict[str, Any]) -> str | None:
-    """The kind's word on a record naming a lead its worker fetches ("" accepts it; see
+    return fetch_notice(kind=source.kind, options=source.kind_options, record=record)
+
+
+def fetch_notice(*, kind: str, options: Any, record: dict[str, Any]) -> str | None:
+    """``kind``'s word on a record naming a lead its worker fetches ("" accepts it; see
     ``SourceKind.awaits_fetch``), None when the kind has no such notices or cannot tell."""
-    awaits = kind_get(source.kind).awaits_fetch
+    awaits = kind_get(kind).awaits_fetch
     if awaits is None:
         return None
-    options = source.kind_options if isinstance(source.kind_options, dict) else {}
+    options = options if isinstance(options, dict) else {}
     try:
         notice = awaits(record, options)
     except Exception:  # a kind that cannot read the record: judged as any record
-        logger.exception("the %s kind could not tell whether a record awaits a fetch", source.kind)
+        logger.exception("the %s kind could not tell whether a record awaits a fetch", kind)
         return None
     return notice if isinstance(notice, str) else None
 

@@ -18,11 +18,11 @@ from django import forms
 from django.conf import settings
 from django.db.models import QuerySet
 
-from leads.intake import intake_limits
+from leads.intake import intake_limits, records_split
 from leads.models import Lead, RefusedPayload, RefusedState, Source
 from leads.normalize import is_a_lead, map_fields, normalize
 from leads.parsing import IntakeError, _parse_urlencoded, check_value, parse_json
-from leads.services import NOT_A_LEAD_MESSAGE
+from leads.services import NOT_A_LEAD_MESSAGE, fetch_notice
 from leads.sources import flatten, kind_choices, kinds, options_masked, options_unmasked
 from leads.sources.paths import field_map_errors
 
@@ -57,6 +57,8 @@ class TryResult:
     accepted: bool
     verdict: str
     changed: tuple[str, ...]  # what differs from the source as saved: "kind", "field map", ...
+    # Leads the kickoff would take from it whose person the worker fetches (Meta's leadgen).
+    fetched_later: int = 0
     record_json: str = ""
     flat_json: str = ""
     fields_json: str = ""
@@ -170,14 +172,28 @@ def source_try(
         raise TryInputError(errors)
 
     mapping = field_map or None  # as source_flatten and the worker pass a source's map
-    flat = flatten(record, kind=kind, field_map=mapping, options=kind_options)
+    # As the kickoff: a body its kind splits (Meta's batched leadgen changes) is several records.
+    parts = records_split(kind=kind, options=kind_options, record=record)
+    flat = flatten(parts[0], kind=kind, field_map=mapping, options=kind_options)
     canonical, _custom = map_fields(flat.record, mapping)
     accepted = is_a_lead(canonical)
     lead = normalize(flat.record, mapping)
-    if accepted:
+    notice = None if accepted else fetch_notice(kind=kind, options=kind_options, record=parts[0])
+    fetched_later = 0
+    if notice == "":
+        accepted = True
+        fetched_later = len(parts)
+        many = f"{fetched_later} leads" if fetched_later > 1 else "a lead"
+        verdict = (
+            f"Accepted: the kickoff would take it (202) as {many} waiting for the person, "
+            "fetched from the Graph API by the worker with the source's page access token "
+            "(this notification carries only the lead's id, leadgen_id), then routed. The "
+            "canonical lead below is the notification's; the person's fields come with the fetch."
+        )
+    elif accepted:
         verdict = "Accepted: the kickoff would take it (202) and the worker store this lead."
     else:
-        verdict = f"Refused as not_a_lead (422). {NOT_A_LEAD_MESSAGE}"
+        verdict = f"Refused as not_a_lead (422). {NOT_A_LEAD_MESSAGE}{notice or ''}"
         if flat.decoder_error:
             verdict += f" (The {kind} decoder failed: {flat.decoder_error})"
     changed = tuple(
@@ -200,6 +216,7 @@ def source_try(
         accepted=accepted,
         verdict=verdict,
         changed=changed,
+        fetched_later=fetched_later,
         record_json=pretty(record),
         flat_json=pretty(flat.record),
         fields_json=pretty(lead.fields),

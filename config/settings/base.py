@@ -533,6 +533,8 @@ META_FETCH_MAX_ATTEMPTS = env.int("META_FETCH_MAX_ATTEMPTS", default=10)
 META_FETCH_MAX_WAIT_SECONDS = env.float("META_FETCH_MAX_WAIT_SECONDS", default=6 * 3600.0)
 META_FETCH_BACKOFF_SECONDS = env.float("META_FETCH_BACKOFF_SECONDS", default=5.0)
 META_FETCH_AUTH_RETRY_SECONDS = env.float("META_FETCH_AUTH_RETRY_SECONDS", default=600.0)
+# Leads waiting longer than this for their fetch (not for a token) open an enrichment alert.
+META_FETCH_ALERT_AFTER_SECONDS = env.float("META_FETCH_ALERT_AFTER_SECONDS", default=900.0)
 META_FETCH_LEASE_SECONDS = env.int(
     "META_FETCH_LEASE_SECONDS", default=int(META_GRAPH_TIMEOUT_SECONDS) + 30
 )

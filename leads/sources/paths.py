@@ -7,10 +7,15 @@ Grammar (validated when a field map is saved, with the position of the error)::
     selector := index                ``contacts[0]`` is ``contacts.0``
               | name "=" value       the first object of the list whose ``name`` is ``value``
               | '"' text '"'         a key with dots or brackets in it: ``data["a.b"]``
+              | key                  a form field's PHP-style name: ``data[merges][EMAIL]``
+                                     is ``data.merges.EMAIL``
+              |                      ``tags[]`` is ``tags`` (the list itself)
 
 Examples: ``payload.data.Email``, ``contacts.0.email``, ``field_data[name=email].values.0``,
 ``answers[field.ref=work_email].email`` (a selector's name may itself be a dotted path).
 A string met on the way that holds JSON (``rawRequest``, ``data.json``) is decoded in place.
+A top-level key spelled exactly as the path (a form field named ``data[merges][EMAIL]`` or
+``data.json``) is that key's value.
 Key and selector matches are exact first, then case-insensitive. A path the payload lacks
 resolves to nothing; it is not an error.
 """
@@ -85,7 +90,9 @@ def parse_path(path: str) -> tuple[Step, ...]:
         char = path[i]
         if char == "[":
             close = _closing_bracket(path, i)
-            steps.append(_selector(path, path[i + 1 : close], i + 1))
+            selected = _selector(path, path[i + 1 : close], i + 1)
+            if selected is not None:
+                steps.append(selected)
             i = close + 1
             expect_step = False
             if i < n and path[i] not in ".[":
@@ -108,6 +115,8 @@ def parse_path(path: str) -> tuple[Step, ...]:
             steps.append(_step(path, path[i:j], i))
             i = j
             expect_step = False
+    if not steps:
+        raise PathError(path, 0, "no step")
     if len(steps) > MAX_STEPS:
         raise PathError(path, 0, f"more than {MAX_STEPS} steps")
     return tuple(steps)
@@ -130,7 +139,7 @@ def _closing_bracket(path: str, start: int) -> int:
     return end
 
 
-def _selector(path: str, text: str, at: int) -> Step:
+def _selector(path: str, text: str, at: int) -> Step | None:
     if text.startswith('"') and text.endswith('"') and len(text) >= 2:
         if len(text) == 2:
             raise PathError(path, at, "empty quoted key")
@@ -139,7 +148,9 @@ def _selector(path: str, text: str, at: int) -> Step:
         return Index(int(text.strip()))
     name, sep, value = text.partition("=")
     if not sep:
-        raise PathError(path, at, 'a selector is [index], [name=value] or ["key"]')
+        # A form field's PHP-style name (data[merges][EMAIL], q3_name[first], tags[]): [key]
+        # is the key, [] the list itself.
+        return Key(text.strip()) if text.strip() else None
     name = name.strip()
     if not name:
         raise PathError(path, at, "the selector has no name before '='")
@@ -182,12 +193,17 @@ def _matches(item: Any, field: tuple[str, ...], value: str) -> bool:
 
 def resolve(record: Any, path: str) -> tuple[bool, Any]:
     """(found, value) of ``path`` in ``record``; a bad path or a missing step is (False, None)."""
+    if isinstance(record, dict) and isinstance(path, str) and path in record:
+        return True, record[path]  # a key that looks like a path ("data.json", "tags[]")
     try:
         steps = parse_path(path)
     except PathError:
         return False, None
     node = record
-    for step in steps:
+    i = 0
+    while i < len(steps):
+        step = steps[i]
+        i += 1
         node = json_in(node)
         if isinstance(step, Key):
             if isinstance(node, list) and _INDEX_RE.fullmatch(step.name):
@@ -195,9 +211,20 @@ def resolve(record: Any, path: str) -> tuple[bool, Any]:
             elif not isinstance(node, dict):
                 return False, None
             else:
-                node = _key(node, step.name)
-                if node is _MISSING:
+                found = _key(node, step.name)
+                # A key with a dot in it (Unbounce's "data.json" form field) is the next steps
+                # joined, when the key alone is not there.
+                run = i
+                while found is _MISSING and run < len(steps) and isinstance(steps[run], Key):
+                    names = [s.name for s in steps[i - 1 : run + 1] if isinstance(s, Key)]
+                    joined = ".".join(names)
+                    run += 1
+                    found = _key(node, joined)
+                    if found is not _MISSING:
+                        i = run
+                if found is _MISSING:
                     return False, None
+                node = found
                 continue
         if isinstance(step, Index):
             if not isinstance(node, list) or not -len(node) <= step.index < len(node):

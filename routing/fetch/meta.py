@@ -72,6 +72,8 @@ logger = logging.getLogger(__name__)
 FETCH_TASK = "enrichment.meta_fetch_lead"
 KEY_PREFIX = "leadrouter:meta"
 ALERT_PREFIX = f"{KIND.name}:"
+# The alert for leads waiting long for their fetch, whatever the source (an outage is Meta's).
+WAITING_SUBJECT = f"{KIND.name}.waiting"
 _PARKED = Q(status=LeadStatus.PROCESSING, claimed_until__isnull=True)
 
 
@@ -565,6 +567,46 @@ def meta_fetch_sweep_due(*, now: datetime | None = None, batch_size: int | None 
     if sent:
         logger.info("meta fetch sweep: %d due lead(s) sent", sent)
     return sent
+
+
+def meta_fetch_waiting_check(*, now: datetime | None = None) -> int:
+    """Open, refresh or resolve the ``enrichment`` alert ``meta_lead_ads.waiting``: leads
+    received more than ``META_FETCH_ALERT_AFTER_SECONDS`` ago still waiting for their fetch (the
+    Graph API down, slow, throttling, a certificate not trusted). Leads waiting for a new page
+    token are not counted: their source's own alert says so. How many are waiting that long."""
+    from routing.monitoring.alerts import alert_raise, alert_resolve
+    from routing.monitoring.models import AlertKind
+
+    now = now or timezone.now()
+    threshold = settings.META_FETCH_ALERT_AFTER_SECONDS
+    waiting = Lead.objects.filter(
+        _PARKED,
+        fetch_status=FetchStatus.PENDING,
+        received_at__lt=now - timedelta(seconds=threshold),
+    ).exclude(fetch__note__startswith=_WAITING)
+    count = waiting.count()
+    if not count:
+        alert_resolve(
+            kind=AlertKind.ENRICHMENT,
+            subject=WAITING_SUBJECT,
+            now=now,
+            clear_for=settings.ALERT_RESOLVE_AFTER_SECONDS,
+        )
+        return 0
+    oldest = waiting.order_by("received_at").values_list("received_at", "fetch").first()
+    since, fetch = oldest if oldest is not None else (now, {})
+    note = str((fetch or {}).get("note") or "not tried yet")[:300]
+    alert_raise(
+        kind=AlertKind.ENRICHMENT,
+        subject=WAITING_SUBJECT,
+        message=f"{count} Meta Lead Ads lead{'s have' if count > 1 else ' has'} waited more "
+        f"than {threshold / 60:g} min to be fetched from the Graph API (the oldest received "
+        f"{since:%Y-%m-%d %H:%M} UTC; its last try: {note}). They are retried by themselves "
+        f"and fail after META_FETCH_MAX_WAIT_SECONDS; see docs/operations.md.",
+        data={"waiting": count, "oldest_received_at": since.isoformat()},
+        now=now,
+    )
+    return count
 
 
 def leads_meta_fetch_retry(*, lead_ids: Iterable[uuid.UUID | str], actor: str) -> int:

@@ -262,7 +262,8 @@ def _expect_heartbeats(now: datetime) -> None:
 
 
 def backlog_check(*, now: datetime | None = None) -> BacklogReport:
-    """Measure, then open or resolve the backlog, worker, broker, enrichment, unassigned alerts.
+    """Measure, then open or resolve the backlog, worker, broker, enrichment, unassigned alerts
+    (and the Meta fetch's waiting alert).
 
     One ``backlog`` alert for the whole pipeline (whatever the cause: depth, age, a long queue),
     one ``worker`` alert per queue no worker drains, one ``broker`` alert when the broker does
@@ -385,9 +386,20 @@ def backlog_check(*, now: datetime | None = None) -> BacklogReport:
         )
 
     rules_check(now=now)
+    _meta_fetch_check(now)
     _remember(report)
     _refresh_counters(given_now)
     return report
+
+
+def _meta_fetch_check(now: datetime) -> None:
+    """Leads waiting long for their Meta fetch (routing.fetch.meta); never fails the check."""
+    from routing.fetch.meta import meta_fetch_waiting_check  # the fetch stage builds on leads
+
+    try:
+        meta_fetch_waiting_check(now=now)
+    except Exception:
+        logger.warning("could not check the leads waiting for a Meta fetch", exc_info=True)
 
 
 def _refresh_counters(now: datetime | None) -> None:

@@ -681,3 +681,13 @@ def test_lead_page_escapes_what_the_source_sent(client: Client) -> None:
     assert "<script>alert(1)" not in page
     assert "<img src=x" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_a_failed_leads_page_says_why_it_failed(client: Client) -> None:
+    lead = LeadFactory(
+        status=LeadStatus.FAILED, last_error="quarantined after 3 attempts: OperationalError"
+    )
+    boss = User.objects.create_superuser("boss", "boss@example.com", "pw-boss-123")
+    html = logged_in(client, boss).get(f"/history/{lead.id}/").content.decode()
+    assert "Failed: quarantined after 3 attempts: OperationalError" in html
+    assert 'id="fetch"' not in html  # no fetch section for a lead that needed none

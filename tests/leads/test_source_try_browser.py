@@ -169,3 +169,48 @@ def test_fix_the_field_map_then_reaccept_the_refused_payload(
     assert refused.lead_id == lead.pk
     assert lead.raw_payload == UNMAPPED
     assert published == [str(lead.pk)]
+
+
+@pytest.mark.browser
+def test_a_meta_leadgen_notification_is_accepted_to_be_fetched_or_says_what_to_set(
+    live_server: Any, chromium: str, revops: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.leads.meta_fetch.conftest import notification
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    token = "EAAG-page-token-" + "b" * 40
+    source = SourceFactory(
+        slug="meta-ads",
+        name="Meta Lead Ads",
+        kind="meta_lead_ads",
+        kind_options={"verify_token": "vt", "page_access_token": token},
+    )
+    base = live_server.url
+
+    with sync_playwright() as p:
+        browser = _browser(p, chromium)
+        page = browser.new_page(viewport=VIEWPORT)
+        _log_in(page, base)
+        page.goto(f"{base}/admin/leads/source/{source.pk}/try/")
+        expect(page.locator("#id_kind")).to_have_value("meta_lead_ads")
+        assert token not in page.content()  # the saved token is shown masked
+        page.fill("#id_payload", json.dumps(notification("1300000000000042", "1300000000000043")))
+        page.click("#try-submit")
+        verdict = page.locator("#try-verdict")
+        expect(verdict).to_contain_text("Accepted")
+        expect(verdict).to_contain_text("2 leads")
+        expect(verdict).to_contain_text("fetched from the Graph API")
+        expect(page.locator("#try-lead")).to_contain_text("1300000000000042")
+        assert token not in page.content()
+
+        # Without the token (removed in the form, not saved): refused, saying what to set.
+        page.fill("#id_kind_options", json.dumps({"verify_token": "vt"}))
+        page.click("#try-submit")
+        expect(verdict).to_contain_text("not_a_lead")
+        expect(verdict).to_contain_text("page_access_token")
+        browser.close()
+
+    source.refresh_from_db()
+    assert source.kind_options["page_access_token"] == token  # nothing was saved

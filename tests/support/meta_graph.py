@@ -27,21 +27,32 @@ It implements the one call we make, as Meta documents it:
 Every answer carries ``X-Business-Use-Case-Usage`` (Page tokens are counted by Business Use
 Case). ``requests`` logs what was asked (path, fields, and whether the token was valid; never
 the token itself).
+
+``MetaGraphStandIn(tls=True)`` serves HTTPS (as graph.facebook.com does only) with a
+certificate of its own for 127.0.0.1; ``ca_file`` is that certificate, to pass as
+``META_GRAPH_CA_BUNDLE``. ``down()`` closes the listening socket (connections refused) until
+``up()`` listens again on the same port.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import ssl
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+
+from tests.support.crm_salesforce import _certificate
 
 LEAD_FIELDS = frozenset(
     {
@@ -87,11 +98,21 @@ class _Script:
 class MetaGraphStandIn:
     """A threaded HTTP server in the test process speaking the Graph API's lead read."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tls: bool = False) -> None:
+        self.tls = tls
+        self.ca_file = ""
+        self._key_file = ""
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        if tls:
+            self._dir = tempfile.TemporaryDirectory(prefix="meta-standin-")
+            cert, key = _certificate(Path(self._dir.name))
+            self.ca_file, self._key_file = str(cert), str(key)
+        self.port = 0
         self.token = "EAAG-page-token-" + "x" * 40
         self.expired_tokens: set[str] = set()
         self.leads: dict[str, dict[str, Any]] = {}
         self.requests: list[Logged] = []
+        self.error_codes: list[int] = []  # the Graph error code of each error answered
         self._scripts: list[_Script] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -101,9 +122,7 @@ class MetaGraphStandIn:
 
     @property
     def url(self) -> str:
-        assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> MetaGraphStandIn:
         standin = self
@@ -111,21 +130,51 @@ class MetaGraphStandIn:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            def handle(self) -> None:
+                # A client that refuses our certificate, or hangs up: that connection's end.
+                with contextlib.suppress(OSError):
+                    super().handle()
+
             def do_GET(self) -> None:
                 standin._get(self)
 
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        server.daemon_threads = True
+        if self.tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.ca_file, self._key_file)
+            # The handshake runs in the handler's thread, so that a client that refuses the
+            # certificate cannot stall the accept loop.
+            server.socket = context.wrap_socket(
+                server.socket, server_side=True, do_handshake_on_connect=False
+            )
+        self.port = int(server.server_address[1])
+        self._server = server
+        threading.Thread(target=server.serve_forever, daemon=True).start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    def down(self) -> None:
+        """Refuse connections until ``up()`` (Meta unreachable)."""
+        self.stop()
+
+    def up(self) -> None:
+        """Listen again, on the same port."""
+        if self._server is None:
+            self.start()
+
+    def close(self) -> None:
+        self.stop()
+        if self._dir is not None:
+            self._dir.cleanup()
 
     def add_lead(self, leadgen_id: str | None = None, **answers: str) -> str:
         """A lead with ``field_data`` from ``answers`` (question key → answer)."""
@@ -238,6 +287,8 @@ class MetaGraphStandIn:
         }
         if subcode is not None:
             error["error_subcode"] = subcode
+        with self._lock:
+            self.error_codes.append(code)
         self._send(handler, status, json.dumps({"error": error}).encode(), headers=headers)
         return status
 
@@ -359,4 +410,14 @@ def meta_graph() -> Iterator[MetaGraphStandIn]:
     try:
         yield standin
     finally:
-        standin.stop()
+        standin.close()
+
+
+@pytest.fixture
+def meta_graph_tls() -> Iterator[MetaGraphStandIn]:
+    """The stand-in over HTTPS, with its own certificate in ``ca_file``."""
+    standin = MetaGraphStandIn(tls=True).start()
+    try:
+        yield standin
+    finally:
+        standin.close()

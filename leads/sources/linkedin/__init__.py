@@ -364,6 +364,22 @@ def _notification(record: Record, out: Record) -> None:
     _rest(record, _NOTIFICATION_HANDLED, out)
 
 
+NOTIFICATION_MESSAGE = (
+    " This is a LinkedIn lead notification: it carries only the form response's id, not the "
+    "person. Post the form response itself to this source (Lead Sync API "
+    "GET /rest/leadFormResponses/{id}, or Zapier's 'New Form Response'; docs/revops.md), which "
+    "is a lead with the same id."
+)
+
+
+def awaits_fetch(record: Record, options: Options) -> str | None:
+    """Why a lead notification is refused (LeadRouter does not fetch from LinkedIn's API), None
+    for anything else."""
+    if get(record, "leadGenFormResponse") is not None and get(record, "formResponse") is None:
+        return NOTIFICATION_MESSAGE
+    return None
+
+
 def decode(record: Record, options: Options) -> Record:
     out: Record = {}
     if get(record, "leadGenFormResponse") is not None and get(record, "formResponse") is None:
@@ -413,6 +429,7 @@ KIND = SourceKind(
     verify=verify,
     signature_header=SIGNATURE_HEADER,
     handshake=handshake,
+    awaits_fetch=awaits_fetch,
     options={
         "questions": 'What each question id means: {"<questionId>": "<canonical field or '
         'label>"}, e.g. {"1": "first_name", "7": "Budget"}; needed when responses arrive '

@@ -35,6 +35,7 @@ import json
 import logging
 import math
 import re
+import ssl
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -116,10 +117,15 @@ class Fetched:
     usage_percent: float | None = None
 
 
-def _scrub(text: str, token: str) -> str:
+def scrub(text: str, token: str = "") -> str:
+    """``text`` without ``token`` and without any ``access_token=`` value."""
     if token:
         text = text.replace(token, "[redacted]")
-    return _TOKEN_IN_URL.sub(r"\1[redacted]", text)[:500]
+    return _TOKEN_IN_URL.sub(r"\1[redacted]", text)
+
+
+def _scrub(text: str, token: str) -> str:
+    return scrub(text, token)[:500]
 
 
 def _int(value: Any) -> int | None:
@@ -224,6 +230,35 @@ def _error(response: httpx.Response, token: str) -> GraphError:
     return make("rejected")
 
 
+def _trust(verify: bool | str) -> bool | ssl.SSLContext:
+    """``verify`` as httpx takes it: a CA bundle's path read into an SSL context (httpx 0.28
+    deprecates a path), an unreadable bundle a GraphError that names the setting."""
+    if not isinstance(verify, str):
+        return verify
+    try:
+        return ssl.create_default_context(cafile=verify)
+    except (OSError, ValueError) as exc:  # missing, unreadable, or no certificate in it
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise GraphError(
+            "unavailable", f"the CA bundle META_GRAPH_CA_BUNDLE cannot be read ({reason})"
+        ) from None
+
+
+def _certificate_refused(exc: BaseException) -> str:
+    """The reason when ``exc`` is a TLS certificate the client refused, else ""."""
+    seen: BaseException | None = exc
+    for _ in range(5):  # httpx wraps httpcore's error, which wraps ssl's
+        if seen is None:
+            break
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return str(seen.verify_message or "certificate verify failed")[:200]
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc)
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return "certificate verify failed"
+    return ""
+
+
 def fetch_lead(
     *,
     leadgen_id: str,
@@ -240,13 +275,19 @@ def fetch_lead(
         raise GraphError("rejected", f"{leadgen_id[:40]!r} is not a Graph object id")
     url = f"{base_url.rstrip('/')}/{version.strip('/')}/{leadgen_id}"
     params = {"fields": FIELDS, "access_token": token}
+    trust = _trust(verify)
     try:
-        with httpx.Client(timeout=timeout, verify=verify, follow_redirects=False) as client:
+        with httpx.Client(timeout=timeout, verify=trust, follow_redirects=False) as client:
             response = client.get(url, params=params, headers={"Accept": "application/json"})
             content = response.read()
     except httpx.TimeoutException:
         raise GraphError("unavailable", f"no answer within {timeout:g} s") from None
     except httpx.HTTPError as exc:
+        refused = _certificate_refused(exc)
+        if refused:
+            raise GraphError(
+                "unavailable", f"the Graph API's certificate is not trusted ({refused})"
+            ) from None
         # The message may hold the URL, and the URL the token: only the error's type is kept.
         raise GraphError(
             "unavailable", f"the Graph API is unreachable ({type(exc).__name__})"

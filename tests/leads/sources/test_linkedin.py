@@ -7,8 +7,13 @@ import hmac
 import json
 from datetime import UTC, datetime
 
+import pytest
+
+from leads.models import RefusedPayload
 from leads.sources import kind_get
 from leads.sources.base import Inbound
+from tests.leads.conftest import auth
+from tests.leads.factories import SourceFactory
 from tests.leads.sources.kindtest import fixture_bytes, fixture_record, lead_from
 
 KIND = "linkedin"
@@ -223,3 +228,27 @@ def test_other_requests_are_no_handshake() -> None:
     assert handshake(_get({}), CLIENT_SECRET, {}) is None
     code = "890e4665-4dfe-4ab1-b689-ed553bceeed0"
     assert handshake(_get({"challengeCode": code}, method="POST"), CLIENT_SECRET, {}) is None
+
+
+@pytest.mark.django_db
+def test_a_lead_notification_is_refused_saying_where_the_answers_come_from(
+    client, published
+) -> None:
+    source = SourceFactory(slug="li", kind="linkedin")
+    response = client.post(
+        "/api/v1/intake/li/",
+        fixture_bytes("linkedin", "lead_notification.json"),
+        content_type="application/json",
+        **auth("li"),
+    )
+    assert response.status_code == 422
+    message = response.json()["error"]["message"]
+    assert "LinkedIn lead notification" in message
+    assert "leadFormResponses" in message
+    refused = RefusedPayload.objects.get(source=source)
+    assert "LinkedIn lead notification" in refused.message
+    # A form response is still a lead, whatever the notice says.
+    assert (
+        kind_get("linkedin").awaits_fetch(fixture_record("linkedin", "form_response.json"), {})
+        is None
+    )

@@ -7,9 +7,9 @@ import pytest
 
 from leads.sources import flatten
 from leads.sources.meta_lead_ads.graph import FIELDS, GraphError, fetch_lead
-from tests.support.meta_graph import MetaGraphStandIn, meta_graph
+from tests.support.meta_graph import MetaGraphStandIn, meta_graph, meta_graph_tls
 
-__all__ = ["meta_graph"]
+__all__ = ["meta_graph", "meta_graph_tls"]
 
 
 def _fetch(graph: MetaGraphStandIn, lead_id: str, **overrides: object) -> object:
@@ -112,3 +112,44 @@ def test_the_token_never_reaches_a_log_line(meta_graph, caplog):
     assert caplog.records  # httpx logged the requests...
     assert meta_graph.token not in caplog.text  # ...without the token
     assert "access_token=[redacted]" in caplog.text
+
+
+# --- over HTTPS, as graph.facebook.com is served -----------------------------------------
+
+
+def test_over_https_a_bundle_that_trusts_the_certificate_fetches(meta_graph_tls, recwarn):
+    lead_id = meta_graph_tls.add_lead(email="ana@brandt-spedition.de")
+    fetched = _fetch(meta_graph_tls, lead_id, verify=meta_graph_tls.ca_file)
+    assert fetched.lead["id"] == lead_id  # type: ignore[attr-defined]
+    assert meta_graph_tls.url.startswith("https://")
+    # httpx 0.28 deprecates a path as ``verify``: the bundle is read into an SSL context.
+    assert not [w for w in recwarn if "verify" in str(w.message)]
+
+
+def test_over_https_a_certificate_no_bundle_trusts_is_unavailable(meta_graph_tls, tmp_path):
+    lead_id = meta_graph_tls.add_lead(email="ana@brandt-spedition.de")
+    # The system's CAs (no bundle set) do not know the stand-in's own certificate.
+    system = _error(meta_graph_tls, lead_id, verify=True)
+    assert system.kind == "unavailable"
+    assert "certificate" in str(system)
+    # Another CA's bundle does not either.
+    other = MetaGraphStandIn(tls=True)
+    try:
+        wrong = _error(meta_graph_tls, lead_id, verify=other.ca_file)
+    finally:
+        other.close()
+    assert wrong.kind == "unavailable"
+    assert "certificate" in str(wrong)
+    assert meta_graph_tls.requests == []  # nothing was sent over the refused connection
+
+
+def test_a_bundle_that_cannot_be_read_is_unavailable_and_says_so(meta_graph_tls, tmp_path):
+    lead_id = meta_graph_tls.add_lead(email="ana@brandt-spedition.de")
+    missing = _error(meta_graph_tls, lead_id, verify=str(tmp_path / "nowhere.pem"))
+    assert missing.kind == "unavailable"
+    assert "META_GRAPH_CA_BUNDLE" in str(missing)
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate")
+    unreadable = _error(meta_graph_tls, lead_id, verify=str(garbage))
+    assert unreadable.kind == "unavailable"
+    assert "META_GRAPH_CA_BUNDLE" in str(unreadable)

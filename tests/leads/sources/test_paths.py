@@ -86,7 +86,6 @@ def test_steps() -> None:
         ("a..b", 2),
         ("a.", 1),
         ("a[", 1),
-        ("a[name]", 2),
         ("a[=x]", 2),
         ("a]b", 1),
         ('a["x', 2),
@@ -104,6 +103,35 @@ def test_field_map_errors_name_the_bad_paths_only() -> None:
     errors = field_map_errors({"Org": "company", "a..b": "email", "payload.data.Email": "email"})
     assert list(errors) == ["a..b"]
     assert "empty step" in errors["a..b"]
+
+
+def test_a_form_fields_php_style_name_is_a_path_that_finds_it_flat_or_nested() -> None:
+    # Mailchimp, Jotform, Gravity Forms, WPForms post form fields named data[merges][EMAIL],
+    # q3_name[first], input_1[]: a field map must be able to name them (and saving must not
+    # refuse them), whether the form reader kept the name flat or a tool nested it.
+    names = {"data[merges][EMAIL]": "email", "q3_name[first]": "first_name", "tags[]": "x"}
+    assert field_map_errors(names) == {}
+    flat = {"data[merges][EMAIL]": "a@acme.de", "tags[]": ["a", "b"]}
+    assert resolve(flat, "data[merges][EMAIL]") == (True, "a@acme.de")
+    assert resolve(flat, "tags[]") == (True, ["a", "b"])
+    nested = {"data": {"merges": {"EMAIL": "b@acme.de"}}, "tags": ["c"]}
+    assert resolve(nested, "data[merges][EMAIL]") == (True, "b@acme.de")
+    assert resolve(nested, "tags[]") == (True, ["c"])
+    assert parse_path("data[merges][EMAIL]") == parse_path("data.merges.EMAIL")
+
+
+def test_a_top_level_key_with_a_dot_is_found_as_it_is() -> None:
+    # Unbounce posts a form field literally named "data.json"; a key like "e.mail" is a key.
+    assert resolve({"e.mail": "a@acme.de"}, "e.mail") == (True, "a@acme.de")
+    assert resolve({"e": {"mail": "b@acme.de"}}, "e.mail") == (True, "b@acme.de")
+    # ... and so is a dotted key on the way: Unbounce's data.json field holds the answers.
+    unbounce = {"page_id": "p1", "data.json": '{"email": ["m@weser.de"], "a.b": {"c": 1}}'}
+    assert resolve(unbounce, "data.json.email.0") == (True, "m@weser.de")
+    assert resolve(unbounce, "data.json.a.b.c") == (True, 1)
+    assert resolve(unbounce, "data.json.nope") == (False, None)
+    # The whole path as a key wins; else a key alone before a dotted one.
+    assert resolve({"data": {"json": 1}, "data.json": 2, "x": 0}, "data.json") == (True, 2)
+    assert resolve({"data": {"json": 1}, "data.jsonx": 2}, "data.json") == (True, 1)
 
 
 def test_plain_keys_are_not_paths() -> None:
