@@ -80,8 +80,11 @@ from routing.crm.base import (
 __all__ = ["HubSpotClient", "clear_account_cache"]
 
 DEFAULT_BASE_URL = "https://api.hubapi.com"
-DEFAULT_RETRY_AFTER = 10.0  # seconds, when a 429 has no Retry-After (HubSpot's windows are 1-10 s)
-DAILY_RETRY_AFTER = 3600.0  # the daily limit: try again in an hour, not every ten seconds
+# HubSpot sends no Retry-After on a 429; its body's policyName says which window was full.
+# SECONDLY (the search endpoints' 5 a second) clears within a second, TEN_SECONDLY_ROLLING
+# (the private app's 100-190 per 10 s) within ten, DAILY in the next day: wait that long.
+POLICY_RETRY_AFTER = {"SECONDLY": 1.0, "TEN_SECONDLY_ROLLING": 10.0, "DAILY": 3600.0}
+DEFAULT_RETRY_AFTER = 1.0  # a 429 naming no known policy: as for the secondly limit
 OWNERS_PAGE = 500
 MAX_PAGES = 200
 _CONTACT_PROPERTIES = [
@@ -168,7 +171,7 @@ def _retry_after(exc: Any, policy: str) -> float:
         seconds = None
     if seconds is not None and 0 <= seconds <= 86_400:
         return seconds
-    return DAILY_RETRY_AFTER if policy.upper() == "DAILY" else DEFAULT_RETRY_AFTER
+    return POLICY_RETRY_AFTER.get(policy.upper(), DEFAULT_RETRY_AFTER)
 
 
 def _mapped(exc: Any) -> CrmError:

@@ -33,11 +33,14 @@ class SalesforceAuthFlow(models.TextChoices):
 
 # The vendors' documented limits, as defaults (docs/operations.md says where they come from).
 # HubSpot: the CRM search endpoints allow 5 requests per second per account, the rest of the
-# API 100-190 per 10 s for a private app; our lookups are searches, so 5/s is the pace.
+# API 100-190 per 10 s for a private app; our lookups are searches. A token bucket lets burst +
+# rate through in any one second, so 3/s with a burst of 2 keeps that to 5 (and a lookup's two
+# searches can still be reserved together).
 # Salesforce: no per-second limit, a daily allocation per org (100,000 + per licence); a
 # default of 10/s keeps a spike from spending a day's allocation in minutes.
-DEFAULT_RATE_PER_MINUTE = {HUBSPOT: 300, SALESFORCE: 600}
-DEFAULT_BURST = {HUBSPOT: 5, SALESFORCE: 10}
+HUBSPOT_SEARCHES_PER_SECOND = 5
+DEFAULT_RATE_PER_MINUTE = {HUBSPOT: 180, SALESFORCE: 600}
+DEFAULT_BURST = {HUBSPOT: 2, SALESFORCE: 10}
 DEFAULT_BASE_URL = {HUBSPOT: "https://api.hubapi.com", SALESFORCE: ""}
 
 
@@ -108,13 +111,13 @@ class CrmConnection(models.Model):
         blank=True,
         validators=[MinValueValidator(1), MaxValueValidator(100_000)],
         help_text="API requests per minute, shared by every worker (empty = the vendor's "
-        "documented pace: HubSpot 300, Salesforce 600).",
+        "documented pace: HubSpot 180, Salesforce 600).",
     )
     burst = models.PositiveIntegerField(
         null=True,
         blank=True,
         validators=[MinValueValidator(1), MaxValueValidator(1000)],
-        help_text="Requests that may go at once after a quiet spell (empty = HubSpot 5, "
+        help_text="Requests that may go at once after a quiet spell (empty = HubSpot 2, "
         "Salesforce 10).",
     )
     touches_cursor = models.DateTimeField(

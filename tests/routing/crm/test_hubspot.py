@@ -279,11 +279,13 @@ def test_a_429_is_rate_limited_with_hubspots_retry_after_or_a_default(hs):
     with pytest.raises(CrmError) as info:
         client.find_person("pat@acme.com")
     assert (info.value.kind, info.value.status, info.value.retry_after) == ("rate_limited", 429, 7)
-    hs.limit_next(1, retry_after=None)
-    with pytest.raises(CrmError) as info:
-        client.find_person("pat@acme.com")
-    assert info.value.kind == "rate_limited"
-    assert info.value.retry_after == 10.0
+    # HubSpot sends no Retry-After on a 429: the policy it names says how long its window is.
+    for policy, seconds in (("SECONDLY", 1.0), ("TEN_SECONDLY_ROLLING", 10.0), ("DAILY", 3600.0)):
+        hs.limit_next(1, retry_after=None, policy=policy)
+        with pytest.raises(CrmError) as info:
+            client.find_person("pat@acme.com")
+        assert info.value.kind == "rate_limited"
+        assert info.value.retry_after == seconds, policy
 
 
 def test_a_slow_or_unreachable_hubspot_is_unavailable_and_not_retried_behind_our_back(hs, spend):

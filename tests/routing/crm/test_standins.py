@@ -53,3 +53,27 @@ def test_the_salesforce_standin_answers_without_nagles_delay(
             verify=sf.ca_file,
         )
     assert seconds < 0.025, f"median answer {seconds * 1000:.1f} ms"
+
+
+def test_the_hubspot_standin_enforces_five_searches_a_second():
+    """HubSpot: "the search endpoints are rate limited to five requests per second" per account,
+    answered 429 with policyName SECONDLY and no Retry-After (API usage guidelines)."""
+    hs = HubSpotStandIn(enforce_rate_limits=True).start()
+    try:
+        url = f"{hs.url}/crm/v3/objects/contacts/search"
+        auth = {"Authorization": f"Bearer {hs.token}", "Content-Type": "application/json"}
+        body = {"filterGroups": [], "limit": 1}
+        with requests.Session() as session:
+            started = time.monotonic()
+            statuses = [
+                session.post(url, json=body, headers=auth, verify=hs.ca_file) for _ in range(6)
+            ]
+            assert time.monotonic() - started < 1.0  # the six within one second
+            assert [r.status_code for r in statuses] == [200] * 5 + [429]
+            limited = statuses[-1]
+            assert limited.json()["policyName"] == "SECONDLY"
+            assert "Retry-After" not in limited.headers
+            time.sleep(1.05)  # the window has passed
+            assert session.post(url, json=body, headers=auth, verify=hs.ca_file).status_code == 200
+    finally:
+        hs.close()
