@@ -10,7 +10,10 @@ goes back to routing, which gives it to an owner who already has it in the CRM
 (``crm_owner_assignment``) and feeds a CRM company's owner into account ownership
 (``crm_account``). A CRM that is slow, rate limiting or down never holds a lead longer than
 ``CRM_LOOKUP_MAX_WAIT_SECONDS``: then it is routed without it and the trace says so. Nothing
-waits in a worker: ``crm_sweep_due`` (beat) re-sends due tries, as for HTTP enrichment.
+waits in a worker: ``crm_sweep_due`` (beat) re-sends due tries, as for HTTP enrichment, but
+only those whose last message ran (the lead was rescheduled after it was published,
+``crm_dispatched_at``) or was lost (``CRM_REDISPATCH_SECONDS``), within what the rate limit can
+serve; and it hands every lead past its wait back to routing in bulk, outside that budget.
 """
 
 from __future__ import annotations
@@ -109,6 +112,8 @@ def crm_park(lead: Lead, now: datetime) -> None:
     """Park ``lead`` (under its lock, in the routing transaction) and send it after commit."""
     lead.crm_status = CrmLookupStatus.PENDING
     lead.crm_next_at = now
+    lead.crm_parked_at = now
+    lead.crm_dispatched_at = None  # set once its message is published (crm_enqueue)
     lead.crm = {"_since": now.isoformat()}
     lead.save()
     lead_id = lead.pk
@@ -121,9 +126,15 @@ def crm_enqueue(
     countdowns: Sequence[float] | None = None,
     expires_seconds: float | None = None,
 ) -> int:
-    """Publish ``crm.lookup_lead`` for these leads; never raises; how many were sent."""
+    """Publish ``crm.lookup_lead`` for these leads; never raises; how many were sent.
+
+    Those published are marked dispatched (``crm_dispatched_at``, the time before publishing):
+    the sweeper sends a lead again only once that message has run (the lead was rescheduled
+    after it) or looks lost (``CRM_REDISPATCH_SECONDS``).
+    """
     if not lead_ids:
         return 0
+    dispatched_at = timezone.now()
     if not broker_breaker.allows():
         logger.warning("broker marked down; %d CRM lookup(s) left for the sweeper", len(lead_ids))
         return 0
@@ -152,6 +163,13 @@ def crm_enqueue(
         )
     else:
         broker_breaker.reset()
+    if published:
+        try:
+            Lead.objects.filter(id__in=list(lead_ids[:published])).update(
+                crm_dispatched_at=dispatched_at
+            )
+        except Exception as exc:  # the sweeper then sends them again: a no-op each
+            logger.error("could not mark %d CRM lookup(s) dispatched (%s)", published, exc)
     return published
 
 
@@ -411,13 +429,12 @@ def _lookup(lead_uuid: uuid.UUID) -> str | None:
         existing = record.get(connection.kind)
         if isinstance(existing, dict) and existing.get("status") in _FINAL:
             continue
-        if over_time or claim.attempt > max_attempts:
+        if over_time:
+            steps[connection.kind] = _Step(entry=_out_of_time(connection, existing, now))
+            continue
+        if claim.attempt > max_attempts:
             last = existing.get("note") if isinstance(existing, dict) else ""
-            why = (
-                f"no answer within {settings.CRM_LOOKUP_MAX_WAIT_SECONDS:g} s"
-                if over_time
-                else f"gave up after {claim.attempt - 1} attempts"
-            )
+            why = f"gave up after {claim.attempt - 1} attempts"
             steps[connection.kind] = _Step(
                 entry=_failed(connection, why + (f" ({last})" if last else ""), now)
             )
@@ -453,40 +470,54 @@ def _write(
             lead.crm_next_at = min(next_at, deadline) if deadline is not None else next_at
             lead.save(update_fields=["crm", "crm_next_at", "crm_attempts"])
             return "retry" if any(step.counts for step in waits) else "waiting"
-        entries = [e for k, e in record.items() if not k.startswith("_") and isinstance(e, dict)]
-        done = any(entry.get("status") == "done" for entry in entries)
-        lead.crm_status = CrmLookupStatus.DONE if done else CrmLookupStatus.FAILED
-        # "Hand back no later than": the sweeper re-publishes routing after it if the message
-        # below is lost.
-        lead.crm_next_at = now + timedelta(seconds=settings.CRM_HANDBACK_RETRY_SECONDS)
-        lead.save(update_fields=["crm", "crm_status", "crm_next_at", "crm_attempts"])
-        summary = "; ".join(
-            f"{crm_label(kind)}: "
-            + (entry.get("summary") or "")
-            + (f"unavailable ({entry.get('reason')})" if entry.get("status") == "failed" else "")
-            for kind, entry in sorted(record.items())
-            if not kind.startswith("_") and isinstance(entry, dict)
-        )
-        event_record(
-            type=EventType.CRM_CHECKED,
-            lead=lead,
-            at=now,
-            data={
-                "status": lead.crm_status,
-                "summary": summary,
-                "crm": {
-                    kind: {
-                        key: entry.get(key)
-                        for key in ("status", "reason", "person", "company", "person_owner")
-                    }
-                    for kind, entry in record.items()
-                    if not kind.startswith("_") and isinstance(entry, dict)
-                },
-            },
-        )
+        _finish(lead, record, now)
         lead_id = lead.id
         transaction.on_commit(lambda: leads_enqueue([lead_id]), robust=True)
     return str(lead.crm_status)
+
+
+def _finish(lead: Lead, record: dict[str, Any], now: datetime) -> None:
+    """Mark the locked ``lead``'s lookup finished with ``record`` and write its audit event;
+    the caller hands it back to routing after commit."""
+    lead.crm = record
+    entries = [e for k, e in record.items() if not k.startswith("_") and isinstance(e, dict)]
+    done = any(entry.get("status") == "done" for entry in entries)
+    lead.crm_status = CrmLookupStatus.DONE if done else CrmLookupStatus.FAILED
+    # "Hand back no later than": the sweeper re-publishes routing after it if the message
+    # that hands it back is lost.
+    lead.crm_next_at = now + timedelta(seconds=settings.CRM_HANDBACK_RETRY_SECONDS)
+    lead.save(update_fields=["crm", "crm_status", "crm_next_at", "crm_attempts"])
+    summary = "; ".join(
+        f"{crm_label(kind)}: "
+        + (entry.get("summary") or "")
+        + (f"unavailable ({entry.get('reason')})" if entry.get("status") == "failed" else "")
+        for kind, entry in sorted(record.items())
+        if not kind.startswith("_") and isinstance(entry, dict)
+    )
+    event_record(
+        type=EventType.CRM_CHECKED,
+        lead=lead,
+        at=now,
+        data={
+            "status": lead.crm_status,
+            "summary": summary,
+            "crm": {
+                kind: {
+                    key: entry.get(key)
+                    for key in ("status", "reason", "person", "company", "person_owner")
+                }
+                for kind, entry in record.items()
+                if not kind.startswith("_") and isinstance(entry, dict)
+            },
+        },
+    )
+
+
+def _out_of_time(connection: CrmConnection, existing: Any, now: datetime) -> dict[str, Any]:
+    """The entry of a connection that did not finish within the lead's bounded wait."""
+    last = existing.get("note") if isinstance(existing, dict) else ""
+    why = f"no answer within {settings.CRM_LOOKUP_MAX_WAIT_SECONDS:g} s"
+    return _failed(connection, why + (f" ({last})" if last else ""), now)
 
 
 # --- The sweeper -----------------------------------------------------------------------------
@@ -512,17 +543,27 @@ def _send_budget(batch_size: int) -> int:
 
 
 def crm_sweep_due(*, now: datetime | None = None, batch_size: int | None = None) -> int:
-    """Re-send ``crm.lookup_lead`` for parked leads that are due, in one bounded batch; re-hand
-    to routing leads finished but not picked up. Selected with SKIP LOCKED on PostgreSQL."""
+    """Hand leads past their bounded wait back to routing (in bulk, spending nothing from the
+    rate limit); re-send ``crm.lookup_lead`` for parked leads that are due and whose last
+    message ran or was lost, in one batch the rate limit can serve; re-hand to routing leads
+    finished but not picked up. Selected with SKIP LOCKED on PostgreSQL."""
     now = now or timezone.now()
     batch_size = batch_size or settings.CRM_SWEEP_BATCH_SIZE
+    overdue = _hand_back_overdue(now=now, batch_size=batch_size)
     budget = _send_budget(batch_size)
     interval = settings.CRM_SWEEP_INTERVAL_SECONDS
+    redispatch_before = now - timedelta(seconds=settings.CRM_REDISPATCH_SECONDS)
     sent = 0
     with transaction.atomic(durable=True):
-        due = Lead.objects.filter(
-            _PARKED, crm_status=CrmLookupStatus.PENDING, crm_next_at__lte=now
-        ).order_by("crm_next_at")
+        due = (
+            Lead.objects.filter(_PARKED, crm_status=CrmLookupStatus.PENDING, crm_next_at__lte=now)
+            .filter(
+                Q(crm_dispatched_at__isnull=True)
+                | Q(crm_dispatched_at__lt=F("crm_next_at"))
+                | Q(crm_dispatched_at__lt=redispatch_before)
+            )
+            .order_by("crm_next_at")
+        )
         if db_connection.features.has_select_for_update_skip_locked:
             due = due.select_for_update(skip_locked=True, no_key=True)
         ids = list(due.values_list("id", flat=True)[:budget])
@@ -531,9 +572,47 @@ def crm_sweep_due(*, now: datetime | None = None, batch_size: int | None = None)
             countdowns = [min(interval, i * spacing) for i in range(len(ids))]
             sent = crm_enqueue(ids, countdowns=countdowns, expires_seconds=2 * interval)
     handed_back = _hand_back_stragglers(now=now, batch_size=batch_size)
-    if sent or handed_back:
-        logger.info("crm sweep: %d due lead(s) sent, %d handed back", sent, handed_back)
-    return sent + handed_back
+    if sent or handed_back or overdue:
+        logger.info(
+            "crm sweep: %d due lead(s) sent, %d past their wait and %d finished handed back",
+            sent,
+            overdue,
+            handed_back,
+        )
+    return sent + handed_back + overdue
+
+
+def _hand_back_overdue(*, now: datetime, batch_size: int, max_batches: int = 5) -> int:
+    """Finish the lookups of leads parked longer than ``CRM_LOOKUP_MAX_WAIT_SECONDS`` (not under
+    a worker's claim): each unfinished connection "no answer within N s", handed back."""
+    cutoff = now - timedelta(seconds=settings.CRM_LOOKUP_MAX_WAIT_SECONDS)
+    connections = {c.kind: c for c in lookup_connections()}
+    total = 0
+    for _ in range(max_batches):
+        with transaction.atomic(durable=True):
+            overdue = Lead.objects.filter(
+                _PARKED,
+                crm_status=CrmLookupStatus.PENDING,
+                crm_next_at__lte=now,
+                crm_parked_at__lte=cutoff,
+            ).order_by("crm_parked_at")
+            if db_connection.features.has_select_for_update_skip_locked:
+                overdue = overdue.select_for_update(skip_locked=True, no_key=True)
+            leads = list(overdue[:batch_size])
+            for lead in leads:
+                record: dict[str, Any] = dict(lead.crm) if isinstance(lead.crm, dict) else {}
+                for kind, connection in connections.items():
+                    existing = record.get(kind)
+                    if not (isinstance(existing, dict) and existing.get("status") in _FINAL):
+                        record[kind] = _out_of_time(connection, existing, now)
+                _finish(lead, record, now)
+            ids = [lead.id for lead in leads]
+            if ids:
+                transaction.on_commit(lambda ids=ids: leads_enqueue(ids), robust=True)
+        total += len(leads)
+        if len(leads) < batch_size:
+            break
+    return total
 
 
 def _hand_back_stragglers(*, now: datetime, batch_size: int) -> int:
