@@ -310,3 +310,19 @@ def test_every_line_a_lookup_logs_names_its_lead(
     assert len(opened) == 1, json_lines()
     assert opened[0]["lead_id"] == str(lead.id)
     assert portal["hs"].token not in json.dumps(json_lines())
+
+
+def test_a_token_without_a_scope_the_lookup_needs_raises_an_alert_naming_it(portal):
+    """The probe makes the lookup's searches too: the owners alone answer for a token that
+    lacks crm.objects.companies.read, and the alert would never open."""
+    hs, connection = portal["hs"], portal["conn"]
+    hs.revoke_scope("crm.objects.companies.read")
+    CrmConnection.objects.filter(pk=connection.pk).update(last_ok_at=None)  # idle: probed
+    assert crm_health_check() == {"HubSpot": "auth"}
+    alert = Alert.objects.get(kind="crm", status="open")
+    assert "companies search" in alert.message
+    assert "crm.objects.companies.read" in alert.message
+    assert "crm.objects.contacts.read" not in alert.message
+    hs.restore_scope("crm.objects.companies.read")
+    assert crm_health_check() == {}
+    assert not Alert.objects.filter(kind="crm", status="open").exists()

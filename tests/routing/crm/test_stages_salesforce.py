@@ -385,3 +385,15 @@ def test_an_earlier_activity_does_not_hide_the_first_touch_after_a_later_assignm
     assert touched.touch_source == "salesforce"
     assert touched.touched_at is not None
     assert abs((touched.touched_at - first_touch).total_seconds()) < 0.01
+
+
+def test_an_object_the_integration_user_cannot_read_raises_an_alert_naming_it(org):
+    sf, connection = org["sf"], org["connection"]
+    sf.hide_object("Account")
+    CrmConnection.objects.filter(pk=connection.pk).update(last_ok_at=None)  # idle: probed
+    assert crm_health_check() == {"Salesforce": "auth"}
+    alert = Alert.objects.get(kind="crm", status="open")
+    assert "cannot read Account" in alert.message
+    sf.show_object("Account")
+    assert crm_health_check() == {}
+    assert not Alert.objects.filter(kind="crm", status="open").exists()
