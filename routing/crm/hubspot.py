@@ -207,7 +207,9 @@ def _mapped(exc: Any) -> CrmError:
         scopes = _required_scopes(exc)
         if scopes:
             said = f"{category or 'MISSING_SCOPES'}: the token lacks {', '.join(scopes)}"
-        return CrmError("auth", f"HubSpot refused the request ({said})", status=status)
+        return CrmError(
+            "auth", f"HubSpot refused the request ({said})", status=status, permission=True
+        )
     if status == 429:
         return CrmError(
             "rate_limited",
@@ -373,11 +375,11 @@ class HubSpotClient:
             try:
                 self._results(probe())
             except CrmError as exc:
-                if exc.kind != "auth" or exc.status != 403:
+                if not exc.permission:
                     raise  # an expired token, HubSpot down: the same for every call
                 refused.append(f"{what}: {exc.args[0]}")
         if refused:
-            raise CrmError("auth", "; ".join(refused), status=403)
+            raise CrmError("auth", "; ".join(refused), status=403, permission=True)
         account = self._account()
         where = f"portal {account[1]}" if account else "portal id not readable"
         return f"HubSpot: private app token accepted ({where}, {self.base_url})"

@@ -221,6 +221,7 @@ class _Step:
     wait: float | None = None
     note: str = ""
     counts: bool = True  # a try at the CRM (False: waited for a token or the breaker's probe)
+    partial: dict[str, Any] | None = None  # on a wait: the halves already found or refused
 
 
 def _backoff(attempt: int) -> float:
@@ -250,20 +251,36 @@ def _owner_summary(label: str, what: dict[str, Any] | None, owner: dict[str, Any
 
 
 def _done_entry(
-    connection: CrmConnection, person: Any, company: Any, now: datetime
+    connection: CrmConnection,
+    person_json: dict[str, Any] | None,
+    company_json: dict[str, Any] | None,
+    now: datetime,
+    *,
+    missing: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    person_json = person.to_json() if person is not None else None
-    company_json = company.to_json() if company is not None else None
-    ids = [x.owner_id for x in (person, company) if x is not None and x.owner_id]
+    """A finished lookup: what was found of the person and the company, their owners mapped to
+    reps, and (``missing``) a half that could not be looked up, with why."""
+    missing = missing or {}
+    ids = [str(x["owner_id"]) for x in (person_json, company_json) if x and x.get("owner_id")]
     reps = owner_reps(connection.kind, ids)
-    person_owner = reps[person.owner_id].to_json() if person and person.owner_id else None
-    company_owner = reps[company.owner_id].to_json() if company and company.owner_id else None
+    person_owner = (
+        reps[str(person_json["owner_id"])].to_json()
+        if person_json and person_json.get("owner_id")
+        else None
+    )
+    company_owner = (
+        reps[str(company_json["owner_id"])].to_json()
+        if company_json and company_json.get("owner_id")
+        else None
+    )
     parts = []
     if person_json:
         parts.append(
             f"{person_json['object']} {person_json['id']} found; "
             + _owner_summary("it is", person_json, person_owner).removeprefix("it is ")
         )
+    elif "person" in missing:
+        parts.append(f"person not looked up: {missing['person']}")
     else:
         parts.append("no person with this e-mail")
     if company_json:
@@ -272,6 +289,8 @@ def _done_entry(
             f"company {name}: "
             + (_owner_summary("it is", company_json, company_owner).removeprefix("it is "))
         )
+    elif "company" in missing:
+        parts.append(f"company not looked up: {missing['company']}")
     return {
         "status": "done",
         "connection": connection.pk,
@@ -281,13 +300,27 @@ def _done_entry(
         "company": company_json,
         "person_owner": person_owner,
         "company_owner": company_owner,
+        "missing": missing,
         "summary": "; ".join(parts),
         "at": now.isoformat(),
     }
 
 
+def _half_only(error: CrmError) -> bool:
+    """A failure of one half that says nothing of the other (a scope or object permission that
+    call lacks, one request refused): the other half is still looked up. Anything else (a
+    refused token, the CRM down, a rate limit) ends the try."""
+    return error.kind == "rejected" or (error.kind == "auth" and error.permission)
+
+
 def _lookup_one(
-    connection: CrmConnection, lead: Lead, claim: _Claim, now: datetime, *, last_try: bool
+    connection: CrmConnection,
+    lead: Lead,
+    claim: _Claim,
+    now: datetime,
+    *,
+    last_try: bool,
+    previous: Any = None,
 ) -> _Step:
     breaker = crm_breaker(connection)
     try:
@@ -310,29 +343,62 @@ def _lookup_one(
             counts=False,
         )
     probe = check is not None and check.verdict == "probe"
-    try:
-        reserve = LOOKUP_REQUESTS.get(connection.kind, 2)
-        client = crm_client(connection, spend=spender(connection, reserve=reserve))
-        person = client.find_person(lead.email) if lead.email else None
-        domain = _company_domain(lead)
-        company = client.find_company(domain) if domain else None
-    except CrmError as exc:
-        return _lookup_error(connection, exc, breaker, claim, now, last_try=last_try, probe=probe)
-    except Exception as exc:  # a module's bug: this lead goes on without the CRM, never fails
-        logger.exception(
-            "CRM %s lookup of lead %s raised",
-            connection.name,
-            lead.pk,
-            extra={"lead_id": str(lead.pk)},
+    # The person and the company are two halves: what an earlier try found (or was refused)
+    # is kept, and only what is left is looked up, so a company that fails never throws away
+    # the person found.
+    earlier = previous if isinstance(previous, dict) else {}
+    found: dict[str, Any] = dict(earlier.get("found") or {})
+    missing: dict[str, str] = dict(earlier.get("missing") or {})
+    wanted = {"person": lead.email or "", "company": _company_domain(lead)}
+    todo = [half for half, value in wanted.items() if value and half not in found | missing]
+    per_lookup = LOOKUP_REQUESTS.get(connection.kind, 2)
+    reserve = sum(1 if half == "company" else per_lookup - 1 for half in todo)
+    client = None
+    for half in todo:
+        try:
+            if client is None:
+                client = crm_client(connection, spend=spender(connection, reserve=reserve))
+            if half == "person":
+                value: Any = client.find_person(wanted["person"])
+            else:
+                value = client.find_company(wanted["company"])
+            found[half] = value.to_json() if value is not None else None
+            continue
+        except CrmError as exc:
+            error = exc
+            step = _lookup_error(
+                connection, error, breaker, claim, now, last_try=last_try, probe=probe
+            )
+        except Exception as exc:  # a module's bug: this lead goes on without it, never fails
+            logger.exception(
+                "CRM %s lookup of lead %s raised",
+                connection.name,
+                lead.pk,
+                extra={"lead_id": str(lead.pk)},
+            )
+            error = CrmError("malformed", f"{type(exc).__name__}: {str(exc)[:200]}")
+            step = _lookup_error(connection, error, breaker, claim, now, last_try=True, probe=probe)
+        probe = False  # the breaker's probe, if this was it, is settled by _lookup_error
+        if step.entry is None:  # wait and try again: keep what was found
+            step.partial = {"found": found, "missing": missing}
+            return step
+        missing[half] = str(step.entry.get("reason") or error)
+        if not _half_only(error):
+            break
+    looked_up = [half for half in wanted if half in found]
+    if not missing:
+        try:
+            breaker.record_success()
+        except Exception as exc:
+            logger.error("CRM breaker update failed (%s: %s)", type(exc).__name__, exc)
+        crm_record_ok(connection, now=now)
+    elif not looked_up:
+        return _Step(entry=_failed(connection, "; ".join(missing.values()), now))
+    return _Step(
+        entry=_done_entry(
+            connection, found.get("person"), found.get("company"), now, missing=missing
         )
-        error = CrmError("malformed", f"{type(exc).__name__}: {str(exc)[:200]}")
-        return _lookup_error(connection, error, breaker, claim, now, last_try=True, probe=probe)
-    try:
-        breaker.record_success()
-    except Exception as exc:
-        logger.error("CRM breaker update failed (%s: %s)", type(exc).__name__, exc)
-    crm_record_ok(connection, now=now)
-    return _Step(entry=_done_entry(connection, person, company, now))
+    )
 
 
 def _lookup_error(
@@ -439,7 +505,9 @@ def _lookup(lead_uuid: uuid.UUID) -> str | None:
                 entry=_failed(connection, why + (f" ({last})" if last else ""), now)
             )
             continue
-        steps[connection.kind] = _lookup_one(connection, lead, claim, now, last_try=last_try)
+        steps[connection.kind] = _lookup_one(
+            connection, lead, claim, now, last_try=last_try, previous=existing
+        )
     # However long the CRM asks us to wait (a daily limit's hour), the lead's next try is no
     # later than its deadline, when it is routed without the CRM.
     deadline = since + timedelta(seconds=settings.CRM_LOOKUP_MAX_WAIT_SECONDS + 0.5)
@@ -460,7 +528,12 @@ def _write(
                 record[kind] = step.entry
             else:
                 previous = record.get(kind) if isinstance(record.get(kind), dict) else {}
-                record[kind] = {**(previous or {}), "status": "pending", "note": step.note}
+                record[kind] = {
+                    **(previous or {}),
+                    **(step.partial or {}),
+                    "status": "pending",
+                    "note": step.note,
+                }
         lead.crm = record
         if waits:
             wait = min(step.wait or 1.0 for step in waits)
@@ -504,7 +577,7 @@ def _finish(lead: Lead, record: dict[str, Any], now: datetime) -> None:
             "crm": {
                 kind: {
                     key: entry.get(key)
-                    for key in ("status", "reason", "person", "company", "person_owner")
+                    for key in ("status", "reason", "person", "company", "person_owner", "missing")
                 }
                 for kind, entry in record.items()
                 if not kind.startswith("_") and isinstance(entry, dict)

@@ -314,12 +314,17 @@ class SalesforceClient:
         if isinstance(exc, SalesforceRefusedRequest):
             if code == "REQUEST_LIMIT_EXCEEDED":
                 return CrmError("rate_limited", f"Salesforce API limit ({said})", status=403)
-            return CrmError("auth", f"Salesforce refused the request ({said})", status=403)
+            return CrmError(
+                "auth", f"Salesforce refused the request ({said})", status=403, permission=True
+            )
         if isinstance(exc, SalesforceMalformedRequest) and code == "INVALID_TYPE":
             # Every object queried is a standard one: "not supported" means the integration
             # user cannot read it (Salesforce hides what a profile cannot see). A permission.
             return CrmError(
-                "auth", f"Salesforce: the integration user cannot read it ({said})", status=status
+                "auth",
+                f"Salesforce: the integration user cannot read it ({said})",
+                status=status,
+                permission=True,
             )
         if isinstance(exc, SalesforceMalformedRequest | SalesforceResourceNotFound):
             return CrmError("rejected", f"Salesforce rejected the request ({said})", status=status)
@@ -390,7 +395,7 @@ class SalesforceClient:
             try:
                 self._query(f"SELECT Id FROM {obj} LIMIT 1")
             except CrmError as exc:
-                if exc.kind != "auth" or "INVALID_TYPE" not in str(exc):
+                if not exc.permission:
                     raise  # a refused credential, Salesforce down: the same for every query
                 unreadable.append(obj)
         if unreadable:
@@ -402,6 +407,7 @@ class SalesforceClient:
                 + ("them" if len(unreadable) > 1 else "it")
                 + ")",
                 status=400,
+                permission=True,
             )
         who = self.username or self.client_id
         return f"Salesforce: connected as {who} ({self.base_url}, API v{self.api_version})"

@@ -326,3 +326,54 @@ def test_a_token_without_a_scope_the_lookup_needs_raises_an_alert_naming_it(port
     hs.restore_scope("crm.objects.companies.read")
     assert crm_health_check() == {}
     assert not Alert.objects.filter(kind="crm", status="open").exists()
+
+
+def test_a_company_search_refused_keeps_the_person_found(
+    portal, django_capture_on_commit_callbacks
+):
+    """The token lacks the companies scope: the contact found is still used (its owner gets
+    the lead) and the trace says the company half is missing and why."""
+    hs = portal["hs"]
+    hs.revoke_scope("crm.objects.companies.read")
+    contact = hs.add_contact(email="pat@acme.com", hubspot_owner_id=portal["owners"]["ben"])
+    lead = LeadFactory(raw_payload={"email": "pat@acme.com", "company": "Acme"})
+    assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    assignment = Assignment.objects.get(lead=lead)
+    assert (assignment.kind, assignment.rep_id) == (AssignmentKind.CRM_OWNER, portal["ben"].pk)
+    lead.refresh_from_db()
+    entry = lead.crm["hubspot"]
+    assert entry["status"] == "done"
+    assert entry["person"]["id"] == contact
+    assert entry["company"] is None
+    assert "crm.objects.companies.read" in entry["missing"]["company"]
+    notes = [step["why"] for step in assignment.trace if step["why"].startswith("HubSpot: ")]
+    assert len(notes) == 1, assignment.trace
+    assert f"contact {contact} found" in notes[0]
+    assert "company not looked up: credential problem" in notes[0]
+    assert "crm.objects.companies.read" in notes[0]
+
+
+def test_a_company_search_that_fails_once_is_tried_again_without_the_person(
+    portal, django_capture_on_commit_callbacks
+):
+    hs = portal["hs"]
+    contact = hs.add_contact(email="pat@acme.com", hubspot_owner_id=portal["owners"]["ana"])
+    hs.add_company(name="Acme", domain="acme.com", hubspot_owner_id=portal["owners"]["ben"])
+    failure = {"status": "error", "message": "internal error", "category": "INTERNAL_ERROR"}
+    hs.respond_next(failure, status=503, path="companies/search")
+    lead = LeadFactory(raw_payload={"email": "pat@acme.com", "company": "Acme"})
+    with django_capture_on_commit_callbacks(execute=True):
+        lead_process(lead_id=lead.id)
+    assert lead_crm_lookup(lead_id=lead.id) == "retry"
+    lead.refresh_from_db()
+    assert lead.crm["hubspot"]["status"] == "pending"
+    assert lead.crm["hubspot"]["found"]["person"]["id"] == contact
+    Lead.objects.filter(id=lead.id).update(crm_next_at=timezone.now())
+    assert lead_crm_lookup(lead_id=lead.id) == "done"
+    searches = [p for p in hs.paths("POST") if p.endswith("/search")]
+    assert searches.count("/crm/v3/objects/contacts/search") == 1  # the person kept, not re-read
+    assert searches.count("/crm/v3/objects/companies/search") == 2
+    lead.refresh_from_db()
+    entry = lead.crm["hubspot"]
+    assert (entry["person"]["id"], entry["company"]["name"]) == (contact, "Acme")
+    assert not entry.get("missing")

@@ -397,3 +397,22 @@ def test_an_object_the_integration_user_cannot_read_raises_an_alert_naming_it(or
     sf.show_object("Account")
     assert crm_health_check() == {}
     assert not Alert.objects.filter(kind="crm", status="open").exists()
+
+
+def test_accounts_unreadable_keep_the_person_found_and_alert(
+    org, django_capture_on_commit_callbacks
+):
+    sf = org["sf"]
+    sf.hide_object("Account")
+    sf.add_contact(Email="pat@acme.com", LastName="Pat", OwnerId=org["users"]["ana"])
+    lead = LeadFactory(raw_payload={"email": "pat@acme.com", "company": "Acme"})
+    assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    assignment = Assignment.objects.get(lead=lead)
+    assert (assignment.kind, assignment.rep_id) == (AssignmentKind.CRM_OWNER, org["ana"].pk)
+    lead.refresh_from_db()
+    entry = lead.crm["salesforce"]
+    assert entry["status"] == "done"
+    assert entry["person"]["object"] == "Contact"
+    assert "cannot read" in entry["missing"]["company"]
+    # The lookup itself says it is a permission: the alert opens without waiting for a probe.
+    assert crm_health_check(probe=False) == {"Salesforce": "auth"}
