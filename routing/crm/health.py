@@ -87,6 +87,7 @@ def crm_record_error(connection: CrmConnection, error: CrmError, *, lead_id: obj
     CrmConnection.objects.filter(pk=connection.pk).update(
         last_error=message,
         last_error_kind=error.kind,
+        last_error_permission=error.permission,
         last_error_at=now,
         problem_since=problem_since,
     )

@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -475,6 +475,34 @@ def lead_crm_lookup(*, lead_id: uuid.UUID | str) -> str | None:
         return _lookup(lead_uuid)
 
 
+def _refused_credentials(connections: Sequence[CrmConnection]) -> dict[int, str]:
+    """The connections whose credential is refused now (their auth alert's cause), read fresh:
+    a lookup does not ask them (every request would be refused) until a call, the health
+    probe's, succeeds again or a new credential is saved."""
+    if not connections:
+        return {}
+    fields = (
+        "pk",
+        "last_error_kind",
+        "last_error_permission",
+        "last_error_at",
+        "last_ok_at",
+        "secret_changed_at",
+        "problem_since",
+    )
+    refused: dict[int, str] = {}
+    for row in CrmConnection.objects.filter(pk__in=[c.pk for c in connections]).values(*fields):
+        state = CrmConnection(**{key: value for key, value in row.items() if key != "pk"})
+        started = state.problem_since or state.last_error_at
+        if state.credential_refused() and started is not None:
+            since = started.astimezone(UTC).strftime("%H:%M:%S")
+            refused[row["pk"]] = (
+                f"credential refused (since {since} UTC, the CRM alert is open): not asked "
+                "until the health check sees it answer again"
+            )
+    return refused
+
+
 def _lookup(lead_uuid: uuid.UUID) -> str | None:
     now = timezone.now()
     claim = _claim(lead_uuid, now)
@@ -487,6 +515,7 @@ def _lookup(lead_uuid: uuid.UUID) -> str | None:
     since = parse_datetime(str(record.get("_since") or "")) or now
     waited = (now - since).total_seconds()
     connections = lookup_connections()
+    refused = _refused_credentials(connections)
     steps: dict[str, _Step] = {}
     over_time = waited > settings.CRM_LOOKUP_MAX_WAIT_SECONDS
     max_attempts = settings.CRM_LOOKUP_MAX_ATTEMPTS
@@ -497,6 +526,9 @@ def _lookup(lead_uuid: uuid.UUID) -> str | None:
             continue
         if over_time:
             steps[connection.kind] = _Step(entry=_out_of_time(connection, existing, now))
+            continue
+        if connection.pk in refused:
+            steps[connection.kind] = _Step(entry=_failed(connection, refused[connection.pk], now))
             continue
         if claim.attempt > max_attempts:
             last = existing.get("note") if isinstance(existing, dict) else ""

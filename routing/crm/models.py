@@ -127,6 +127,12 @@ class CrmConnection(models.Model):
     last_ok_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.TextField(blank=True, editable=False)
     last_error_kind = models.CharField(max_length=16, blank=True, editable=False)
+    last_error_permission = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="The last error was a permission one call lacks (a scope, an object), not a "
+        "refused credential.",
+    )
     problem_since = models.DateTimeField(
         null=True, blank=True, editable=False, help_text="When the current problem began."
     )
@@ -161,6 +167,18 @@ class CrmConnection(models.Model):
     @property
     def effective_burst(self) -> int:
         return int(self.burst or DEFAULT_BURST.get(self.kind, 1))
+
+    def credential_refused(self) -> bool:
+        """Is the credential refused now (the auth alert's cause): an auth or config error
+        after the last success, that was no single call's missing permission, and no new
+        credential saved since?"""
+        if self.last_error_kind not in ("auth", "config") or self.last_error_permission:
+            return False
+        if self.last_error_at is None:
+            return False
+        if self.last_ok_at is not None and self.last_ok_at >= self.last_error_at:
+            return False
+        return self.secret_changed_at is None or self.secret_changed_at < self.last_error_at
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}

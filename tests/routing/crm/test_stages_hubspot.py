@@ -377,3 +377,50 @@ def test_a_company_search_that_fails_once_is_tried_again_without_the_person(
     entry = lead.crm["hubspot"]
     assert (entry["person"]["id"], entry["company"]["name"]) == (contact, "Acme")
     assert not entry.get("missing")
+
+
+def test_while_the_token_is_refused_lookups_do_not_ask_hubspot(
+    portal, django_capture_on_commit_callbacks
+):
+    """After a 401 the connection's auth alert is open: the next leads are routed without
+    HubSpot at once, spending no request that would be refused, until the health probe sees it
+    answer again."""
+    hs, connection = portal["hs"], portal["conn"]
+    hs.expire_tokens()
+    first = LeadFactory(raw_payload={"email": "one@fresh.io"})
+    assert _route(first, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    assert crm_health_check() == {"HubSpot": "auth"}
+    asked = len(hs.requests)
+    second = LeadFactory(raw_payload={"email": "two@fresh.io"})
+    assert _route(second, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    assert len(hs.requests) == asked  # not asked
+    second.refresh_from_db()
+    assert second.crm["hubspot"]["status"] == "failed"
+    assert "credential refused" in second.crm["hubspot"]["reason"]
+    whys = [step["why"] for step in Assignment.objects.get(lead=second).trace]
+    assert any(
+        why.startswith("HubSpot unavailable for this lead: credential refused") for why in whys
+    ), whys
+    # A new token: the probe sees HubSpot answer, the alert resolves, lookups ask again.
+    connection.secret_encrypted = secret_seal(hs.rotate_token())
+    connection.save()
+    clear_connection_cache()
+    assert crm_health_check() == {}
+    third = LeadFactory(raw_payload={"email": "three@fresh.io"})
+    assert _route(third, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    third.refresh_from_db()
+    assert third.crm["hubspot"]["status"] == "done"
+
+
+def test_a_missing_scope_does_not_stop_the_half_that_works(
+    portal, django_capture_on_commit_callbacks
+):
+    """A permission one call lacks is no refused credential: lookups go on for the person."""
+    hs = portal["hs"]
+    hs.revoke_scope("crm.objects.companies.read")
+    for i in range(2):
+        lead = LeadFactory(raw_payload={"email": f"p{i}@acme{i}.com"})
+        assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+        lead.refresh_from_db()
+        assert lead.crm["hubspot"]["status"] == "done", lead.crm
+    assert [p for p in hs.paths("POST")].count("/crm/v3/objects/contacts/search") == 2
