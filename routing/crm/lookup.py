@@ -18,6 +18,7 @@ serve; and it hands every lead past its wait back to routing in bulk, outside th
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
@@ -713,7 +714,7 @@ def _hand_back_overdue(*, now: datetime, batch_size: int, max_batches: int = 5) 
                 _finish(lead, record, now)
             ids = [lead.id for lead in leads]
             if ids:
-                transaction.on_commit(lambda ids=ids: leads_enqueue(ids), robust=True)
+                transaction.on_commit(functools.partial(leads_enqueue, ids), robust=True)
         total += len(leads)
         if len(leads) < batch_size:
             break

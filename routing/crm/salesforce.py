@@ -393,7 +393,7 @@ class SalesforceClient:
         unreadable: list[str] = []
         for obj in ("User", "Lead", "Contact", "Account"):
             try:
-                self._query(f"SELECT Id FROM {obj} LIMIT 1")
+                self._query(format_soql("SELECT Id FROM {:literal} LIMIT 1", obj))
             except CrmError as exc:
                 if not exc.permission:
                     raise  # a refused credential, Salesforce down: the same for every query

@@ -68,7 +68,10 @@ def test_client_credentials_token_then_check(salesforce_standin):
     assert token_request.body["client_secret"] == "<redacted>"
     # What every stage reads: the roster's Users, the lookup's Leads, Contacts and Accounts.
     assert salesforce_standin.queries() == [
-        f"SELECT Id FROM {obj} LIMIT 1" for obj in ("User", "Lead", "Contact", "Account")
+        "SELECT Id FROM User LIMIT 1",
+        "SELECT Id FROM Lead LIMIT 1",
+        "SELECT Id FROM Contact LIMIT 1",
+        "SELECT Id FROM Account LIMIT 1",
     ]
 
 

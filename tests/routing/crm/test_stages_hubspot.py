@@ -423,4 +423,4 @@ def test_a_missing_scope_does_not_stop_the_half_that_works(
         assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
         lead.refresh_from_db()
         assert lead.crm["hubspot"]["status"] == "done", lead.crm
-    assert [p for p in hs.paths("POST")].count("/crm/v3/objects/contacts/search") == 2
+    assert hs.paths("POST").count("/crm/v3/objects/contacts/search") == 2
