@@ -32,8 +32,8 @@ health jobs are not run, and the connection's first-touch job is off). The runs:
 
 The stand-ins run in this process, on loopback, with their own certificate (the workers get it
 as ``CRM_CA_BUNDLE``); each has one user (owner) per rep, linked to the reps by the roster sync.
-Their connections get ``TCP_NODELAY`` (without it every answer waits ~40 ms for Nagle's
-algorithm: they send the headers and the body apart).
+They set ``TCP_NODELAY`` on their connections themselves (without it every answer waits ~40 ms
+for Nagle's algorithm: they send the headers and the body apart).
 It exits 1 unless every run finished: every lead assigned and, CRM on, written back.
 """
 
@@ -345,13 +345,6 @@ def main() -> int:
             outcome.rate_per_minute = crm.effective_rate_per_minute
             outcome.burst = crm.effective_burst
             outcome.limit_per_second = crm.effective_burst + crm.effective_rate_per_minute / 60
-            # The stand-ins write an answer's headers and body in two sends; without TCP_NODELAY
-            # Nagle's algorithm holds the body until the client's delayed ACK, ~40 ms later, on
-            # every answer (measured: a Salesforce lookup of 3 requests took 140 ms instead of 7).
-            # A real CRM's servers do not do that, so every answer gets TCP_NODELAY here.
-            server = getattr(standin, "_server", None)
-            if server is not None:
-                server.RequestHandlerClass.disable_nagle_algorithm = True
             settings.CRM_CA_BUNDLE = standin.ca_file
             crm_roster_sync(crm, create_reps=False)
             clear_token_cache()

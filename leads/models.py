@@ -274,6 +274,10 @@ class Lead(models.Model):
     )
     crm_attempts = models.PositiveSmallIntegerField(default=0)
     crm_next_at = models.DateTimeField(null=True, blank=True)
+    # When it was parked (its bounded wait runs from here), and when a lookup message was last
+    # published for it: the sweeper re-sends only a message that ran or was lost.
+    crm_parked_at = models.DateTimeField(null=True, blank=True)
+    crm_dispatched_at = models.DateTimeField(null=True, blank=True)
     crm = models.JSONField(
         default=dict,
         blank=True,

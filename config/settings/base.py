@@ -582,6 +582,8 @@ CRM_LOOKUP_BACKOFF_SECONDS = env.float("CRM_LOOKUP_BACKOFF_SECONDS", default=2.0
 CRM_LEASE_SECONDS = env.int("CRM_LEASE_SECONDS", default=int(CRM_TIMEOUT_SECONDS * 4) + 30)
 CRM_SWEEP_INTERVAL_SECONDS = env.float("CRM_SWEEP_INTERVAL_SECONDS", default=5.0)
 CRM_SWEEP_BATCH_SIZE = env.int("CRM_SWEEP_BATCH_SIZE", default=200)
+# A lookup message published this long ago and not run is taken as lost and published again.
+CRM_REDISPATCH_SECONDS = env.float("CRM_REDISPATCH_SECONDS", default=60.0)
 CRM_HANDBACK_RETRY_SECONDS = env.int("CRM_HANDBACK_RETRY_SECONDS", default=60)
 CRM_CONFIG_CACHE_SECONDS = env.float("CRM_CONFIG_CACHE_SECONDS", default=5.0)
 # The breaker shared by every worker: open after this many failures in a row, for this long.

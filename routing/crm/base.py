@@ -51,11 +51,15 @@ class CrmError(Exception):
         *,
         status: int | None = None,
         retry_after: float | None = None,
+        permission: bool = False,
     ) -> None:
         super().__init__(message)
         self.kind: ErrorKind = kind
         self.status = status
         self.retry_after = retry_after
+        # ``auth`` for one call only: the credential works, but lacks the scope or object
+        # permission this call needs (other calls may still work).
+        self.permission = permission
 
     def __str__(self) -> str:
         text = super().__str__()

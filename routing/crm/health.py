@@ -13,7 +13,8 @@ connection's name):
   for ``CRM_RATE_LIMIT_ALERT_SECONDS``.
 
 While a problem is open, and when the connection has not answered for
-``CRM_HEALTH_PROBE_SECONDS``, the check makes one cheap call (``check()``) itself, so the alert
+``CRM_HEALTH_PROBE_SECONDS``, the check probes it itself (``check()``: one row of each thing
+the stages read, so a scope or permission missing for one of them is found), so the alert
 resolves by itself once the CRM answers again even when no lead is calling it. Leads are
 accepted and routed (without the CRM) all the while; ``/readyz`` does not look at any of this.
 """
@@ -86,6 +87,7 @@ def crm_record_error(connection: CrmConnection, error: CrmError, *, lead_id: obj
     CrmConnection.objects.filter(pk=connection.pk).update(
         last_error=message,
         last_error_kind=error.kind,
+        last_error_permission=error.permission,
         last_error_at=now,
         problem_since=problem_since,
     )
@@ -117,9 +119,10 @@ def connection_problem(connection: CrmConnection, *, now: datetime) -> tuple[str
     name = f"{connection.name} ({connection.get_kind_display()})"
     if family == "auth":
         return family, (
-            f"CRM connection {name}: the credential was refused ({connection.last_error}). "
-            "Leads are routed without the CRM. Save a new token or key on the connection "
-            "(Admin → CRM connections), and check the scopes in docs/operations.md."
+            f"CRM connection {name}: the credential was refused or lacks a permission "
+            f"({connection.last_error}). Leads are routed without the CRM until it answers "
+            "again. Grant what is missing (the scopes and permissions in docs/operations.md) "
+            "or save a new token or key on the connection (Admin → CRM connections)."
         )
     if family == "down" and lasted >= settings.CRM_DOWN_ALERT_SECONDS:
         return family, (
@@ -142,7 +145,9 @@ def _probe(connection: CrmConnection) -> bool:
     from routing.crm.limits import spender
 
     try:
-        crm_client(connection, spend=spender(connection)).check()
+        # The check makes a few calls (one per object the stages read): it may wait a few
+        # seconds for their tokens, like the other batch jobs.
+        crm_client(connection, spend=spender(connection, wait_seconds=5.0)).check()
     except CrmError as exc:
         crm_record_error(connection, exc)
         return False
@@ -167,10 +172,10 @@ def crm_health_check(*, now: datetime | None = None, probe: bool = True) -> dict
         erred = connection.last_error_at is not None and (
             connection.last_ok_at is None or connection.last_error_at > connection.last_ok_at
         )
-        if probe and (erred or idle) and _probe(connection):
-            connection.refresh_from_db()
-            problem = connection_problem(connection, now=now)
-        elif probe and erred:
+        if probe and (erred or idle):
+            # Whatever the probe came to (a first failure of an idle connection too) is the
+            # problem now.
+            _probe(connection)
             connection.refresh_from_db()
             problem = connection_problem(connection, now=timezone.now())
         if problem is None:

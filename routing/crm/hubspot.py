@@ -81,8 +81,11 @@ from routing.crm.base import (
 __all__ = ["HubSpotClient", "clear_account_cache"]
 
 DEFAULT_BASE_URL = "https://api.hubapi.com"
-DEFAULT_RETRY_AFTER = 10.0  # seconds, when a 429 has no Retry-After (HubSpot's windows are 1-10 s)
-DAILY_RETRY_AFTER = 3600.0  # the daily limit: try again in an hour, not every ten seconds
+# HubSpot sends no Retry-After on a 429; its body's policyName says which window was full.
+# SECONDLY (the search endpoints' 5 a second) clears within a second, TEN_SECONDLY_ROLLING
+# (the private app's 100-190 per 10 s) within ten, DAILY in the next day: wait that long.
+POLICY_RETRY_AFTER = {"SECONDLY": 1.0, "TEN_SECONDLY_ROLLING": 10.0, "DAILY": 3600.0}
+DEFAULT_RETRY_AFTER = 1.0  # a 429 naming no known policy: as for the secondly limit
 OWNERS_PAGE = 500
 MAX_PAGES = 200
 _CONTACT_PROPERTIES = [
@@ -148,16 +151,39 @@ def _when(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-def _error_body(exc: Any) -> tuple[str, str, str]:
-    """(category, message, policyName) from HubSpot's error body, or empty strings."""
+def _body(exc: Any) -> Mapping[str, Any] | None:
     try:
         body = json.loads(exc.body) if exc.body else None
     except (TypeError, ValueError):
         body = None
-    if not isinstance(body, Mapping):
+    return body if isinstance(body, Mapping) else None
+
+
+def _error_body(exc: Any) -> tuple[str, str, str]:
+    """(category, message, policyName) from HubSpot's error body, or empty strings."""
+    body = _body(exc)
+    if body is None:
         return "", "", ""
     category = _text(body.get("category")) or _text(body.get("errorType"))
     return category, _text(body.get("message"))[:300], _text(body.get("policyName"))
+
+
+def _required_scopes(exc: Any) -> list[str]:
+    """The scopes a 403 MISSING_SCOPES names (``errors[].context.requiredGranularScopes``, or
+    ``requiredScopes`` in older answers)."""
+    body = _body(exc)
+    errors = body.get("errors") if body is not None else None
+    scopes: list[str] = []
+    for error in errors if isinstance(errors, list) else []:
+        context = error.get("context") if isinstance(error, Mapping) else None
+        if not isinstance(context, Mapping):
+            continue
+        for key in ("requiredGranularScopes", "requiredScopes"):
+            values = context.get(key)
+            for value in values if isinstance(values, list) else []:
+                if isinstance(value, str) and re.fullmatch(r"[a-z0-9._-]{1,100}", value):
+                    scopes.append(value)
+    return list(dict.fromkeys(scopes))[:10]
 
 
 def _retry_after(exc: Any, policy: str) -> float:
@@ -169,7 +195,7 @@ def _retry_after(exc: Any, policy: str) -> float:
         seconds = None
     if seconds is not None and 0 <= seconds <= 86_400:
         return seconds
-    return DAILY_RETRY_AFTER if policy.upper() == "DAILY" else DEFAULT_RETRY_AFTER
+    return POLICY_RETRY_AFTER.get(policy.upper(), DEFAULT_RETRY_AFTER)
 
 
 def _mapped(exc: Any) -> CrmError:
@@ -179,7 +205,12 @@ def _mapped(exc: Any) -> CrmError:
     if status == 401:
         return CrmError("auth", f"HubSpot refused the token ({said})", status=status)
     if status == 403:
-        return CrmError("auth", f"HubSpot refused the request ({said})", status=status)
+        scopes = _required_scopes(exc)
+        if scopes:
+            said = f"{category or 'MISSING_SCOPES'}: the token lacks {', '.join(scopes)}"
+        return CrmError(
+            "auth", f"HubSpot refused the request ({said})", status=status, permission=True
+        )
     if status == 429:
         return CrmError(
             "rate_limited",
@@ -327,8 +358,29 @@ class HubSpotClient:
     # -- the protocol --------------------------------------------------------------------
 
     def check(self) -> str:
-        answer = self._call(self._owners.get_page, limit=1, archived=False)
-        self._results(answer)
+        """The calls every stage makes, once each, cheaply: the owners (the roster), a contact
+        search and a company search (the lookup), so that a token lacking a scope one of them
+        needs is found here; every missing scope is named."""
+
+        def search(api: Any, request_type: Any) -> Any:
+            request = request_type(filter_groups=[], properties=["hs_object_id"], limit=1)
+            return self._call(api.do_search, public_object_search_request=request)
+
+        probes: list[tuple[str, Callable[[], Any]]] = [
+            ("owners", lambda: self._call(self._owners.get_page, limit=1, archived=False)),
+            ("contacts search", lambda: search(self._contacts_search, PublicObjectSearchRequest)),
+            ("companies search", lambda: search(self._companies_search, CompanySearchRequest)),
+        ]
+        refused: list[str] = []
+        for what, probe in probes:
+            try:
+                self._results(probe())
+            except CrmError as exc:
+                if not exc.permission:
+                    raise  # an expired token, HubSpot down: the same for every call
+                refused.append(f"{what}: {exc.args[0]}")
+        if refused:
+            raise CrmError("auth", "; ".join(refused), status=403, permission=True)
         account = self._account()
         where = f"portal {account[1]}" if account else "portal id not readable"
         return f"HubSpot: private app token accepted ({where}, {self.base_url})"

@@ -10,11 +10,15 @@ goes back to routing, which gives it to an owner who already has it in the CRM
 (``crm_owner_assignment``) and feeds a CRM company's owner into account ownership
 (``crm_account``). A CRM that is slow, rate limiting or down never holds a lead longer than
 ``CRM_LOOKUP_MAX_WAIT_SECONDS``: then it is routed without it and the trace says so. Nothing
-waits in a worker: ``crm_sweep_due`` (beat) re-sends due tries, as for HTTP enrichment.
+waits in a worker: ``crm_sweep_due`` (beat) re-sends due tries, as for HTTP enrichment, but
+only those whose last message ran (the lead was rescheduled after it was published,
+``crm_dispatched_at``) or was lost (``CRM_REDISPATCH_SECONDS``), within what the rate limit can
+serve; and it hands every lead past its wait back to routing in bulk, outside that budget.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import random
@@ -23,7 +27,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -109,6 +113,8 @@ def crm_park(lead: Lead, now: datetime) -> None:
     """Park ``lead`` (under its lock, in the routing transaction) and send it after commit."""
     lead.crm_status = CrmLookupStatus.PENDING
     lead.crm_next_at = now
+    lead.crm_parked_at = now
+    lead.crm_dispatched_at = None  # set once its message is published (crm_enqueue)
     lead.crm = {"_since": now.isoformat()}
     lead.save()
     lead_id = lead.pk
@@ -121,9 +127,15 @@ def crm_enqueue(
     countdowns: Sequence[float] | None = None,
     expires_seconds: float | None = None,
 ) -> int:
-    """Publish ``crm.lookup_lead`` for these leads; never raises; how many were sent."""
+    """Publish ``crm.lookup_lead`` for these leads; never raises; how many were sent.
+
+    Those published are marked dispatched (``crm_dispatched_at``, the time before publishing):
+    the sweeper sends a lead again only once that message has run (the lead was rescheduled
+    after it) or looks lost (``CRM_REDISPATCH_SECONDS``).
+    """
     if not lead_ids:
         return 0
+    dispatched_at = timezone.now()
     if not broker_breaker.allows():
         logger.warning("broker marked down; %d CRM lookup(s) left for the sweeper", len(lead_ids))
         return 0
@@ -152,6 +164,13 @@ def crm_enqueue(
         )
     else:
         broker_breaker.reset()
+    if published:
+        try:
+            Lead.objects.filter(id__in=list(lead_ids[:published])).update(
+                crm_dispatched_at=dispatched_at
+            )
+        except Exception as exc:  # the sweeper then sends them again: a no-op each
+            logger.error("could not mark %d CRM lookup(s) dispatched (%s)", published, exc)
     return published
 
 
@@ -203,6 +222,7 @@ class _Step:
     wait: float | None = None
     note: str = ""
     counts: bool = True  # a try at the CRM (False: waited for a token or the breaker's probe)
+    partial: dict[str, Any] | None = None  # on a wait: the halves already found or refused
 
 
 def _backoff(attempt: int) -> float:
@@ -232,20 +252,36 @@ def _owner_summary(label: str, what: dict[str, Any] | None, owner: dict[str, Any
 
 
 def _done_entry(
-    connection: CrmConnection, person: Any, company: Any, now: datetime
+    connection: CrmConnection,
+    person_json: dict[str, Any] | None,
+    company_json: dict[str, Any] | None,
+    now: datetime,
+    *,
+    missing: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    person_json = person.to_json() if person is not None else None
-    company_json = company.to_json() if company is not None else None
-    ids = [x.owner_id for x in (person, company) if x is not None and x.owner_id]
+    """A finished lookup: what was found of the person and the company, their owners mapped to
+    reps, and (``missing``) a half that could not be looked up, with why."""
+    missing = missing or {}
+    ids = [str(x["owner_id"]) for x in (person_json, company_json) if x and x.get("owner_id")]
     reps = owner_reps(connection.kind, ids)
-    person_owner = reps[person.owner_id].to_json() if person and person.owner_id else None
-    company_owner = reps[company.owner_id].to_json() if company and company.owner_id else None
+    person_owner = (
+        reps[str(person_json["owner_id"])].to_json()
+        if person_json and person_json.get("owner_id")
+        else None
+    )
+    company_owner = (
+        reps[str(company_json["owner_id"])].to_json()
+        if company_json and company_json.get("owner_id")
+        else None
+    )
     parts = []
     if person_json:
         parts.append(
             f"{person_json['object']} {person_json['id']} found; "
             + _owner_summary("it is", person_json, person_owner).removeprefix("it is ")
         )
+    elif "person" in missing:
+        parts.append(f"person not looked up: {missing['person']}")
     else:
         parts.append("no person with this e-mail")
     if company_json:
@@ -254,6 +290,8 @@ def _done_entry(
             f"company {name}: "
             + (_owner_summary("it is", company_json, company_owner).removeprefix("it is "))
         )
+    elif "company" in missing:
+        parts.append(f"company not looked up: {missing['company']}")
     return {
         "status": "done",
         "connection": connection.pk,
@@ -263,13 +301,27 @@ def _done_entry(
         "company": company_json,
         "person_owner": person_owner,
         "company_owner": company_owner,
+        "missing": missing,
         "summary": "; ".join(parts),
         "at": now.isoformat(),
     }
 
 
+def _half_only(error: CrmError) -> bool:
+    """A failure of one half that says nothing of the other (a scope or object permission that
+    call lacks, one request refused): the other half is still looked up. Anything else (a
+    refused token, the CRM down, a rate limit) ends the try."""
+    return error.kind == "rejected" or (error.kind == "auth" and error.permission)
+
+
 def _lookup_one(
-    connection: CrmConnection, lead: Lead, claim: _Claim, now: datetime, *, last_try: bool
+    connection: CrmConnection,
+    lead: Lead,
+    claim: _Claim,
+    now: datetime,
+    *,
+    last_try: bool,
+    previous: Any = None,
 ) -> _Step:
     breaker = crm_breaker(connection)
     try:
@@ -292,29 +344,62 @@ def _lookup_one(
             counts=False,
         )
     probe = check is not None and check.verdict == "probe"
-    try:
-        reserve = LOOKUP_REQUESTS.get(connection.kind, 2)
-        client = crm_client(connection, spend=spender(connection, reserve=reserve))
-        person = client.find_person(lead.email) if lead.email else None
-        domain = _company_domain(lead)
-        company = client.find_company(domain) if domain else None
-    except CrmError as exc:
-        return _lookup_error(connection, exc, breaker, claim, now, last_try=last_try, probe=probe)
-    except Exception as exc:  # a module's bug: this lead goes on without the CRM, never fails
-        logger.exception(
-            "CRM %s lookup of lead %s raised",
-            connection.name,
-            lead.pk,
-            extra={"lead_id": str(lead.pk)},
+    # The person and the company are two halves: what an earlier try found (or was refused)
+    # is kept, and only what is left is looked up, so a company that fails never throws away
+    # the person found.
+    earlier = previous if isinstance(previous, dict) else {}
+    found: dict[str, Any] = dict(earlier.get("found") or {})
+    missing: dict[str, str] = dict(earlier.get("missing") or {})
+    wanted = {"person": lead.email or "", "company": _company_domain(lead)}
+    todo = [half for half, value in wanted.items() if value and half not in found | missing]
+    per_lookup = LOOKUP_REQUESTS.get(connection.kind, 2)
+    reserve = sum(1 if half == "company" else per_lookup - 1 for half in todo)
+    client = None
+    for half in todo:
+        try:
+            if client is None:
+                client = crm_client(connection, spend=spender(connection, reserve=reserve))
+            if half == "person":
+                value: Any = client.find_person(wanted["person"])
+            else:
+                value = client.find_company(wanted["company"])
+            found[half] = value.to_json() if value is not None else None
+            continue
+        except CrmError as exc:
+            error = exc
+            step = _lookup_error(
+                connection, error, breaker, claim, now, last_try=last_try, probe=probe
+            )
+        except Exception as exc:  # a module's bug: this lead goes on without it, never fails
+            logger.exception(
+                "CRM %s lookup of lead %s raised",
+                connection.name,
+                lead.pk,
+                extra={"lead_id": str(lead.pk)},
+            )
+            error = CrmError("malformed", f"{type(exc).__name__}: {str(exc)[:200]}")
+            step = _lookup_error(connection, error, breaker, claim, now, last_try=True, probe=probe)
+        probe = False  # the breaker's probe, if this was it, is settled by _lookup_error
+        if step.entry is None:  # wait and try again: keep what was found
+            step.partial = {"found": found, "missing": missing}
+            return step
+        missing[half] = str(step.entry.get("reason") or error)
+        if not _half_only(error):
+            break
+    looked_up = [half for half in wanted if half in found]
+    if not missing:
+        try:
+            breaker.record_success()
+        except Exception as exc:
+            logger.error("CRM breaker update failed (%s: %s)", type(exc).__name__, exc)
+        crm_record_ok(connection, now=now)
+    elif not looked_up:
+        return _Step(entry=_failed(connection, "; ".join(missing.values()), now))
+    return _Step(
+        entry=_done_entry(
+            connection, found.get("person"), found.get("company"), now, missing=missing
         )
-        error = CrmError("malformed", f"{type(exc).__name__}: {str(exc)[:200]}")
-        return _lookup_error(connection, error, breaker, claim, now, last_try=True, probe=probe)
-    try:
-        breaker.record_success()
-    except Exception as exc:
-        logger.error("CRM breaker update failed (%s: %s)", type(exc).__name__, exc)
-    crm_record_ok(connection, now=now)
-    return _Step(entry=_done_entry(connection, person, company, now))
+    )
 
 
 def _lookup_error(
@@ -391,6 +476,34 @@ def lead_crm_lookup(*, lead_id: uuid.UUID | str) -> str | None:
         return _lookup(lead_uuid)
 
 
+def _refused_credentials(connections: Sequence[CrmConnection]) -> dict[int, str]:
+    """The connections whose credential is refused now (their auth alert's cause), read fresh:
+    a lookup does not ask them (every request would be refused) until a call, the health
+    probe's, succeeds again or a new credential is saved."""
+    if not connections:
+        return {}
+    fields = (
+        "pk",
+        "last_error_kind",
+        "last_error_permission",
+        "last_error_at",
+        "last_ok_at",
+        "secret_changed_at",
+        "problem_since",
+    )
+    refused: dict[int, str] = {}
+    for row in CrmConnection.objects.filter(pk__in=[c.pk for c in connections]).values(*fields):
+        state = CrmConnection(**{key: value for key, value in row.items() if key != "pk"})
+        started = state.problem_since or state.last_error_at
+        if state.credential_refused() and started is not None:
+            since = started.astimezone(UTC).strftime("%H:%M:%S")
+            refused[row["pk"]] = (
+                f"credential refused (since {since} UTC, the CRM alert is open): not asked "
+                "until the health check sees it answer again"
+            )
+    return refused
+
+
 def _lookup(lead_uuid: uuid.UUID) -> str | None:
     now = timezone.now()
     claim = _claim(lead_uuid, now)
@@ -403,6 +516,7 @@ def _lookup(lead_uuid: uuid.UUID) -> str | None:
     since = parse_datetime(str(record.get("_since") or "")) or now
     waited = (now - since).total_seconds()
     connections = lookup_connections()
+    refused = _refused_credentials(connections)
     steps: dict[str, _Step] = {}
     over_time = waited > settings.CRM_LOOKUP_MAX_WAIT_SECONDS
     max_attempts = settings.CRM_LOOKUP_MAX_ATTEMPTS
@@ -411,18 +525,22 @@ def _lookup(lead_uuid: uuid.UUID) -> str | None:
         existing = record.get(connection.kind)
         if isinstance(existing, dict) and existing.get("status") in _FINAL:
             continue
-        if over_time or claim.attempt > max_attempts:
+        if over_time:
+            steps[connection.kind] = _Step(entry=_out_of_time(connection, existing, now))
+            continue
+        if connection.pk in refused:
+            steps[connection.kind] = _Step(entry=_failed(connection, refused[connection.pk], now))
+            continue
+        if claim.attempt > max_attempts:
             last = existing.get("note") if isinstance(existing, dict) else ""
-            why = (
-                f"no answer within {settings.CRM_LOOKUP_MAX_WAIT_SECONDS:g} s"
-                if over_time
-                else f"gave up after {claim.attempt - 1} attempts"
-            )
+            why = f"gave up after {claim.attempt - 1} attempts"
             steps[connection.kind] = _Step(
                 entry=_failed(connection, why + (f" ({last})" if last else ""), now)
             )
             continue
-        steps[connection.kind] = _lookup_one(connection, lead, claim, now, last_try=last_try)
+        steps[connection.kind] = _lookup_one(
+            connection, lead, claim, now, last_try=last_try, previous=existing
+        )
     # However long the CRM asks us to wait (a daily limit's hour), the lead's next try is no
     # later than its deadline, when it is routed without the CRM.
     deadline = since + timedelta(seconds=settings.CRM_LOOKUP_MAX_WAIT_SECONDS + 0.5)
@@ -443,7 +561,12 @@ def _write(
                 record[kind] = step.entry
             else:
                 previous = record.get(kind) if isinstance(record.get(kind), dict) else {}
-                record[kind] = {**(previous or {}), "status": "pending", "note": step.note}
+                record[kind] = {
+                    **(previous or {}),
+                    **(step.partial or {}),
+                    "status": "pending",
+                    "note": step.note,
+                }
         lead.crm = record
         if waits:
             wait = min(step.wait or 1.0 for step in waits)
@@ -453,40 +576,54 @@ def _write(
             lead.crm_next_at = min(next_at, deadline) if deadline is not None else next_at
             lead.save(update_fields=["crm", "crm_next_at", "crm_attempts"])
             return "retry" if any(step.counts for step in waits) else "waiting"
-        entries = [e for k, e in record.items() if not k.startswith("_") and isinstance(e, dict)]
-        done = any(entry.get("status") == "done" for entry in entries)
-        lead.crm_status = CrmLookupStatus.DONE if done else CrmLookupStatus.FAILED
-        # "Hand back no later than": the sweeper re-publishes routing after it if the message
-        # below is lost.
-        lead.crm_next_at = now + timedelta(seconds=settings.CRM_HANDBACK_RETRY_SECONDS)
-        lead.save(update_fields=["crm", "crm_status", "crm_next_at", "crm_attempts"])
-        summary = "; ".join(
-            f"{crm_label(kind)}: "
-            + (entry.get("summary") or "")
-            + (f"unavailable ({entry.get('reason')})" if entry.get("status") == "failed" else "")
-            for kind, entry in sorted(record.items())
-            if not kind.startswith("_") and isinstance(entry, dict)
-        )
-        event_record(
-            type=EventType.CRM_CHECKED,
-            lead=lead,
-            at=now,
-            data={
-                "status": lead.crm_status,
-                "summary": summary,
-                "crm": {
-                    kind: {
-                        key: entry.get(key)
-                        for key in ("status", "reason", "person", "company", "person_owner")
-                    }
-                    for kind, entry in record.items()
-                    if not kind.startswith("_") and isinstance(entry, dict)
-                },
-            },
-        )
+        _finish(lead, record, now)
         lead_id = lead.id
         transaction.on_commit(lambda: leads_enqueue([lead_id]), robust=True)
     return str(lead.crm_status)
+
+
+def _finish(lead: Lead, record: dict[str, Any], now: datetime) -> None:
+    """Mark the locked ``lead``'s lookup finished with ``record`` and write its audit event;
+    the caller hands it back to routing after commit."""
+    lead.crm = record
+    entries = [e for k, e in record.items() if not k.startswith("_") and isinstance(e, dict)]
+    done = any(entry.get("status") == "done" for entry in entries)
+    lead.crm_status = CrmLookupStatus.DONE if done else CrmLookupStatus.FAILED
+    # "Hand back no later than": the sweeper re-publishes routing after it if the message
+    # that hands it back is lost.
+    lead.crm_next_at = now + timedelta(seconds=settings.CRM_HANDBACK_RETRY_SECONDS)
+    lead.save(update_fields=["crm", "crm_status", "crm_next_at", "crm_attempts"])
+    summary = "; ".join(
+        f"{crm_label(kind)}: "
+        + (entry.get("summary") or "")
+        + (f"unavailable ({entry.get('reason')})" if entry.get("status") == "failed" else "")
+        for kind, entry in sorted(record.items())
+        if not kind.startswith("_") and isinstance(entry, dict)
+    )
+    event_record(
+        type=EventType.CRM_CHECKED,
+        lead=lead,
+        at=now,
+        data={
+            "status": lead.crm_status,
+            "summary": summary,
+            "crm": {
+                kind: {
+                    key: entry.get(key)
+                    for key in ("status", "reason", "person", "company", "person_owner", "missing")
+                }
+                for kind, entry in record.items()
+                if not kind.startswith("_") and isinstance(entry, dict)
+            },
+        },
+    )
+
+
+def _out_of_time(connection: CrmConnection, existing: Any, now: datetime) -> dict[str, Any]:
+    """The entry of a connection that did not finish within the lead's bounded wait."""
+    last = existing.get("note") if isinstance(existing, dict) else ""
+    why = f"no answer within {settings.CRM_LOOKUP_MAX_WAIT_SECONDS:g} s"
+    return _failed(connection, why + (f" ({last})" if last else ""), now)
 
 
 # --- The sweeper -----------------------------------------------------------------------------
@@ -512,17 +649,27 @@ def _send_budget(batch_size: int) -> int:
 
 
 def crm_sweep_due(*, now: datetime | None = None, batch_size: int | None = None) -> int:
-    """Re-send ``crm.lookup_lead`` for parked leads that are due, in one bounded batch; re-hand
-    to routing leads finished but not picked up. Selected with SKIP LOCKED on PostgreSQL."""
+    """Hand leads past their bounded wait back to routing (in bulk, spending nothing from the
+    rate limit); re-send ``crm.lookup_lead`` for parked leads that are due and whose last
+    message ran or was lost, in one batch the rate limit can serve; re-hand to routing leads
+    finished but not picked up. Selected with SKIP LOCKED on PostgreSQL."""
     now = now or timezone.now()
     batch_size = batch_size or settings.CRM_SWEEP_BATCH_SIZE
+    overdue = _hand_back_overdue(now=now, batch_size=batch_size)
     budget = _send_budget(batch_size)
     interval = settings.CRM_SWEEP_INTERVAL_SECONDS
+    redispatch_before = now - timedelta(seconds=settings.CRM_REDISPATCH_SECONDS)
     sent = 0
     with transaction.atomic(durable=True):
-        due = Lead.objects.filter(
-            _PARKED, crm_status=CrmLookupStatus.PENDING, crm_next_at__lte=now
-        ).order_by("crm_next_at")
+        due = (
+            Lead.objects.filter(_PARKED, crm_status=CrmLookupStatus.PENDING, crm_next_at__lte=now)
+            .filter(
+                Q(crm_dispatched_at__isnull=True)
+                | Q(crm_dispatched_at__lt=F("crm_next_at"))
+                | Q(crm_dispatched_at__lt=redispatch_before)
+            )
+            .order_by("crm_next_at")
+        )
         if db_connection.features.has_select_for_update_skip_locked:
             due = due.select_for_update(skip_locked=True, no_key=True)
         ids = list(due.values_list("id", flat=True)[:budget])
@@ -531,9 +678,47 @@ def crm_sweep_due(*, now: datetime | None = None, batch_size: int | None = None)
             countdowns = [min(interval, i * spacing) for i in range(len(ids))]
             sent = crm_enqueue(ids, countdowns=countdowns, expires_seconds=2 * interval)
     handed_back = _hand_back_stragglers(now=now, batch_size=batch_size)
-    if sent or handed_back:
-        logger.info("crm sweep: %d due lead(s) sent, %d handed back", sent, handed_back)
-    return sent + handed_back
+    if sent or handed_back or overdue:
+        logger.info(
+            "crm sweep: %d due lead(s) sent, %d past their wait and %d finished handed back",
+            sent,
+            overdue,
+            handed_back,
+        )
+    return sent + handed_back + overdue
+
+
+def _hand_back_overdue(*, now: datetime, batch_size: int, max_batches: int = 5) -> int:
+    """Finish the lookups of leads parked longer than ``CRM_LOOKUP_MAX_WAIT_SECONDS`` (not under
+    a worker's claim): each unfinished connection "no answer within N s", handed back."""
+    cutoff = now - timedelta(seconds=settings.CRM_LOOKUP_MAX_WAIT_SECONDS)
+    connections = {c.kind: c for c in lookup_connections()}
+    total = 0
+    for _ in range(max_batches):
+        with transaction.atomic(durable=True):
+            overdue = Lead.objects.filter(
+                _PARKED,
+                crm_status=CrmLookupStatus.PENDING,
+                crm_next_at__lte=now,
+                crm_parked_at__lte=cutoff,
+            ).order_by("crm_parked_at")
+            if db_connection.features.has_select_for_update_skip_locked:
+                overdue = overdue.select_for_update(skip_locked=True, no_key=True)
+            leads = list(overdue[:batch_size])
+            for lead in leads:
+                record: dict[str, Any] = dict(lead.crm) if isinstance(lead.crm, dict) else {}
+                for kind, connection in connections.items():
+                    existing = record.get(kind)
+                    if not (isinstance(existing, dict) and existing.get("status") in _FINAL):
+                        record[kind] = _out_of_time(connection, existing, now)
+                _finish(lead, record, now)
+            ids = [lead.id for lead in leads]
+            if ids:
+                transaction.on_commit(functools.partial(leads_enqueue, ids), robust=True)
+        total += len(leads)
+        if len(leads) < batch_size:
+            break
+    return total
 
 
 def _hand_back_stragglers(*, now: datetime, batch_size: int) -> int:

@@ -33,11 +33,14 @@ class SalesforceAuthFlow(models.TextChoices):
 
 # The vendors' documented limits, as defaults (docs/operations.md says where they come from).
 # HubSpot: the CRM search endpoints allow 5 requests per second per account, the rest of the
-# API 100-190 per 10 s for a private app; our lookups are searches, so 5/s is the pace.
+# API 100-190 per 10 s for a private app; our lookups are searches. A token bucket lets burst +
+# rate through in any one second, so 3/s with a burst of 2 keeps that to 5 (and a lookup's two
+# searches can still be reserved together).
 # Salesforce: no per-second limit, a daily allocation per org (100,000 + per licence); a
 # default of 10/s keeps a spike from spending a day's allocation in minutes.
-DEFAULT_RATE_PER_MINUTE = {HUBSPOT: 300, SALESFORCE: 600}
-DEFAULT_BURST = {HUBSPOT: 5, SALESFORCE: 10}
+HUBSPOT_SEARCHES_PER_SECOND = 5
+DEFAULT_RATE_PER_MINUTE = {HUBSPOT: 180, SALESFORCE: 600}
+DEFAULT_BURST = {HUBSPOT: 2, SALESFORCE: 10}
 DEFAULT_BASE_URL = {HUBSPOT: "https://api.hubapi.com", SALESFORCE: ""}
 
 
@@ -108,13 +111,13 @@ class CrmConnection(models.Model):
         blank=True,
         validators=[MinValueValidator(1), MaxValueValidator(100_000)],
         help_text="API requests per minute, shared by every worker (empty = the vendor's "
-        "documented pace: HubSpot 300, Salesforce 600).",
+        "documented pace: HubSpot 180, Salesforce 600).",
     )
     burst = models.PositiveIntegerField(
         null=True,
         blank=True,
         validators=[MinValueValidator(1), MaxValueValidator(1000)],
-        help_text="Requests that may go at once after a quiet spell (empty = HubSpot 5, "
+        help_text="Requests that may go at once after a quiet spell (empty = HubSpot 2, "
         "Salesforce 10).",
     )
     touches_cursor = models.DateTimeField(
@@ -124,6 +127,12 @@ class CrmConnection(models.Model):
     last_ok_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.TextField(blank=True, editable=False)
     last_error_kind = models.CharField(max_length=16, blank=True, editable=False)
+    last_error_permission = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="The last error was a permission one call lacks (a scope, an object), not a "
+        "refused credential.",
+    )
     problem_since = models.DateTimeField(
         null=True, blank=True, editable=False, help_text="When the current problem began."
     )
@@ -158,6 +167,18 @@ class CrmConnection(models.Model):
     @property
     def effective_burst(self) -> int:
         return int(self.burst or DEFAULT_BURST.get(self.kind, 1))
+
+    def credential_refused(self) -> bool:
+        """Is the credential refused now (the auth alert's cause): an auth or config error
+        after the last success, that was no single call's missing permission, and no new
+        credential saved since?"""
+        if self.last_error_kind not in ("auth", "config") or self.last_error_permission:
+            return False
+        if self.last_error_at is None:
+            return False
+        if self.last_ok_at is not None and self.last_ok_at >= self.last_error_at:
+            return False
+        return self.secret_changed_at is None or self.secret_changed_at < self.last_error_at
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}

@@ -316,7 +316,18 @@ class SalesforceClient:
         if isinstance(exc, SalesforceRefusedRequest):
             if code == "REQUEST_LIMIT_EXCEEDED":
                 return CrmError("rate_limited", f"Salesforce API limit ({said})", status=403)
-            return CrmError("auth", f"Salesforce refused the request ({said})", status=403)
+            return CrmError(
+                "auth", f"Salesforce refused the request ({said})", status=403, permission=True
+            )
+        if isinstance(exc, SalesforceMalformedRequest) and code == "INVALID_TYPE":
+            # Every object queried is a standard one: "not supported" means the integration
+            # user cannot read it (Salesforce hides what a profile cannot see). A permission.
+            return CrmError(
+                "auth",
+                f"Salesforce: the integration user cannot read it ({said})",
+                status=status,
+                permission=True,
+            )
         if isinstance(exc, SalesforceMalformedRequest | SalesforceResourceNotFound):
             return CrmError("rejected", f"Salesforce rejected the request ({said})", status=status)
         if isinstance(exc, SalesforceMoreThanOneRecord):
@@ -379,7 +390,27 @@ class SalesforceClient:
     # -- the protocol --------------------------------------------------------------------
 
     def check(self) -> str:
-        self._query("SELECT Id FROM User LIMIT 1")
+        """One row of each object the stages read: Users (the roster), Leads, Contacts and
+        Accounts (the lookup); every object the integration user cannot read is named."""
+        unreadable: list[str] = []
+        for obj in ("User", "Lead", "Contact", "Account"):
+            try:
+                self._query(format_soql("SELECT Id FROM {:literal} LIMIT 1", obj))
+            except CrmError as exc:
+                if not exc.permission:
+                    raise  # a refused credential, Salesforce down: the same for every query
+                unreadable.append(obj)
+        if unreadable:
+            raise CrmError(
+                "auth",
+                "the integration user cannot read "
+                + ", ".join(unreadable)
+                + " (INVALID_TYPE: give its profile or a permission set Read on "
+                + ("them" if len(unreadable) > 1 else "it")
+                + ")",
+                status=400,
+                permission=True,
+            )
         who = self.username or self.client_id
         return f"Salesforce: connected as {who} ({self.base_url}, API v{self.api_version})"
 

@@ -83,6 +83,10 @@ counted from the requests the stand-in saw: ``X-HubSpot-RateLimit-Daily``, ``-Da
 the limits are enforced (burst ``Max`` per ``Interval-Milliseconds``: 429 TEN_SECONDLY_ROLLING;
 search, 5 a second: 429 SECONDLY); by default they are only reported.
 
+Its connections are ``TCP_NODELAY`` (an answer's headers and body go in two sends; with
+Nagle's algorithm the body would wait ~40 ms for the client's delayed ACK, so tests and
+benchmarks would measure that instead of the client).
+
 Use it through the ``hubspot_standin`` fixture; ``requests`` is the request log (never the
 Authorization header), ``max_per_second()`` the most requests seen in a one-second window, and
 the controls (``down``, ``expire_tokens``, ``revoke_scope``, ``fail_next``, ``limit_next``,
@@ -1459,6 +1463,9 @@ def _token_match(pattern: str, value: str) -> bool:
 def _handler(standin: HubSpotStandIn) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # An answer's headers and body go out in two sends: with Nagle's algorithm the body
+        # waits for the client's delayed ACK (~40 ms) on every kept-alive answer.
+        disable_nagle_algorithm = True
 
         def setup(self) -> None:
             super().setup()

@@ -25,12 +25,19 @@ It implements what the module uses, as Salesforce documents it:
   Update (Upsert) a Record Using an External ID"): 201 ``{"id", "success", "errors",
   "created": true}`` when created; when updated 200 with ``"created": false`` from API 46.0, 204
   before.
+- An object the integration user's profile or permission sets cannot read (``hide_object``) is
+  invisible to the API, as Salesforce makes it: a query on it answers ``400 INVALID_TYPE``
+  "sObject type 'Account' is not supported." and its ``sobjects`` resources ``404 NOT_FOUND``.
 - ``401 [{"message": "Session expired or invalid", "errorCode": "INVALID_SESSION_ID"}]`` for a
   missing, unknown or expired token; ``403 REQUEST_LIMIT_EXCEEDED`` ("API Request Limits";
   Salesforce's REST API documents no 429, so there is no ``rate_limit_next``).
 
 Record Ids are in Salesforce's 18-character form (15 + the case-sensitivity checksum) with the
 standard key prefixes (Lead 00Q, Contact 003, Account 001, User 005, Task 00T, Event 00U).
+
+Its connections are ``TCP_NODELAY`` (an answer's headers and body go in two sends; with
+Nagle's algorithm the body would wait ~40 ms for the client's delayed ACK, so tests and
+benchmarks would measure that instead of the client).
 
 Use it through the ``salesforce_standin`` fixture: ``standin.url`` is the My Domain,
 ``standin.ca_file`` the certificate to pass as ``ca_bundle``, ``standin.client_id`` /
@@ -400,6 +407,7 @@ class SalesforceStandIn:
         self._raw: list[tuple[int, bytes, str]] = []
         self._delay = 0.0
         self._slow: list[float] = []
+        self.hidden: set[str] = set()  # objects the integration user cannot read
         self._dir = tempfile.TemporaryDirectory(prefix="sf-standin-")
         self.ca_file, self._key_file = (str(p) for p in _certificate(Path(self._dir.name)))
         self._server: ThreadingHTTPServer | None = None
@@ -533,6 +541,15 @@ class SalesforceStandIn:
         with self._lock:
             self._fail += [status] * n
 
+    def hide_object(self, *objects: str) -> None:
+        """The integration user loses Read on ``objects`` (its profile or permission set)."""
+        with self._lock:
+            self.hidden |= set(objects)
+
+    def show_object(self, *objects: str) -> None:
+        with self._lock:
+            self.hidden -= set(objects)
+
     def limit_next(self, n: int = 1) -> None:
         """The next ``n`` API requests answer 403 REQUEST_LIMIT_EXCEEDED."""
         with self._lock:
@@ -650,7 +667,7 @@ class SalesforceStandIn:
         if sobject is None:
             return 404, NOT_FOUND
         obj, first, second = sobject.groups()
-        if obj not in self.fields:
+        if obj not in self.fields or obj in self.hidden:
             return 404, NOT_FOUND
         if first is None and method == "POST":
             return self._create(obj, body, headers)
@@ -737,8 +754,10 @@ class SalesforceStandIn:
         return shaped
 
     def _query(self, version: str, soql: str) -> tuple[int, Any]:
+        with self._lock:
+            visible = {k: v for k, v in self.fields.items() if k not in self.hidden}
         try:
-            q = parse_soql(soql, self.fields)
+            q = parse_soql(soql, visible)
         except SoqlError as exc:
             return 400, [{"message": str(exc), "errorCode": exc.code}]
         with self._lock:
@@ -933,6 +952,9 @@ class SalesforceStandIn:
 def _handler(standin: SalesforceStandIn) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # An answer's headers and body go out in two sends: with Nagle's algorithm the body
+        # waits for the client's delayed ACK (~40 ms) on every kept-alive answer.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:
             return

@@ -65,6 +65,28 @@ def hs(hubspot_standin: HubSpotStandIn) -> HubSpotStandIn:
     return hubspot_standin
 
 
+def test_check_probes_what_the_stages_read_and_names_each_missing_scope(hs):
+    """A private app without the companies scope answers 403 MISSING_SCOPES on the company
+    search only: the check makes that call too and says which scope is missing."""
+    client_for(hs).check()
+    assert [p for p in hs.paths() if "/objects/" in p] == [
+        "/crm/v3/objects/contacts/search",
+        "/crm/v3/objects/companies/search",
+    ]
+    assert all(r.body.get("limit") == 1 for r in hs.requests if r.path.endswith("/search"))
+    hs.revoke_scope("crm.objects.companies.read")
+    with pytest.raises(CrmError) as caught:
+        client_for(hs).check()
+    assert (caught.value.kind, caught.value.status) == ("auth", 403)
+    assert "crm.objects.companies.read" in str(caught.value)
+    assert "contacts" not in str(caught.value)
+    hs.revoke_scope("crm.objects.contacts.read")
+    with pytest.raises(CrmError) as caught:
+        client_for(hs).check()
+    assert "crm.objects.contacts.read" in str(caught.value)
+    assert "crm.objects.companies.read" in str(caught.value)
+
+
 def test_check_says_which_portal_and_sends_the_token_only_as_a_bearer_header(hs, spend):
     client = client_for(hs, spend)
     said = client.check()
@@ -309,11 +331,13 @@ def test_a_429_is_rate_limited_with_hubspots_retry_after_or_a_default(hs):
     with pytest.raises(CrmError) as info:
         client.find_person("pat@acme.com")
     assert (info.value.kind, info.value.status, info.value.retry_after) == ("rate_limited", 429, 7)
-    hs.limit_next(1, retry_after=None)
-    with pytest.raises(CrmError) as info:
-        client.find_person("pat@acme.com")
-    assert info.value.kind == "rate_limited"
-    assert info.value.retry_after == 10.0
+    # HubSpot sends no Retry-After on a 429: the policy it names says how long its window is.
+    for policy, seconds in (("SECONDLY", 1.0), ("TEN_SECONDLY_ROLLING", 10.0), ("DAILY", 3600.0)):
+        hs.limit_next(1, retry_after=None, policy=policy)
+        with pytest.raises(CrmError) as info:
+            client.find_person("pat@acme.com")
+        assert info.value.kind == "rate_limited"
+        assert info.value.retry_after == seconds, policy
 
 
 def test_a_slow_or_unreachable_hubspot_is_unavailable_and_not_retried_behind_our_back(hs, spend):

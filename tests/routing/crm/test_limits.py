@@ -106,3 +106,17 @@ def test_many_stages_on_a_short_budget_each_finish_or_wait_before_starting():
         elif done:
             started_unfinished += 1
     assert (finished, started_unfinished) == (1, 0)  # 5 tokens: one whole lookup, no half ones
+
+
+def test_hubspots_default_budget_fits_in_its_search_limit_in_any_second():
+    """A token bucket lets the burst plus a second's refill through in one second."""
+    from routing.crm.limits import LOOKUP_REQUESTS
+    from routing.crm.models import (
+        DEFAULT_BURST,
+        DEFAULT_RATE_PER_MINUTE,
+        HUBSPOT_SEARCHES_PER_SECOND,
+    )
+
+    per_second = DEFAULT_BURST["hubspot"] + DEFAULT_RATE_PER_MINUTE["hubspot"] / 60
+    assert per_second <= HUBSPOT_SEARCHES_PER_SECOND
+    assert DEFAULT_BURST["hubspot"] >= LOOKUP_REQUESTS["hubspot"]  # a lookup reserved whole

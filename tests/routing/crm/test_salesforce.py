@@ -66,7 +66,25 @@ def test_client_credentials_token_then_check(salesforce_standin):
     token_request = salesforce_standin.requests[0]
     assert token_request.path == "/services/oauth2/token"
     assert token_request.body["client_secret"] == "<redacted>"
-    assert salesforce_standin.queries() == ["SELECT Id FROM User LIMIT 1"]
+    # What every stage reads: the roster's Users, the lookup's Leads, Contacts and Accounts.
+    assert salesforce_standin.queries() == [
+        "SELECT Id FROM User LIMIT 1",
+        "SELECT Id FROM Lead LIMIT 1",
+        "SELECT Id FROM Contact LIMIT 1",
+        "SELECT Id FROM Account LIMIT 1",
+    ]
+
+
+def test_check_names_each_object_the_integration_user_cannot_read(salesforce_standin):
+    """Salesforce hides an object the user has no Read on: INVALID_TYPE, as if it did not
+    exist. The lookups would only ever see "rejected"; the check says it is a permission."""
+    salesforce_standin.hide_object("Account", "Lead")
+    with pytest.raises(CrmError) as caught:
+        client_for(salesforce_standin).check()
+    assert caught.value.kind == "auth"
+    said = str(caught.value)
+    assert "cannot read Lead, Account" in said
+    assert "Contact" not in said
 
 
 def test_jwt_bearer_flow_is_verified_by_the_standin(salesforce_standin):
@@ -121,7 +139,7 @@ def test_an_expired_session_is_refreshed_once_and_the_call_retried(salesforce_st
     salesforce_standin.expire_tokens()
     client.users()
     assert len(salesforce_standin.token_grants) == 2
-    assert len(salesforce_standin.queries()) == 3  # check, the refused users, the retry
+    assert len(salesforce_standin.queries()) == 6  # check's 4, the refused users, the retry
 
 
 def test_find_person_prefers_a_contact_and_sends_the_documented_soql(salesforce_standin):

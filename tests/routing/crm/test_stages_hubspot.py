@@ -383,3 +383,117 @@ def test_a_write_back_waiting_for_the_rate_limit_is_sent_again_when_the_wait_is_
     lost = settings.DELIVERY_REDISPATCH_SECONDS + 1
     deliveries_sweep_due(now=delivery.next_attempt_at + dt.timedelta(seconds=lost))
     assert delivery.pk in sent.ids("delivery.deliver")
+
+
+def test_a_token_without_a_scope_the_lookup_needs_raises_an_alert_naming_it(portal):
+    """The probe makes the lookup's searches too: the owners alone answer for a token that
+    lacks crm.objects.companies.read, and the alert would never open."""
+    hs, connection = portal["hs"], portal["conn"]
+    hs.revoke_scope("crm.objects.companies.read")
+    CrmConnection.objects.filter(pk=connection.pk).update(last_ok_at=None)  # idle: probed
+    assert crm_health_check() == {"HubSpot": "auth"}
+    alert = Alert.objects.get(kind="crm", status="open")
+    assert "companies search" in alert.message
+    assert "crm.objects.companies.read" in alert.message
+    assert "crm.objects.contacts.read" not in alert.message
+    hs.restore_scope("crm.objects.companies.read")
+    assert crm_health_check() == {}
+    assert not Alert.objects.filter(kind="crm", status="open").exists()
+
+
+def test_a_company_search_refused_keeps_the_person_found(
+    portal, django_capture_on_commit_callbacks
+):
+    """The token lacks the companies scope: the contact found is still used (its owner gets
+    the lead) and the trace says the company half is missing and why."""
+    hs = portal["hs"]
+    hs.revoke_scope("crm.objects.companies.read")
+    contact = hs.add_contact(email="pat@acme.com", hubspot_owner_id=portal["owners"]["ben"])
+    lead = LeadFactory(raw_payload={"email": "pat@acme.com", "company": "Acme"})
+    assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    assignment = Assignment.objects.get(lead=lead)
+    assert (assignment.kind, assignment.rep_id) == (AssignmentKind.CRM_OWNER, portal["ben"].pk)
+    lead.refresh_from_db()
+    entry = lead.crm["hubspot"]
+    assert entry["status"] == "done"
+    assert entry["person"]["id"] == contact
+    assert entry["company"] is None
+    assert "crm.objects.companies.read" in entry["missing"]["company"]
+    notes = [step["why"] for step in assignment.trace if step["why"].startswith("HubSpot: ")]
+    assert len(notes) == 1, assignment.trace
+    assert f"contact {contact} found" in notes[0]
+    assert "company not looked up: credential problem" in notes[0]
+    assert "crm.objects.companies.read" in notes[0]
+
+
+def test_a_company_search_that_fails_once_is_tried_again_without_the_person(
+    portal, django_capture_on_commit_callbacks
+):
+    hs = portal["hs"]
+    contact = hs.add_contact(email="pat@acme.com", hubspot_owner_id=portal["owners"]["ana"])
+    hs.add_company(name="Acme", domain="acme.com", hubspot_owner_id=portal["owners"]["ben"])
+    failure = {"status": "error", "message": "internal error", "category": "INTERNAL_ERROR"}
+    hs.respond_next(failure, status=503, path="companies/search")
+    lead = LeadFactory(raw_payload={"email": "pat@acme.com", "company": "Acme"})
+    with django_capture_on_commit_callbacks(execute=True):
+        lead_process(lead_id=lead.id)
+    assert lead_crm_lookup(lead_id=lead.id) == "retry"
+    lead.refresh_from_db()
+    assert lead.crm["hubspot"]["status"] == "pending"
+    assert lead.crm["hubspot"]["found"]["person"]["id"] == contact
+    Lead.objects.filter(id=lead.id).update(crm_next_at=timezone.now())
+    assert lead_crm_lookup(lead_id=lead.id) == "done"
+    searches = [p for p in hs.paths("POST") if p.endswith("/search")]
+    assert searches.count("/crm/v3/objects/contacts/search") == 1  # the person kept, not re-read
+    assert searches.count("/crm/v3/objects/companies/search") == 2
+    lead.refresh_from_db()
+    entry = lead.crm["hubspot"]
+    assert (entry["person"]["id"], entry["company"]["name"]) == (contact, "Acme")
+    assert not entry.get("missing")
+
+
+def test_while_the_token_is_refused_lookups_do_not_ask_hubspot(
+    portal, django_capture_on_commit_callbacks
+):
+    """After a 401 the connection's auth alert is open: the next leads are routed without
+    HubSpot at once, spending no request that would be refused, until the health probe sees it
+    answer again."""
+    hs, connection = portal["hs"], portal["conn"]
+    hs.expire_tokens()
+    first = LeadFactory(raw_payload={"email": "one@fresh.io"})
+    assert _route(first, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    assert crm_health_check() == {"HubSpot": "auth"}
+    asked = len(hs.requests)
+    second = LeadFactory(raw_payload={"email": "two@fresh.io"})
+    assert _route(second, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    assert len(hs.requests) == asked  # not asked
+    second.refresh_from_db()
+    assert second.crm["hubspot"]["status"] == "failed"
+    assert "credential refused" in second.crm["hubspot"]["reason"]
+    whys = [step["why"] for step in Assignment.objects.get(lead=second).trace]
+    assert any(
+        why.startswith("HubSpot unavailable for this lead: credential refused") for why in whys
+    ), whys
+    # A new token: the probe sees HubSpot answer, the alert resolves, lookups ask again.
+    connection.secret_encrypted = secret_seal(hs.rotate_token())
+    connection.save()
+    clear_connection_cache()
+    assert crm_health_check() == {}
+    third = LeadFactory(raw_payload={"email": "three@fresh.io"})
+    assert _route(third, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    third.refresh_from_db()
+    assert third.crm["hubspot"]["status"] == "done"
+
+
+def test_a_missing_scope_does_not_stop_the_half_that_works(
+    portal, django_capture_on_commit_callbacks
+):
+    """A permission one call lacks is no refused credential: lookups go on for the person."""
+    hs = portal["hs"]
+    hs.revoke_scope("crm.objects.companies.read")
+    for i in range(2):
+        lead = LeadFactory(raw_payload={"email": f"p{i}@acme{i}.com"})
+        assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+        lead.refresh_from_db()
+        assert lead.crm["hubspot"]["status"] == "done", lead.crm
+    assert hs.paths("POST").count("/crm/v3/objects/contacts/search") == 2

@@ -71,6 +71,11 @@ def org(salesforce_standin: SalesforceStandIn, settings: Any) -> dict[str, Any]:
         secret_encrypted=secret_seal(sf.client_secret),
         writeback_enabled=True,
         touches_enabled=True,
+        # The pace is tested elsewhere (test_limits, test_pace, the worker tests): with the
+        # default burst of 10, two leads' lookups and write-backs outrun the bucket's refill
+        # now that the stand-in answers without Nagle's 40 ms.
+        rate_per_minute=60_000,
+        burst=100,
     )
     report = crm_roster_sync(connection, create_reps=False)
     assert sorted(report.linked) == ["ana@example.com", "ben@example.com"], report.summary()
@@ -432,3 +437,34 @@ def test_an_owner_salesforce_had_is_not_overwritten_when_the_lookup_failed(
     assert len(reasons) == 1
     assert not any("changed" in reason for reason in reasons), reasons
     assert crm_touches_sync(org["connection"]).reassigned == 0
+
+
+def test_an_object_the_integration_user_cannot_read_raises_an_alert_naming_it(org):
+    sf, connection = org["sf"], org["connection"]
+    sf.hide_object("Account")
+    CrmConnection.objects.filter(pk=connection.pk).update(last_ok_at=None)  # idle: probed
+    assert crm_health_check() == {"Salesforce": "auth"}
+    alert = Alert.objects.get(kind="crm", status="open")
+    assert "cannot read Account" in alert.message
+    sf.show_object("Account")
+    assert crm_health_check() == {}
+    assert not Alert.objects.filter(kind="crm", status="open").exists()
+
+
+def test_accounts_unreadable_keep_the_person_found_and_alert(
+    org, django_capture_on_commit_callbacks
+):
+    sf = org["sf"]
+    sf.hide_object("Account")
+    sf.add_contact(Email="pat@acme.com", LastName="Pat", OwnerId=org["users"]["ana"])
+    lead = LeadFactory(raw_payload={"email": "pat@acme.com", "company": "Acme"})
+    assert _route(lead, django_capture_on_commit_callbacks) == LeadStatus.ASSIGNED
+    assignment = Assignment.objects.get(lead=lead)
+    assert (assignment.kind, assignment.rep_id) == (AssignmentKind.CRM_OWNER, org["ana"].pk)
+    lead.refresh_from_db()
+    entry = lead.crm["salesforce"]
+    assert entry["status"] == "done"
+    assert entry["person"]["object"] == "Contact"
+    assert "cannot read" in entry["missing"]["company"]
+    # The lookup itself says it is a permission: the alert opens without waiting for a probe.
+    assert crm_health_check(probe=False) == {"Salesforce": "auth"}
