@@ -209,7 +209,9 @@ def _count_assignment(rep_id: int, zone_name: str, now: datetime, opened: int) -
 
 def load_released(rep_id: int) -> None:
     """One of the rep's open leads is no longer open (touched, or given to someone else)."""
-    RepLoad.objects.filter(rep_id=rep_id).update(open_count=Greatest(F("open_count") - 1, Value(0)))
+    RepLoad.objects.filter(rep_id=rep_id).update(
+        open_count=Greatest(F("open_count") - 1, Value(0), output_field=_INT)
+    )
 
 
 def load_assigned(

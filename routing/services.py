@@ -746,7 +746,7 @@ class RerouteReport:
 
 
 def rep_reroute_open_leads(
-    *, rep_id: int, actor: str, reason: str, limit: int = 500
+    *, rep_id: int, actor: str, reason: str, limit: int = 500, now: datetime | None = None
 ) -> RerouteReport:
     """Route again the leads a rep holds untouched (deactivated, out of office).
 
@@ -771,8 +771,8 @@ def rep_reroute_open_leads(
             current = _current_assignment(lead)
             if current is None or current.rep_id != rep_id or current.touched_at is not None:
                 continue  # moved or touched meanwhile
-            now = timezone.now()
-            result = route_lead(lead=lead, now=now, supersede=current)
+            at = now or timezone.now()
+            result = route_lead(lead=lead, now=at, supersede=current)
             if result.assignment is None:
                 kept += 1
                 continue
@@ -780,7 +780,7 @@ def rep_reroute_open_leads(
                 type=EventType.REASSIGNED,
                 assignment=result.assignment,
                 actor=actor,
-                at=now,
+                at=at,
                 data={
                     "manual": False,
                     "reason": reason,

@@ -286,3 +286,36 @@ def test_a_decisions_queries_do_not_grow_with_open_leads_or_capped_reps(strategy
     large = _decision_queries("large@corp.example")
     assert large == small, (small, large)
     _agree()
+
+
+@pytest.mark.django_db
+def test_a_worker_whose_clock_is_behind_midnight_counts_its_own_day() -> None:
+    rep = make_rep(email="r@x.example", timezone="Asia/Kathmandu", max_per_day=4)
+    published_ruleset({"name": "R", "action": {"type": "rep", "rep": rep.email}})
+    midnight = local_midnight(datetime(2026, 6, 1, 12, tzinfo=UTC), "Asia/Kathmandu")
+    _route("a@corp.example", midnight - timedelta(hours=1))
+    _route("b@corp.example", midnight + timedelta(seconds=2))  # rolls the row to the new day
+    # A worker that read its clock 3 s before midnight, then waited for the lock.
+    _route("c@corp.example", midnight - timedelta(seconds=3))
+    _route("d@corp.example", midnight - timedelta(seconds=1))
+    _agree(midnight - timedelta(seconds=1))  # yesterday: a, c, d and b (after it) count
+    assert stored(midnight - timedelta(seconds=1))[rep.pk] == (4, 4)
+    _agree(midnight + timedelta(seconds=5))
+    assert stored(midnight + timedelta(seconds=5))[rep.pk] == (4, 1)
+    # Yesterday's cap (4) is reached, counting b, made after midnight by a faster clock, as a
+    # count of assigned_at >= midnight would; today's day has b only.
+    assert _route("e@corp.example", midnight - timedelta(seconds=1)).assignment is None
+    assert _route("f@corp.example", midnight + timedelta(seconds=6)).assignment is not None
+    _agree(midnight + timedelta(seconds=6))
+
+
+@pytest.mark.django_db
+def test_a_worker_behind_midnight_on_a_day_the_rep_had_nothing_yet() -> None:
+    rep = make_rep(email="r@x.example", timezone="UTC")
+    published_ruleset({"name": "R", "action": {"type": "rep", "rep": rep.email}})
+    midnight = datetime(2026, 6, 2, tzinfo=UTC)
+    _route("a@corp.example", midnight - timedelta(days=3))
+    _route("b@corp.example", midnight + timedelta(seconds=1))
+    _route("c@corp.example", midnight - timedelta(seconds=2))  # the day before had none
+    for at in (midnight - timedelta(seconds=1), midnight + timedelta(seconds=2)):
+        _agree(at)
