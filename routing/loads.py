@@ -247,19 +247,26 @@ def _true_counts(rep_id: int, zone_name: str, now: datetime) -> dict[str, Any]:
     }
 
 
-def rep_load_recount(*, rep_id: int, zone_name: str, now: datetime) -> tuple[int, int]:
+def rep_load_recount(
+    *, rep_id: int, zone_name: str, now: datetime, missing_is_drift: bool = False
+) -> tuple[int, int]:
     """Count the rep's open and today's leads from the assignments and store them.
 
     Call it in a transaction holding the rep's row lock (no assignment to the rep can commit
     meanwhile); the ``RepLoad`` row is locked before counting, so a touch or a release that
     committed first is counted and one still open waits and then applies its -1 to the count.
-    Returns the drift it repaired: (open, today), each the absolute difference.
+    Returns the drift it repaired: (open, today), each the absolute difference. A missing row
+    is drift only for the reconciliation (``missing_is_drift``): a rep's first assignment
+    creates it.
     """
     row = RepLoad.objects.select_for_update().filter(rep_id=rep_id).first()
     true = _true_counts(rep_id, zone_name, now)
     if row is None:
-        RepLoad.objects.create(rep_id=rep_id, reconciled_at=now, **true)
-        return true["open_count"], true["day_count"]
+        drift = (true["open_count"], true["day_count"]) if missing_is_drift else (0, 0)
+        RepLoad.objects.create(
+            rep_id=rep_id, reconciled_at=now, drift_open=drift[0], drift_today=drift[1], **true
+        )
+        return drift
     before = load_from_row(
         {
             name: getattr(row, name)
@@ -354,7 +361,7 @@ def rep_loads_reconcile(*, now: datetime | None = None) -> ReconcileReport:
             if zone_name is None:
                 continue  # deleted meanwhile
             drift_open, drift_today = rep_load_recount(
-                rep_id=rep_id, zone_name=zone_name or "UTC", now=now
+                rep_id=rep_id, zone_name=zone_name or "UTC", now=now, missing_is_drift=True
             )
         if drift_open or drift_today:
             repaired += 1
