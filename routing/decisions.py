@@ -438,9 +438,11 @@ def _snapshot(config: LiveConfig, now: datetime) -> _Snapshot:
     team's turn (one query). A rep whose counters were kept in another time zone than theirs
     (just changed) has their day counted, one more query each (``routing.loads``)."""
     reps = {}
+    midnights: dict[str, datetime] = {}
     for row in Rep.objects.order_by().values(*_REP_COLUMNS, *LOAD_COLUMNS):
         zone_name = row["timezone"] or "UTC"
-        open_count, today = load_counts(row["id"], zone_name, load_from_row(row), now)
+        load = load_from_row(row)
+        open_count, today = load_counts(row["id"], zone_name, load, now, midnights)
         reps[row["id"]] = _rep_state(row, open_count, today)
     rotation = {
         team_id: RotationState.from_json(team_id, state)

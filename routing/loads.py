@@ -123,7 +123,9 @@ def load_from_row(row: Mapping[str, Any], prefix: str = "load__") -> Load:
     )
 
 
-def load_today(load: Load, zone_name: str, now: datetime) -> int | None:
+def load_today(
+    load: Load, zone_name: str, now: datetime, midnight: datetime | None = None
+) -> int | None:
     """Assignments since the rep's local midnight of ``now`` (none after ``now`` is expected,
     but one a worker with a later clock made counts too, as a count of ``assigned_at >=
     midnight`` would); None when the row was counted in another zone (count instead)."""
@@ -131,7 +133,7 @@ def load_today(load: Load, zone_name: str, now: datetime) -> int | None:
         return 0
     if load.timezone != zone_name:
         return None
-    midnight = local_midnight(now, zone_name)
+    midnight = midnight or local_midnight(now, zone_name)
     if load.day_start is None or load.day_start < midnight:
         return 0
     if load.day_start == midnight:
@@ -146,10 +148,22 @@ def _counted_today(rep_id: int, zone_name: str, now: datetime) -> int:
     return Assignment.objects.filter(rep_id=rep_id, assigned_at__gte=midnight).count()
 
 
-def load_counts(rep_id: int, zone_name: str, load: Load, now: datetime) -> tuple[int, int]:
+def load_counts(
+    rep_id: int,
+    zone_name: str,
+    load: Load,
+    now: datetime,
+    midnights: dict[str, datetime] | None = None,
+) -> tuple[int, int]:
     """(open, today) for a decision at ``now``: from the counters, counting the day only for a
-    row kept in another zone than the rep's."""
-    today = load_today(load, zone_name, now)
+    row kept in another zone than the rep's. ``midnights``: local midnights by zone, filled
+    as it goes (a snapshot of many reps works each zone's out once)."""
+    midnight = None
+    if midnights is not None and load.timezone == zone_name:
+        midnight = midnights.get(zone_name)
+        if midnight is None:
+            midnight = midnights[zone_name] = local_midnight(now, zone_name)
+    today = load_today(load, zone_name, now, midnight)
     if today is None:
         today = _counted_today(rep_id, zone_name, now)
     return load.open_count, today
