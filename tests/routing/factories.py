@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 import factory
+from django.db import transaction
 from django.utils import timezone
 
 from routing.loads import rep_load_recount
@@ -120,7 +121,10 @@ class AssignmentFactory(factory.django.DjangoModelFactory):
     def load(self, create: bool, extracted: Any, **kwargs: Any) -> None:
         """Written around the services: the rep's load counters recounted, as they would be."""
         if create:
-            rep_load_recount(rep_id=self.rep_id, zone_name=self.rep.timezone, now=timezone.now())
+            with transaction.atomic():
+                rep_load_recount(
+                    rep_id=self.rep_id, zone_name=self.rep.timezone, now=timezone.now()
+                )
 
 
 def team_with(reps: list[Rep], *, strategy: str = "round_robin", **fields: Any) -> Team:
