@@ -4,11 +4,13 @@
 - ``live_config(version=None)``: the compiled ruleset, teams and territory index, cached per
   process and keyed by the ruleset and a cheap fingerprint of the configuration tables (one
   query per call), so a publish or an edit takes effect for the next lead without a restart.
-- ``route_lead(lead=...)``: decides with a fresh snapshot of the reps (one query: rows plus their
-  open and today counts) and the teams' turns (one query), then applies the decision in one
-  transaction: the team row locked while its turn is read and moved, the chosen rep's row locked
-  while its caps are re-checked, the assignment inserted (constraints forbid a second one).
-  The number of queries does not depend on the number of rules, reps or territories.
+- ``route_lead(lead=...)``: decides with a fresh snapshot of the reps (one query: their rows
+  joined to their load counters, ``routing.loads``; no assignment is counted) and the teams'
+  turns (one query), then applies the decision in one transaction: the team row locked while
+  its turn is read and moved, the chosen rep's row locked while its caps are re-checked against
+  its counter row, the assignment inserted (constraints forbid a second one) and the counters
+  moved. The number of queries does not depend on the number of rules, reps, territories or
+  open leads.
 - ``simulate(lead_data=..., source_slug=..., version=...)``: the same decision, read-only.
 """
 
