@@ -385,3 +385,26 @@ def test_concurrent_routing_touches_and_reassignments_keep_the_counters_exact() 
     # Routing never passed a cap (reassignment by hand may: a manager's decision).
     routed = Assignment.objects.filter(kind="initial").count()
     assert routed + Lead.objects.filter(status=LeadStatus.UNASSIGNED).count() == 80
+
+
+@pytest.mark.django_db
+def test_the_migration_fills_the_counters_from_the_assignments_as_they_stand() -> None:
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("routing.migrations.0018_rep_load_counters")
+    ana = make_rep(email="ana@x.example", timezone="Asia/Tokyo")
+    published_ruleset({"name": "Ana", "action": {"type": "rep", "rep": ana.email}})
+    first = _route("a@corp.example").assignment
+    _route("b@corp.example", timezone.now() - timedelta(days=3))
+    assert first is not None
+    assignment_touch(lead_id=first.lead_id, actor="test")
+    make_rep(email="idle@x.example")
+    RepLoad.objects.all().delete()  # as before the upgrade
+
+    migration.fill(apps, None)
+
+    _agree()
+    assert RepLoad.objects.count() == 2
+    assert stored(timezone.now())[ana.pk] == (1, 1)
