@@ -502,6 +502,10 @@ def _lock_rep(config: LiveConfig, rep_id: int, now: datetime) -> RepState | None
     row = Rep.objects.select_for_update(no_key=True).filter(pk=rep_id).values(*_REP_COLUMNS).first()
     if row is None:
         return None
+    if row["max_open"] is None and row["max_per_day"] is None:
+        # Under the lock the counts are only checked against caps (a least-loaded choice was
+        # made on the counters read under the team's lock): without caps, nothing to read.
+        return _rep_state(row, 0, 0)
     open_count, today = load_locked(rep_id, row["timezone"] or "UTC", now)
     return _rep_state(row, open_count, today)
 
