@@ -9,14 +9,20 @@ team of 10 reps (no caps), and
   - 10 / 1,000 / 10,000 rules: all but the last ``country eq <code>`` for countries the leads are
     not in, then a final team rule (every lead is decided by the last rule);
   - 100 / 100,000 postal-prefix territory entries (1 x 100 and 1,000 x 100 prefixes, US, owned by
-    the team) and a ruleset of one territory rule (then the team rule as a fallback).
+    the team) and a ruleset of one territory rule (then the team rule as a fallback);
+  - company scale (``--capped-reps``, default 300, ``--open-leads``, default 30,000): the team is
+    that many reps, every one with max_open and max_per_day caps, holding that many open
+    (untouched) leads between them, round robin and least loaded, beside the same two
+    strategies with 10 capped reps and no open leads (the 10-rep case).
+``--only TEXT`` runs only the scenarios whose label contains TEXT.
 For every scenario it creates 2N normalised leads (email, email_domain, country, postal_code set
 directly, status ``processing``) and times, in alternating blocks so that load on the machine hits
 both alike:
   - ``route_lead(lead=...)`` on N of them (each call commits its own transaction);
   - the baseline on the other N: the same writes without the engine, with the ORM, in one
     ``transaction.atomic`` (UPDATE the team's rotation state, INSERT the Assignment, UPDATE the
-    rep's last_assigned_at, UPDATE the lead's status): what applying any decision costs at least.
+    rep's last_assigned_at, UPDATE the rep's load counters, UPDATE the lead's status): what
+    applying any decision costs at least.
 Queries per lead are counted with CaptureQueriesContext, SAVEPOINT/RELEASE left out.
 """
 
@@ -34,6 +40,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -57,18 +64,29 @@ def recreate_database(database_url: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def _base_document() -> dict[str, Any]:
-    reps = [
-        {"email": f"rep{i}@bench.example", "name": f"Rep {i}", "timezone": "UTC"}
-        for i in range(REPS)
+# Time zones of the company-scale reps: "today" is each rep's own local day.
+ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo", "Asia/Kolkata")
+
+
+def _base_document(
+    reps: int = REPS, strategy: str = "round_robin", caps: dict[str, int] | None = None
+) -> dict[str, Any]:
+    people = [
+        {
+            "email": f"rep{i}@bench.example",
+            "name": f"Rep {i}",
+            "timezone": ZONES[i % len(ZONES)] if caps else "UTC",
+            **(caps or {}),
+        }
+        for i in range(reps)
     ]
     return {
-        "reps": reps,
+        "reps": people,
         "teams": [
             {
                 "name": TEAM,
-                "strategy": "round_robin",
-                "members": [{"rep": rep["email"], "weight": 1} for rep in reps],
+                "strategy": strategy,
+                "members": [{"rep": rep["email"], "weight": 1} for rep in people],
             }
         ],
     }
@@ -124,6 +142,9 @@ def _summary(samples: list[int]) -> tuple[float, float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--leads", type=int, default=300, help="leads per scenario and path")
+    parser.add_argument("--capped-reps", type=int, default=300, help="reps at company scale")
+    parser.add_argument("--open-leads", type=int, default=30_000, help="their open leads")
+    parser.add_argument("--only", default="", help="only the scenarios whose label has this")
     # `make bench` hands every benchmark the same arguments: ignore the ones meant for others.
     args, _others = parser.parse_known_args()
 
@@ -158,6 +179,7 @@ def main() -> int:
 
     from leads.models import Lead, LeadStatus, Source
     from routing.decisions import clear_live_config_cache, route_lead
+    from routing.loads import load_assigned, rep_loads_reconcile
     from routing.models import Assignment, AssignmentKind, Rep, Team, Territory
     from routing.rules_io import rules_import
 
@@ -190,7 +212,7 @@ def main() -> int:
         # The writes route_lead makes for an assignment, without deciding or locking.
         now = timezone.now()
         team = team_row
-        rep = reps[baseline.turn % REPS]  # type: ignore[attr-defined]
+        rep = reps[baseline.turn % len(reps)]  # type: ignore[attr-defined]
         baseline.turn += 1  # type: ignore[attr-defined]
         with transaction.atomic():
             Team.objects.filter(pk=team.pk).update(
@@ -211,6 +233,7 @@ def main() -> int:
                 active=True,
             )
             Rep.objects.filter(pk=rep.pk).update(last_assigned_at=now)
+            load_assigned(rep_id=rep.pk, zone_name=rep.timezone, now=now)
             lead.status = LeadStatus.ASSIGNED
             lead.processed_at = now
             lead.save(update_fields=["status", "processed_at"])
@@ -231,13 +254,46 @@ def main() -> int:
             if not query["sql"].lstrip().upper().startswith(("SAVEPOINT", "RELEASE"))
         )
 
-    scenarios: list[tuple[str, dict[str, Any], Callable[[int], str]]] = []
+    def hold_open_leads(count: int) -> None:
+        """``count`` open (untouched) leads spread over the team's reps, written in bulk, then
+        the reps' load counters recounted from them (as the services would have kept them)."""
+        if not count:
+            return
+        held = make_leads(count, lambda i: "99999")
+        now = timezone.now()
+        Assignment.objects.bulk_create(
+            [
+                Assignment(
+                    lead=lead,
+                    rep_id=reps[i % len(reps)].pk,
+                    team_id=team_row.pk,
+                    rep_name=reps[i % len(reps)].name,
+                    team_name=team_row.name,
+                    kind=AssignmentKind.INITIAL,
+                    reason="held",
+                    assigned_at=now - timedelta(days=2),
+                    active=True,
+                )
+                for i, lead in enumerate(held)
+            ],
+            batch_size=2000,
+        )
+        Lead.objects.filter(pk__in=[lead.pk for lead in held]).update(status=LeadStatus.ASSIGNED)
+        rep_loads_reconcile()
+
+    Scenario = tuple[str, dict[str, Any], Callable[[int], str], dict[str, Any], int]
+    scenarios: list[Scenario] = []
+    team_only = {"ruleset": {"name": "team", "rules": [_team_rule(1)]}}
+    # Caps no lead reaches in the run: every decision reads them and passes.
+    caps = {"max_open": args.open_leads + 10 * args.leads, "max_per_day": 10 * args.leads}
     for count in (10, 1_000, 10_000):
         scenarios.append(
             (
                 f"{count:,} rules (country eq, last one a team)",
                 {"ruleset": {"name": f"{count} rules", "rules": _country_rules(count)}},
                 lambda i: f"{i % 100_000:05d}",
+                {},
+                0,
             )
         )
     territory_rules = {
@@ -254,20 +310,38 @@ def main() -> int:
                 f"territory rule, {entries:,} postal prefixes ({count:,} x {per})",
                 {"territories": _territories(count, per), "ruleset": territory_rules},
                 (lambda n: lambda i: f"{(i * 7919) % n:05d}")(entries),
+                {},
+                0,
             )
         )
+    for strategy in ("round_robin", "least_loaded"):
+        for reps_n, held_n in ((REPS, 0), (args.capped_reps, args.open_leads)):
+            scenarios.append(
+                (
+                    f"{strategy}, {reps_n:,} capped reps, {held_n:,} open leads",
+                    team_only,
+                    lambda i: f"{i % 100_000:05d}",
+                    {"reps": reps_n, "strategy": strategy, "caps": caps},
+                    held_n,
+                )
+            )
+    scenarios = [scenario for scenario in scenarios if args.only in scenario[0]]
 
     rows: list[dict[str, Any]] = []
     team_row: Team
     reps: list[Rep]
-    for label, document, postal in scenarios:
+    for label, document, postal, company, held_n in scenarios:
         Territory.objects.all().delete()  # each territory scenario brings its own table
+        # Each scenario's reps only (the previous scenarios' open leads go with their reps).
+        Assignment.objects.all().delete()
+        Rep.objects.all().delete()
         started = time.perf_counter()
-        rules_import({**_base_document(), **document}, publish=True)
+        rules_import({**_base_document(**company), **document}, publish=True)
         imported = time.perf_counter() - started
         clear_live_config_cache()
         team_row = Team.objects.get(name=TEAM)
         reps = list(Rep.objects.order_by("email"))
+        hold_open_leads(held_n)
         n = args.leads
         leads = make_leads(2 * n + 20, postal)
         warm, routed, based = leads[:20], leads[20 : 20 + n], leads[20 + n :]
@@ -326,7 +400,8 @@ def main() -> int:
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     print(
-        f"{args.leads - 5} timed leads per path and scenario, {REPS} reps in one round-robin team\n"
+        f"{args.leads - 5} timed leads per path and scenario; one team of {REPS} reps (round "
+        "robin, no caps) unless the scenario says otherwise\n"
     )
     print(
         "| scenario | route_lead p50 ms | p99 ms | decisions/s | baseline p50 ms | p99 ms "

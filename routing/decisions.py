@@ -4,11 +4,13 @@
 - ``live_config(version=None)``: the compiled ruleset, teams and territory index, cached per
   process and keyed by the ruleset and a cheap fingerprint of the configuration tables (one
   query per call), so a publish or an edit takes effect for the next lead without a restart.
-- ``route_lead(lead=...)``: decides with a fresh snapshot of the reps (one query: rows plus their
-  open and today counts) and the teams' turns (one query), then applies the decision in one
-  transaction: the team row locked while its turn is read and moved, the chosen rep's row locked
-  while its caps are re-checked, the assignment inserted (constraints forbid a second one).
-  The number of queries does not depend on the number of rules, reps or territories.
+- ``route_lead(lead=...)``: decides with a fresh snapshot of the reps (one query: their rows
+  joined to their load counters, ``routing.loads``; no assignment is counted) and the teams'
+  turns (one query), then applies the decision in one transaction: the team row locked while
+  its turn is read and moved, the chosen rep's row locked while its caps are re-checked against
+  its counter row, the assignment inserted (constraints forbid a second one) and the counters
+  moved. The number of queries does not depend on the number of rules, reps, territories or
+  open leads.
 - ``simulate(lead_data=..., source_slug=..., version=...)``: the same decision, read-only.
 """
 
@@ -21,23 +23,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import (
-    Case,
-    Count,
-    DateTimeField,
-    IntegerField,
-    OuterRef,
-    Q,
-    QuerySet,
-    Subquery,
-    Value,
-    When,
-)
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from leads.models import CANONICAL_COLUMNS, Lead, LeadStatus, Source
@@ -63,6 +51,15 @@ from routing.engine import (
 from routing.engine.ruleset import RepAction
 from routing.engine.sla import sla_due_at
 from routing.engine.types import STRATEGIES, Strategy
+from routing.loads import (
+    LOAD_COLUMNS,
+    load_assigned,
+    load_counts,
+    load_from_row,
+    load_locked,
+    load_released,
+    local_midnight,
+)
 from routing.models import (
     Account,
     Assignment,
@@ -87,6 +84,7 @@ __all__ = [
     "Simulation",
     "SourceNotFound",
     "account_for_domain",
+    "assignment_first_touch",
     "clear_live_config_cache",
     "lead_facts",
     "live_config",
@@ -200,10 +198,7 @@ class LiveConfig:
     teams: Mapping[int, TeamSpec]
     territories: TerritoryIndex
     rep_action_ignores_caps: Mapping[int, bool]  # rule id -> a rep action's ignore_caps
-    time_zones: tuple[str, ...]  # the reps' distinct time zones (for "today" per rep)
     broken_rules: tuple[str, ...] = ()  # rules skipped because they no longer compile
-    # Members of least_loaded teams: the only reps whose open count matters without a cap.
-    least_loaded_reps: frozenset[int] = frozenset()
 
 
 _cache_lock = threading.Lock()
@@ -368,14 +363,7 @@ def _load_config(ruleset_id: int, version: int, status: str) -> LiveConfig:
         teams=team_specs,
         territories=territories,
         rep_action_ignores_caps=ignores,
-        time_zones=tuple(sorted({tz for _email, _id, tz in reps})),
         broken_rules=broken,
-        least_loaded_reps=frozenset(
-            rep_id
-            for spec in team_specs.values()
-            if spec.strategy == "least_loaded"
-            for rep_id, _weight in spec.members
-        ),
     )
 
 
@@ -410,67 +398,6 @@ def live_config(version: int | None = None) -> LiveConfig:
 # --- The reps' and teams' state ----------------------------------------------------------------
 
 
-def _zone(name: str) -> ZoneInfo | None:
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return None
-
-
-def local_midnight(now: datetime, zone_name: str) -> datetime:
-    """The start of ``now``'s day in the time zone (UTC for an unknown zone)."""
-    zone = _zone(zone_name) or ZoneInfo("UTC")
-    local = now.astimezone(zone)
-    return datetime.combine(local.date(), time(0), tzinfo=zone)
-
-
-def _reps_with_counts(config: LiveConfig, now: datetime) -> QuerySet[Rep]:
-    """Reps annotated with ``open_count`` and ``assigned_today`` (correlated index lookups).
-
-    Counted only where they matter (a cap, or a least_loaded team for the open count); 0
-    otherwise, so reps without caps cost no counting however many leads they hold.
-    """
-    midnight = Case(
-        *(When(timezone=tz, then=Value(local_midnight(now, tz))) for tz in config.time_zones),
-        default=Value(local_midnight(now, "UTC")),
-        output_field=DateTimeField(),
-    )
-    open_q = (
-        Assignment.objects.filter(rep=OuterRef("pk"), active=True, touched_at__isnull=True)
-        .order_by()
-        .values("rep")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
-    today_q = (
-        Assignment.objects.filter(rep=OuterRef("pk"), assigned_at__gte=OuterRef("day_start"))
-        .order_by()
-        .values("rep")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
-    needs_open = Q(max_open__isnull=False) | Q(pk__in=sorted(config.least_loaded_reps))
-    return (
-        Rep.objects.order_by()
-        .annotate(day_start=midnight)
-        .annotate(
-            open_count=Case(
-                When(needs_open, then=Coalesce(Subquery(open_q, output_field=IntegerField()), 0)),
-                default=Value(0),
-                output_field=IntegerField(),
-            ),
-            assigned_today=Case(
-                When(
-                    max_per_day__isnull=False,
-                    then=Coalesce(Subquery(today_q, output_field=IntegerField()), 0),
-                ),
-                default=Value(0),
-                output_field=IntegerField(),
-            ),
-        )
-    )
-
-
 _REP_COLUMNS = (
     "id",
     "email",
@@ -482,12 +409,10 @@ _REP_COLUMNS = (
     "max_open",
     "max_per_day",
     "last_assigned_at",
-    "open_count",
-    "assigned_today",
 )
 
 
-def _rep_state(row: Mapping[str, Any]) -> RepState:
+def _rep_state(row: Mapping[str, Any], open_count: int, assigned_today: int) -> RepState:
     return RepState(
         id=row["id"],
         email=row["email"],
@@ -498,8 +423,8 @@ def _rep_state(row: Mapping[str, Any]) -> RepState:
         working_hours=_working_hours(row["working_hours"]),
         max_open=row["max_open"],
         max_per_day=row["max_per_day"],
-        open_count=row["open_count"],
-        assigned_today=row["assigned_today"],
+        open_count=open_count,
+        assigned_today=assigned_today,
         last_assigned_at=row["last_assigned_at"],
     )
 
@@ -511,10 +436,16 @@ class _Snapshot:
 
 
 def _snapshot(config: LiveConfig, now: datetime) -> _Snapshot:
-    """Every rep with its counts (one query) and every team's turn (one query)."""
-    reps = {
-        row["id"]: _rep_state(row) for row in _reps_with_counts(config, now).values(*_REP_COLUMNS)
-    }
+    """Every rep with its load counters (one query: a row a rep, whatever they hold) and every
+    team's turn (one query). A rep whose counters were kept in another time zone than theirs
+    (just changed) has their day counted, one more query each (``routing.loads``)."""
+    reps = {}
+    midnights: dict[str, datetime] = {}
+    for row in Rep.objects.order_by().values(*_REP_COLUMNS, *LOAD_COLUMNS):
+        zone_name = row["timezone"] or "UTC"
+        load = load_from_row(row)
+        open_count, today = load_counts(row["id"], zone_name, load, now, midnights)
+        reps[row["id"]] = _rep_state(row, open_count, today)
     rotation = {
         team_id: RotationState.from_json(team_id, state)
         for team_id, state in Team.objects.order_by().values_list("id", "rotation_state")
@@ -560,26 +491,23 @@ def _lock_team(team_id: int) -> RotationState:
 
 
 def _lock_rep(config: LiveConfig, rep_id: int, now: datetime) -> RepState | None:
-    """The rep's row locked, then its counts read in a second statement.
+    """The rep's row locked, then its load counters read in a second statement.
 
     Two statements on purpose: under READ COMMITTED, a statement that waited for the lock sees
-    the rep row as re-read after the wait, but its subqueries still count assignments from the
-    snapshot taken before it; a worker that waited would miss the one just committed and exceed
-    the cap. The count statement starts after the lock is held, so it sees every committed
-    assignment to this rep. A rep without caps (and outside least_loaded teams) needs no count.
+    the rep row as re-read after the wait, but a joined row from the snapshot taken before it;
+    a worker that waited would miss the assignment just committed and exceed the cap. Every
+    increment of the counters is made under this lock (``routing.loads``), so the second
+    statement, which starts once the lock is held, sees every committed assignment to the rep.
     """
-    plain = [name for name in _REP_COLUMNS if name not in ("open_count", "assigned_today")]
-    row = Rep.objects.select_for_update(no_key=True).filter(pk=rep_id).values(*plain).first()
+    row = Rep.objects.select_for_update(no_key=True).filter(pk=rep_id).values(*_REP_COLUMNS).first()
     if row is None:
         return None
-    if (
-        row["max_open"] is None
-        and row["max_per_day"] is None
-        and (rep_id not in config.least_loaded_reps)
-    ):
-        return _rep_state({**row, "open_count": 0, "assigned_today": 0})
-    counted = _reps_with_counts(config, now).filter(pk=rep_id).values(*_REP_COLUMNS).first()
-    return _rep_state(counted) if counted is not None else None
+    if row["max_open"] is None and row["max_per_day"] is None:
+        # Under the lock the counts are only checked against caps (a least-loaded choice was
+        # made on the counters read under the team's lock): without caps, nothing to read.
+        return _rep_state(row, 0, 0)
+    open_count, today = load_locked(rep_id, row["timezone"] or "UTC", now)
+    return _rep_state(row, open_count, today)
 
 
 # A full trace lists every rule considered: with thousands of rules that is megabytes per lead
@@ -684,9 +612,22 @@ def assignment_create(
     ``last_assigned_at`` moves to ``now``; names are kept as snapshot strings, so history reads
     right after renames. The SLA due time is computed in the rep's working hours when the team
     respects them, unless the caller passes one (``sla_due``) it already worked out.
+
+    The reps' load counters change in the same transaction (``routing.loads``): the rep's row
+    is locked first (by the update of ``last_assigned_at``, unless the caller holds it), then
+    the counter rows in rep id order.
     """
+    zone_name = _rep_assigned_at(rep_id, now)
+    released_rep_id: int | None = None
     if supersede is not None:
-        Assignment.objects.filter(pk=supersede.pk).update(active=False)
+        # Untouched (read under the row lock the update takes, so a first touch committed
+        # meanwhile is seen): its owner's open count goes down; touched, it was already.
+        if Assignment.objects.filter(pk=supersede.pk, active=True, touched_at__isnull=True).update(
+            active=False
+        ):
+            released_rep_id = supersede.rep_id
+        else:
+            Assignment.objects.filter(pk=supersede.pk).update(active=False)
         supersede.active = False
     if sla_due is _COMPUTE:
         sla_due = assignment_sla_due(now=now, minutes=sla_minutes, rep_id=rep_id, team_id=team_id)
@@ -708,8 +649,37 @@ def assignment_create(
         assigned_at=now,
         active=True,
     )
-    Rep.objects.filter(pk=rep_id).update(last_assigned_at=now)
+    load_assigned(rep_id=rep_id, zone_name=zone_name, now=now, released_rep_id=released_rep_id)
     return assignment
+
+
+def _rep_assigned_at(rep_id: int, now: datetime) -> str:
+    """Move the rep's ``last_assigned_at`` to ``now`` (which locks the rep's row) and return
+    the rep's time zone as read under that lock: one statement."""
+    table = Rep._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET last_assigned_at = %s WHERE id = %s RETURNING timezone",  # noqa: S608
+            [connection.ops.adapt_datetimefield_value(now), rep_id],
+        )
+        row = cursor.fetchone()
+    return (row[0] if row is not None else None) or "UTC"
+
+
+def assignment_first_touch(*, assignment: Assignment, at: datetime, source: str) -> bool:
+    """Record the first touch of ``assignment`` at ``at`` (``source``: a ``TouchSource``): the
+    one way a first touch is stored. False when it was touched or superseded meanwhile (the
+    update re-reads the row under its lock), so two reports never count twice. The owner's
+    open count goes down in the same transaction."""
+    touched = Assignment.objects.filter(
+        pk=assignment.pk, active=True, touched_at__isnull=True
+    ).update(touched_at=at, touch_source=source)
+    if not touched:
+        return False
+    assignment.touched_at = at
+    assignment.touch_source = source
+    load_released(assignment.rep_id)
+    return True
 
 
 def _sla_due(

@@ -804,6 +804,34 @@ class Assignment(models.Model):
         return f"{self.lead_id} → {self.rep_name or self.rep_id} ({self.kind})"
 
 
+class RepLoad(models.Model):
+    """A rep's load as counters: open leads and today's assignments, kept by the services.
+
+    Written in the transaction of every change that moves them (``routing.loads``): an
+    assignment (open +1, today +1), a first touch (open -1), a reassignment (the previous
+    owner's open -1 when it was untouched). A routing decision reads these rows, one per rep,
+    instead of counting assignments. "Today" is the rep's local day: ``day_count`` counts the
+    assignments at or after ``day_start`` (a midnight in ``timezone``), ``prev_count`` those of
+    the day before it (``prev_start``), so a decision whose clock is a moment behind midnight
+    still counts its own day. ``routing.loads.rep_loads_reconcile`` compares them with the
+    assignments and repairs drift; ``drift_open`` / ``drift_today`` add up what it repaired.
+    """
+
+    rep = models.OneToOneField(Rep, on_delete=models.CASCADE, primary_key=True, related_name="load")
+    open_count = models.PositiveIntegerField(default=0)
+    timezone = models.CharField(max_length=64, default="UTC")
+    day_start = models.DateTimeField(null=True, blank=True)
+    day_count = models.PositiveIntegerField(default=0)
+    prev_start = models.DateTimeField(null=True, blank=True)
+    prev_count = models.PositiveIntegerField(default=0)
+    drift_open = models.PositiveIntegerField(default=0)
+    drift_today = models.PositiveIntegerField(default=0)
+    reconciled_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"load of rep {self.rep_id}: {self.open_count} open"
+
+
 # --- Operations ---------------------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ from routing.decisions import (
     RouteResult,
     RoutingContention,
     assignment_create,
+    assignment_first_touch,
     route_lead,
     stored_trace,
 )
@@ -515,6 +516,7 @@ def assignment_touch(
     actor: str,
     owner_user_id: int | None = None,
     scope_team_ids: Collection[int] | None = None,
+    now: datetime | None = None,
 ) -> Assignment:
     """Record the owner's first touch of a lead; touching again changes nothing (idempotent).
 
@@ -533,10 +535,10 @@ def assignment_touch(
             "forbidden", "Only the lead's owner or a manager may report its first touch.", 403
         )
     if assignment.touched_at is None:
-        now = timezone.now()
-        assignment.touched_at = now
-        assignment.touch_source = TouchSource.LEADROUTER
-        assignment.save(update_fields=["touched_at", "touch_source"])
+        now = now or timezone.now()
+        if not assignment_first_touch(assignment=assignment, at=now, source=TouchSource.LEADROUTER):
+            assignment.refresh_from_db()  # touched from a CRM meanwhile
+            return assignment
         late = assignment.sla_due_at is not None and now > assignment.sla_due_at
         event_record_for_assignment(
             type=EventType.TOUCHED,
@@ -585,6 +587,7 @@ def lead_reassign(
     reason: str,
     actor: str,
     scope_team_ids: Collection[int] | None = None,
+    now: datetime | None = None,
 ) -> Assignment:
     """Give a lead to ``rep_email`` by hand (caps are not checked: a manager's decision).
 
@@ -616,7 +619,7 @@ def lead_reassign(
         raise LeadActionError("rep_inactive", f"{rep.name} is not active.", 422)
     if current is not None and current.rep_id == rep.pk:
         return current
-    now = timezone.now()
+    now = now or timezone.now()
     sla = (current.sla_minutes if current else None) or settings.DEFAULT_SLA_MINUTES or None
     team_id, team_name = _reassign_team(rep, current, scope_team_ids)
     assignment = assignment_create(
@@ -743,7 +746,7 @@ class RerouteReport:
 
 
 def rep_reroute_open_leads(
-    *, rep_id: int, actor: str, reason: str, limit: int = 500
+    *, rep_id: int, actor: str, reason: str, limit: int = 500, now: datetime | None = None
 ) -> RerouteReport:
     """Route again the leads a rep holds untouched (deactivated, out of office).
 
@@ -768,8 +771,8 @@ def rep_reroute_open_leads(
             current = _current_assignment(lead)
             if current is None or current.rep_id != rep_id or current.touched_at is not None:
                 continue  # moved or touched meanwhile
-            now = timezone.now()
-            result = route_lead(lead=lead, now=now, supersede=current)
+            at = now or timezone.now()
+            result = route_lead(lead=lead, now=at, supersede=current)
             if result.assignment is None:
                 kept += 1
                 continue
@@ -777,7 +780,7 @@ def rep_reroute_open_leads(
                 type=EventType.REASSIGNED,
                 assignment=result.assignment,
                 actor=actor,
-                at=now,
+                at=at,
                 data={
                     "manual": False,
                     "reason": reason,

@@ -677,6 +677,14 @@ CELERY_BEAT_SCHEDULE["monitoring-check-sla"] = {
     "schedule": SLA_CHECK_INTERVAL_SECONDS,
     "options": {"queue": "maintenance", "expires": SLA_CHECK_INTERVAL_SECONDS},
 }
+# Each rep's load counters (open and today's leads, routing.loads) are compared with the
+# assignments, and repaired where they drifted, every REP_LOAD_RECONCILE_SECONDS.
+REP_LOAD_RECONCILE_SECONDS = env.float("REP_LOAD_RECONCILE_SECONDS", default=900.0)
+CELERY_BEAT_SCHEDULE["monitoring-reconcile-rep-loads"] = {
+    "task": "maintenance.reconcile_rep_loads",
+    "schedule": REP_LOAD_RECONCILE_SECONDS,
+    "options": {"queue": "maintenance", "expires": REP_LOAD_RECONCILE_SECONDS},
+}
 CELERY_BEAT_SCHEDULE["monitoring-retry-unassigned"] = {
     "task": "maintenance.retry_unassigned",
     "schedule": UNASSIGNED_RETRY_SECONDS,

@@ -101,6 +101,7 @@ def assignment_touch_from_crm(
     *, assignment_id: int, kind: str, at: datetime, touch_kind: str = ""
 ) -> bool:
     """Record a first touch the CRM reported (idempotent); True when this call recorded it."""
+    from routing.decisions import assignment_first_touch
     from routing.models import Assignment
 
     now = timezone.now()
@@ -115,9 +116,8 @@ def assignment_touch_from_crm(
         if assignment is None:
             return False
         at = max(at, assignment.assigned_at)
-        assignment.touched_at = at
-        assignment.touch_source = kind
-        assignment.save(update_fields=["touched_at", "touch_source"])
+        if not assignment_first_touch(assignment=assignment, at=at, source=kind):
+            return False
         late = assignment.sla_due_at is not None and at > assignment.sla_due_at
         event_record_for_assignment(
             type=EventType.TOUCHED,
@@ -154,7 +154,7 @@ def crm_owner_changed(
     the lookup had not seen (it failed, timed out or found nobody); recorded the same way, said
     as such.
     """
-    from routing.decisions import assignment_create
+    from routing.decisions import assignment_create, assignment_first_touch
     from routing.delivery.services import deliveries_schedule
     from routing.models import Assignment, AssignmentKind, TeamMembership
 
@@ -239,9 +239,11 @@ def crm_owner_changed(
             },
         )
         if current.touched_at is None:
-            current.touched_at = max(current.assigned_at, min(changed_at, now))
-            current.touch_source = kind
-            current.save(update_fields=["touched_at", "touch_source"])
+            assignment_first_touch(
+                assignment=current,
+                at=max(current.assigned_at, min(changed_at, now)),
+                source=kind,
+            )
         return "noted"
 
 

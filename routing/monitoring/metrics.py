@@ -37,6 +37,7 @@ from prometheus_client.core import (
 
 from config.errors import error_body
 from leads.models import Lead, LeadStatus, Source
+from routing.loads import rep_load_drift_totals
 from routing.models import QueueHeartbeat
 from routing.monitoring.backlog import last_backlog_report
 from routing.monitoring.counters import TIME_TO_ASSIGN_BUCKETS, counters_current
@@ -67,6 +68,7 @@ class MetricsSnapshot:
     alerts_open: dict[str, int] = field(default_factory=dict)
     heartbeat_age: dict[str, float] = field(default_factory=dict)
     queue_lengths: dict[str, int] = field(default_factory=dict)
+    rep_load_drift: dict[str, int] = field(default_factory=dict)
 
 
 def metrics_snapshot() -> MetricsSnapshot:
@@ -113,6 +115,7 @@ def metrics_snapshot() -> MetricsSnapshot:
         snap.alerts_open[kind] = n
     for queue, seen in QueueHeartbeat.objects.values_list("queue", "last_seen_at"):
         snap.heartbeat_age[queue] = max(0.0, (now - seen).total_seconds())
+    snap.rep_load_drift = rep_load_drift_totals()
     report = last_backlog_report() or {}
     for queue, length in (report.get("queue_lengths") or {}).items():
         if isinstance(length, int):
@@ -164,6 +167,14 @@ def _families(snap: MetricsSnapshot) -> list[Metric]:
     )
     for queue, length in sorted(snap.queue_lengths.items()):
         lengths.add_metric([queue], length)
+    drift = CounterMetricFamily(
+        "leadrouter_rep_load_drift",
+        "Drift of the reps' load counters from their assignments, repaired by the "
+        "reconciliation (open leads, today's assignments).",
+        labels=["counter"],
+    )
+    for counter, n in sorted(snap.rep_load_drift.items()):
+        drift.add_metric([counter], n)
     return [
         received,
         processed,
@@ -193,6 +204,7 @@ def _families(snap: MetricsSnapshot) -> list[Metric]:
         alerts,
         heartbeat,
         lengths,
+        drift,
     ]
 
 

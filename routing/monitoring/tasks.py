@@ -6,6 +6,7 @@ from typing import Any
 
 from celery import shared_task
 
+from routing.loads import rep_loads_reconcile
 from routing.monitoring.backlog import backlog_check
 from routing.monitoring.refusals import refusals_check
 from routing.monitoring.sla import BREACH_NOTICE_TASK, breach_notice_send, sla_check
@@ -43,6 +44,12 @@ def check_refusals() -> None:
 def retry_unassigned() -> None:
     """Send a bounded batch of unassigned leads through routing again."""
     unassigned_retry()
+
+
+@shared_task(name="maintenance.reconcile_rep_loads")
+def reconcile_rep_loads() -> None:
+    """Compare each rep's load counters with the assignments; repair and count any drift."""
+    rep_loads_reconcile()
 
 
 connect_beat_watchdog()

@@ -24,6 +24,7 @@ gets no make-up", sticky duplicates; and the database must agree exactly.
 Invariants after every step, read from the database (ground truth), not from the model:
 
 1. at most one active assignment per lead (and exactly one for an assigned/duplicate lead);
+   the reps' load counters (the caps' input, routing.loads) equal the counts of their assignments;
 2. no capacity breach: a rep's open leads (active, untouched) never rise above ``max_open``
    through routing. Caps are not a bound on the open count as such: a manual reassignment and a
    sticky duplicate ignore caps by design, and a cap may be lowered below a rep's load. So the
@@ -76,6 +77,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 from django.db.models import Count, Max, Q
+from django.utils import timezone
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -112,6 +114,7 @@ from routing.services import (
 )
 from routing.versions import reps_deactivate, ruleset_replay
 from tests.reliability.harness import SCALE
+from tests.routing.loads_truth import counted, stored
 
 pytestmark = [pytest.mark.django_db, pytest.mark.reliability]
 
@@ -608,6 +611,7 @@ class RoutingMachine(RuleBasedStateMachine):
             return  # before setup
         self._one_active_assignment_per_lead()
         self._no_capacity_breach()
+        self._load_counters_equal_the_counts()
         self._routed_reps_were_eligible_under_their_version()
         self._audit_chain_verifies()
         self._round_robin_turns_and_counts()
@@ -624,6 +628,11 @@ class RoutingMachine(RuleBasedStateMachine):
         owned = Lead.objects.filter(status__in=(LeadStatus.ASSIGNED, LeadStatus.DUPLICATE))
         without = owned.exclude(assignments__active=True)
         assert not without.exists(), list(without.values_list("id", "status"))
+
+    def _load_counters_equal_the_counts(self) -> None:
+        """The reps' load counters, which the caps are checked against, equal the counts."""
+        now = timezone.now()
+        assert stored(now) == counted(now)
 
     def _no_capacity_breach(self) -> None:
         rows = Rep.objects.annotate(
