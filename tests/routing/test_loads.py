@@ -393,7 +393,7 @@ def test_the_migration_fills_the_counters_from_the_assignments_as_they_stand() -
 
     from django.apps import apps
 
-    migration = importlib.import_module("routing.migrations.0018_rep_load_counters")
+    migration = importlib.import_module("routing.migrations.0020_rep_load_counters")
     ana = make_rep(email="ana@x.example", timezone="Asia/Tokyo")
     published_ruleset({"name": "Ana", "action": {"type": "rep", "rep": ana.email}})
     first = _route("a@corp.example").assignment

@@ -57,7 +57,7 @@ def fill(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('routing', '0017_crm_connections'),
+        ('routing', '0019_crm_last_error_permission'),
     ]
 
     operations = [
