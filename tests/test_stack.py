@@ -261,7 +261,8 @@ def test_process_scan_finds_what_a_process_group_check_misses(tmp_path):
     """The stack check above would also catch a process that left make's process group."""
     marker = ("LEADROUTER_VAR_DIR", str(tmp_path))
     env = {**os.environ, marker[0]: marker[1]}
-    # A parent in a group of its own starts a child in a new session (as a supervisor like honcho does) and exits.
+    # A parent in a group of its own starts a child in a new session (as a supervisor like
+    # honcho does) and exits.
     parent = subprocess.Popen(
         [
             sys.executable,
