@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core import signing
-from django.db import connections
+from django.db import close_old_connections
 
 from leads.models import STATUS_MINUTES_MAX, Lead, LeadStatus, Source, origins_parse
 
@@ -110,8 +110,7 @@ def owner_revealed(rep: dict[str, Any], team: str, reveal: list[str]) -> dict[st
 def lead_status_read(*, lead_id: uuid.UUID) -> LeadStatusView | None:
     """The status document of a lead (None when it no longer exists); two queries at most.
 
-    The status view calls it in a thread of its own and closes that thread's connection after
-    (``lead_status_read_closing``).
+    Under ASGI the status view calls it in a read thread (``lead_status_read_pooled``).
     """
     from routing.models import Assignment  # routing builds on leads, not the reverse
 
@@ -143,9 +142,12 @@ def lead_status_read(*, lead_id: uuid.UUID) -> LeadStatusView | None:
     return LeadStatusView(document=document, final=status not in PENDING, cors_origins=origins)
 
 
-def lead_status_read_closing(lead_id: uuid.UUID) -> LeadStatusView | None:
-    """``lead_status_read``, then this thread's connections closed: a waiter holds none."""
-    try:
-        return lead_status_read(lead_id=lead_id)
-    finally:
-        connections.close_all()
+def lead_status_read_pooled(lead_id: uuid.UUID) -> LeadStatusView | None:
+    """``lead_status_read`` in one of the status process's few read threads (leads.status_api).
+
+    Each thread keeps its own connection between reads (dropped when unusable or older than
+    CONN_MAX_AGE, as a request would), so the status process holds at most
+    ``STATUS_READ_THREADS`` connections however many requests wait, and a read costs no connect.
+    """
+    close_old_connections()
+    return lead_status_read(lead_id=lead_id)

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
@@ -24,16 +26,26 @@ from config.errors import error_body
 from leads.status import (
     LeadStatusView,
     lead_status_read,
-    lead_status_read_closing,
+    lead_status_read_pooled,
     status_token_valid,
     status_wait_seconds,
 )
 from leads.status_wake import status_waiters
 
 _EMBED = Path(__file__).resolve().parent / "embed" / "owner.js"
-# Under ASGI the read runs in a pool thread and closes its connection (a waiter holds none);
-# under WSGI in the request's own thread, on its persistent connection.
-_read_async = sync_to_async(lead_status_read_closing, thread_sensitive=False)
+# Under ASGI the read runs in one of STATUS_READ_THREADS threads, each with one connection kept
+# between reads (a waiter holds none); under WSGI in the request's own thread, on its connection.
+_readers = ThreadPoolExecutor(
+    max_workers=settings.STATUS_READ_THREADS, thread_name_prefix="lead-status-read"
+)
+
+
+async def _read_async(lead_uuid: uuid.UUID) -> LeadStatusView | None:
+    return await asyncio.get_running_loop().run_in_executor(
+        _readers, lead_status_read_pooled, lead_uuid
+    )
+
+
 _read_in_request_thread = sync_to_async(
     lambda lead_id: lead_status_read(lead_id=lead_id), thread_sensitive=True
 )

@@ -367,6 +367,9 @@ SOURCE_CACHE_SECONDS = env.float("SOURCE_CACHE_SECONDS", default=5.0)
 STATUS_BASE_URL: str = env.str("STATUS_BASE_URL", default="").rstrip("/")
 # The longest ?wait= a status request may hold (seconds, at most 10); longer waits are clamped.
 STATUS_WAIT_MAX_SECONDS = min(env.float("STATUS_WAIT_MAX_SECONDS", default=10.0), 10.0)
+# Threads of the status process that read leads, each on one database connection kept between
+# reads: the most connections the status process holds, however many requests wait.
+STATUS_READ_THREADS = max(1, env.int("STATUS_READ_THREADS", default=4))
 # How a worker wakes the status requests waiting for a lead: Redis pub/sub on this server (default
 # REDIS_URL), else a datagram to each waiting process's socket in STATUS_WAKE_DIR (no server).
 STATUS_REDIS_URL: str = env.str("STATUS_REDIS_URL", default="") or REDIS_URL
