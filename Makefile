@@ -7,6 +7,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The ASGI process that serves the lead status URLs' waiting requests (Procfile `status`).
+STATUS_PORT ?= $(shell echo $$(($(PORT) + 1)))
 export UV_PYTHON_DOWNLOADS ?= never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
@@ -77,9 +79,11 @@ run: migrate
 	@if [ -f var/demo-login.txt ]; then echo "    Logins:"; sed 's/^/      /' var/demo-login.txt; \
 	  echo "    Demo source tokens and an API token: var/demo.json"; fi
 	@echo "    API docs:   http://$(HOST):$(PORT)/api/v1/docs/"
+	@echo "    Lead status URLs (their waiting requests): http://$(HOST):$(STATUS_PORT)/api/v1/status/"
 	@echo "    Readiness:  http://$(HOST):$(PORT)/readyz"
 	@echo ""
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HOST=$(HOST) PORT=$(PORT) \
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HOST=$(HOST) PORT=$(PORT) STATUS_PORT=$(STATUS_PORT) \
+	  STATUS_BASE_URL=$${STATUS_BASE_URL:-http://$(if $(filter 0.0.0.0,$(HOST)),127.0.0.1,$(HOST)):$(STATUS_PORT)} \
 	  CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT=$${CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT:-3} \
 	  LEADROUTER_URL=http://$(if $(filter 0.0.0.0,$(HOST)),127.0.0.1,$(HOST)):$(PORT) \
 	  $(PY) -m config.stack -f Procfile

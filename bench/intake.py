@@ -7,6 +7,10 @@ Needs PostgreSQL and Redis (BENCH_DATABASE_URL, BENCH_REDIS_URL; defaults on loc
 production settings (2 sync workers), and measures in one run:
   - a bare DRF APIView (the baseline), single-lead intake, with wrk;
   - batch intake (1,000-record JSON arrays) with a Python client on keep-alive connections.
+With ``--waiters N`` it also starts the status process (uvicorn, ``config.asgi``) and measures
+single-lead intake again while N status requests wait on it (``?wait=10``, each asking again when
+answered; issue 20: intake with 1,000 open waiters should keep >= 0.9 x its rate without), then
+once more without them, and counts the status process's database connections meanwhile.
 At the end it checks that every accepted lead is in the database.
 """
 
@@ -18,8 +22,10 @@ import json
 import os
 import platform
 import re
+import selectors
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -175,6 +181,88 @@ def run_batches(port: int, seconds: int, clients: int, size: int) -> dict[str, f
     }
 
 
+class Waiters:
+    """N status requests held open on the status process, each asking again once answered."""
+
+    def __init__(self, port: int, path: str, count: int) -> None:
+        self.port = port
+        self.request = f"GET {path}?wait=10 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+        self.selector = selectors.DefaultSelector()
+        self.buffers: dict[socket.socket, bytes] = {}
+        self.answers = 0
+        self.errors = 0
+        self.stop = threading.Event()
+        for _ in range(count):
+            self._open()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _open(self) -> None:
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s.sendall(self.request)
+        s.setblocking(False)
+        self.buffers[s] = b""
+        self.selector.register(s, selectors.EVENT_READ)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for key, _ in self.selector.select(0.5):
+                s = key.fileobj
+                assert isinstance(s, socket.socket)
+                try:
+                    chunk = s.recv(65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    self.errors += 1
+                    self.selector.unregister(s)
+                    del self.buffers[s]
+                    s.close()
+                    self._open()
+                    continue
+                data = self.buffers[s] + chunk
+                if data.endswith((b"}", b"\r\n0\r\n\r\n")):
+                    self.answers += 1
+                    data = b""
+                    s.setblocking(True)
+                    s.sendall(self.request)
+                    s.setblocking(False)
+                self.buffers[s] = data
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        for s in list(self.buffers):
+            s.close()
+
+
+def status_path(port: int) -> str:
+    """The status URL of one lead posted to the bench source (no worker runs: it stays received)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request(
+        "POST",
+        "/api/v1/intake/bench/",
+        body=json.dumps({"email": "waiter@example.com"}),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"},
+    )
+    response = conn.getresponse()
+    body = json.loads(response.read())
+    assert response.status == 202, body
+    return str(urlparse(body["status_url"]).path)
+
+
+def database_connections(database_url: str) -> int:
+    import psycopg
+
+    name = urlparse(database_url).path.lstrip("/")
+    admin_url = urlparse(database_url)._replace(path="/postgres").geturl()
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [name]
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+
 def wait_ready(port: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -189,12 +277,65 @@ def wait_ready(port: int, timeout: float = 60) -> None:
     raise SystemExit("gunicorn did not become ready")
 
 
+def measure_with_waiters(
+    port: int, env: dict[str, str], database_url: str, args: argparse.Namespace, url: str
+) -> dict[str, dict[str, float]]:
+    """Single intake with ``args.waiters`` status requests waiting on the status process, then
+    again without them."""
+    status_port = port + 1
+    status = subprocess.Popen(
+        [
+            str(BIN / "uvicorn"),
+            "config.asgi:application",
+            "--port",
+            str(status_port),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    script = WRK_SCRIPT % {"token": TOKEN}
+    results: dict[str, dict[str, float]] = {}
+    try:
+        wait_ready(status_port)
+        before = database_connections(database_url)
+        waiters = Waiters(status_port, status_path(port), args.waiters)
+        try:
+            time.sleep(3)  # every waiter has read its lead once and waits
+            during = database_connections(database_url)
+            results["single intake, waiters open"] = run_wrk(
+                url, args.seconds, args.connections, script
+            )
+        finally:
+            waiters.close()
+        results["single intake, waiters open"].update(
+            {
+                "waiters": float(args.waiters),
+                "answers": float(waiters.answers),
+                "waiter_errors": float(waiters.errors),
+                "db_before": float(before),
+                "db_during": float(during),
+            }
+        )
+    finally:
+        os.killpg(status.pid, signal.SIGTERM)
+        status.wait(30)
+    results["single intake, again"] = run_wrk(url, args.seconds, args.connections, script)
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=15)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--batch-clients", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--waiters", type=int, default=0, help="open status waiters (issue 20)")
     args = parser.parse_args()
 
     if shutil.which("wrk") is None:
@@ -256,6 +397,10 @@ def main() -> int:
         results["batch intake"] = run_batches(
             port, args.seconds, args.batch_clients, args.batch_size
         )
+        if args.waiters:
+            results.update(
+                measure_with_waiters(port, env, database_url, args, f"{base}/api/v1/intake/bench/")
+            )
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(30)
@@ -275,6 +420,9 @@ def main() -> int:
         results["batch intake"],
     )
     expected = int(single["requests"] - single["non2xx"] + batch["accepted"])
+    for extra in ("single intake, waiters open", "single intake, again"):
+        if extra in results:
+            expected += int(results[extra]["requests"] - results[extra]["non2xx"]) + 1
 
     print(
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
@@ -300,6 +448,23 @@ def main() -> int:
         f"{batch['errors']:.0f} | "
         f"{batch['leads_per_s'] / bare['rps']:.2f} (leads per bare request) |"
     )
+    if "single intake, waiters open" in results:
+        held, again = results["single intake, waiters open"], results["single intake, again"]
+        for label, run in (
+            (f"single-lead intake, {args.waiters} waiters open", held),
+            ("single-lead intake again, no waiters", again),
+        ):
+            print(
+                f"| {label} | {run['rps']:,.0f} req/s | {run['p50_ms']:.1f} ms | "
+                f"{run['p99_ms']:.1f} ms | {run['non2xx']:.0f} | {run['rps'] / bare['rps']:.2f} |"
+            )
+        print(
+            f"\nwith {args.waiters} waiters: {held['rps'] / single['rps']:.2f} x the first single "
+            f"intake run, {held['rps'] / again['rps']:.2f} x the run after; waiters answered "
+            f"{held['answers']:.0f} times ({held['waiter_errors']:.0f} dropped); database "
+            f"connections {held['db_before']:.0f} before the waiters, {held['db_during']:.0f} "
+            "with them open (the web and status processes together)"
+        )
     print(
         f"\nleads stored: {stored:,} (single + batch accepted in the measured runs: {expected:,}, "
         "plus the warm-up run)"

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.utils.deprecation import MiddlewareMixin
 from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -171,15 +172,12 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     return django_csrf_failure(request, reason=reason)
 
 
-class DatabaseUnavailableMiddleware:
-    """Turns a database outage anywhere in a request into ``503`` JSON with ``Retry-After``."""
+class DatabaseUnavailableMiddleware(MiddlewareMixin):
+    """Turns a database outage anywhere in a request into ``503`` JSON with ``Retry-After``.
 
-    def __init__(self, get_response: Any) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        response: HttpResponse = self.get_response(request)
-        return response
+    Sync and async (MiddlewareMixin): under ASGI a sync-only middleware would hold a thread for
+    each waiting status request.
+    """
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if isinstance(exception, (OperationalError, InterfaceError)) or (

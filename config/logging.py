@@ -13,11 +13,14 @@ from typing import Any
 # never reach the logs, whichever logger (gunicorn access, django.request) prints the URL.
 _TOKEN_IN_URL = re.compile(r"([?&](?:token|access_token|api_key)=)[^&\s\"']+", re.IGNORECASE)
 _BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
+# A lead status URL's token is its last path segment (leads.status): a capability, not for logs.
+_STATUS_TOKEN = re.compile(r"(/api/v1/status/[^/\s\"']+/)[^/?\s\"']+")
 
 
 def redact(text: str) -> str:
     """Replace secrets that may appear inside a logged URL or header with ``[redacted]``."""
-    return _BEARER.sub(r"\1[redacted]", _TOKEN_IN_URL.sub(r"\1[redacted]", text))
+    text = _STATUS_TOKEN.sub(r"\1[redacted]", _TOKEN_IN_URL.sub(r"\1[redacted]", text))
+    return _BEARER.sub(r"\1[redacted]", text)
 
 
 class RedactTokensFilter(logging.Filter):

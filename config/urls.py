@@ -5,12 +5,14 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config import health
+from leads import status_api
 from routing.monitoring import metrics
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics_view, name="metrics"),
+    path("embed/owner.js", status_api.embed_script, name="embed-owner"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("leads.urls")),
     path("api/v1/", include("routing.urls")),

@@ -19,7 +19,14 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from audit.config_changes import AuditedConfigAdmin, actor_of, config_change_record, values_of
 from config.json_input import BoundedJsonAdmin
 from leads.inbox import refused_dismiss, refused_reaccept
-from leads.models import Lead, RefusedPayload, RefusedState, Source, SourceAuthMode
+from leads.models import (
+    Lead,
+    RefusedPayload,
+    RefusedState,
+    Source,
+    SourceAuthMode,
+    status_reveal_default,
+)
 from leads.services import source_set_hmac_secret, source_set_token
 from leads.sources import kind_choices, kind_get, options_masked, options_unmasked
 from leads.tryit import (
@@ -108,10 +115,15 @@ class SourceForm(forms.ModelForm):
             "allow_query_token",
             "field_map",
             "rate_limit_per_minute",
+            "status_minutes",
+            "status_reveal",
+            "cors_origins",
         )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if "status_minutes" in self.fields:  # left out: the default (10 minutes)
+            self.fields["status_minutes"].required = False
         if self.instance.pk:  # a secret kind option (a page token) is never shown again
             self.initial["kind_options"] = options_masked(
                 self.instance.kind, self.instance.kind_options
@@ -119,6 +131,14 @@ class SourceForm(forms.ModelForm):
 
     def clean_kind(self) -> str:
         return self.cleaned_data.get("kind") or "generic"
+
+    def clean_status_minutes(self) -> int:
+        minutes = self.cleaned_data.get("status_minutes")
+        return int(minutes) if minutes else int(Source._meta.get_field("status_minutes").default)
+
+    def clean_status_reveal(self) -> Any:
+        reveal = self.cleaned_data.get("status_reveal")
+        return status_reveal_default() if reveal is None else reveal
 
     def clean_kind_options(self) -> Any:
         stored = Source.objects.filter(pk=self.instance.pk).values_list("kind_options", flat=True)
@@ -178,6 +198,9 @@ class SourceAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
         "new_vendor_secret",
         "field_map",
         "rate_limit_per_minute",
+        "status_minutes",
+        "status_reveal",
+        "cors_origins",
         *readonly_fields,
     )
     actions = ("rotate_token", "rotate_hmac_secret")

@@ -48,6 +48,7 @@ from leads.services import Accepted, lead_ingest, lead_ingest_batch
 from leads.source_auth import check_rate_limit, check_signature, check_token
 from leads.sources import kind_get
 from leads.sources.base import Reply
+from leads.status import StatusLink, status_link_make
 
 # --- Schema helpers --------------------------------------------------------------------------
 
@@ -98,6 +99,10 @@ AcceptedSerializer = inline_serializer(
         "id": serializers.UUIDField(),
         "status": serializers.ChoiceField(choices=["received"]),
         "url": serializers.CharField(),
+        "status_url": serializers.CharField(
+            help_text="The lead's status URL (also in Location): signed, expiring, for the "
+            "browser that submitted the lead; no other credential (docs/api.md)."
+        ),
     },
 )
 BatchSerializer = inline_serializer(
@@ -232,8 +237,22 @@ class IgnoreClientContentNegotiation(BaseContentNegotiation):
         return renderer, renderer.media_type
 
 
-def _accepted_body(lead_id: Any) -> dict[str, Any]:
-    return {"id": str(lead_id), "status": "received", "url": f"/api/v1/leads/{lead_id}/"}
+def _accepted_body(lead_id: Any, link: StatusLink) -> dict[str, Any]:
+    return {
+        "id": str(lead_id),
+        "status": "received",
+        "url": f"/api/v1/leads/{lead_id}/",
+        "status_url": link.url,
+    }
+
+
+def _allow_origin(request: HttpRequest, source: Source, response: Response) -> None:
+    """CORS for the pages the source names: their script may read the 202 (a form post from
+    such a page is a simple request, so no preflight reaches the intake)."""
+    origin = request.headers.get("Origin")
+    if origin and source.cors_origins and origin in source.cors_origin_list:
+        response["Access-Control-Allow-Origin"] = origin
+        response["Vary"] = "Origin"
 
 
 class IntakeView(APIView):
@@ -319,10 +338,13 @@ class IntakeView(APIView):
         if kind.acknowledge is not None and read_by_kind(source, django_request):
             return _reply(kind.acknowledge([str(item.lead_id) for item in accepted]))
         first = accepted[0]
-        headers = {"Location": f"/api/v1/leads/{first.lead_id}/"}
+        link = status_link_make(lead_id=first.lead_id, source=source, now=timezone.now())
+        headers = {"Location": link.url}
         if first.replayed:
             headers["Idempotent-Replayed"] = "true"
-        return Response(_accepted_body(first.lead_id), status=202, headers=headers)
+        response = Response(_accepted_body(first.lead_id, link), status=202, headers=headers)
+        _allow_origin(django_request, source, response)
+        return response
 
     @extend_schema(exclude=True)
     def get(self, request: Request, slug: str) -> Response | HttpResponse:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import uuid
 from datetime import datetime
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -35,6 +36,22 @@ def validate_kind(value: str) -> None:
     if value not in kinds():
         names = ", ".join(sorted(kinds()))
         raise ValidationError(f"Unknown source kind {value!r}; choose one of: {names}.")
+
+
+# What a source's status URL may tell the page that submitted a lead about its owner (the rep's
+# public face: never an e-mail, a rule or a trace). ``name`` is the rep's display name.
+STATUS_REVEALABLE = ("name", "first_name", "photo_url", "booking_url", "team")
+STATUS_MINUTES_MAX = 24 * 60
+_ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
+
+
+def origins_parse(text: str) -> list[str]:
+    """Origins written one per line, without blanks or a trailing slash."""
+    return [line.strip().rstrip("/") for line in text.splitlines() if line.strip()]
+
+
+def status_reveal_default() -> list[str]:
+    return ["name", "photo_url", "booking_url"]
 
 
 class Source(models.Model):
@@ -86,6 +103,23 @@ class Source(models.Model):
     rate_limit_per_minute = models.PositiveIntegerField(
         default=6000, validators=[MinValueValidator(1)]
     )
+    status_minutes = models.PositiveIntegerField(
+        default=10,
+        validators=[MinValueValidator(1), MaxValueValidator(STATUS_MINUTES_MAX)],
+        help_text="How long the status URL handed back with each accepted lead works, minutes.",
+    )
+    status_reveal = models.JSONField(
+        default=status_reveal_default,
+        blank=True,
+        help_text="What the status URL tells the browser about the lead's owner: any of "
+        + ", ".join(f'"{name}"' for name in STATUS_REVEALABLE)
+        + ". Empty: only whether the lead has an owner. Never e-mails, rules or traces.",
+    )
+    cors_origins = models.TextField(
+        blank=True,
+        help_text="Origins (scheme://host[:port], one per line) of the pages that post to this "
+        "source from a browser and read its status URL, e.g. https://www.example.com.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -94,6 +128,10 @@ class Source(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(rate_limit_per_minute__gte=1), name="source_rate_limit_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(status_minutes__gte=1, status_minutes__lte=STATUS_MINUTES_MAX),
+                name="source_status_minutes_bounded",
             ),
         ]
 
@@ -122,6 +160,21 @@ class Source(models.Model):
             )
         if not isinstance(self.kind_options, dict):
             raise ValidationError({"kind_options": "Must be a JSON object."})
+        reveal = self.status_reveal
+        if not isinstance(reveal, list) or any(item not in STATUS_REVEALABLE for item in reveal):
+            raise ValidationError(
+                {"status_reveal": "A list of: " + ", ".join(STATUS_REVEALABLE) + "."}
+            )
+        bad = [o for o in self.cors_origin_list if not _ORIGIN.fullmatch(o)]
+        if bad:
+            raise ValidationError(
+                {"cors_origins": f"Not an origin (scheme://host[:port], no path): {bad[0]!r}"}
+            )
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        """The configured origins, one per line, without blanks or a trailing slash."""
+        return origins_parse(self.cors_origins)
 
     def token_matches(self, token: str, *, now: datetime) -> bool:
         """Constant-time check of ``token`` against the current and, during overlap, old token."""

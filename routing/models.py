@@ -18,7 +18,7 @@ from typing import Any
 import pycountry
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, URLValidator
 from django.db import models, transaction
 from django.db.models import Q
 from django.db.models.functions import Lower
@@ -208,6 +208,22 @@ class Rep(models.Model):
         null=True,
         blank=True,
         help_text="Most assignments per day (local midnight to midnight); empty = no cap.",
+    )
+    # The rep's public face: what a source's status URL may show the prospect (leads.status).
+    display_name = models.CharField(
+        max_length=200, blank=True, help_text="Name shown to prospects; empty = the name."
+    )
+    photo_url = models.CharField(
+        max_length=500,
+        blank=True,
+        validators=[URLValidator(schemes=["https", "http"])],
+        help_text="A photo prospects see (https://...).",
+    )
+    booking_url = models.CharField(
+        max_length=500,
+        blank=True,
+        validators=[URLValidator(schemes=["https", "http"])],
+        help_text="Where prospects book a meeting with this rep (https://...).",
     )
     last_assigned_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -25,6 +25,7 @@ from leads.services import (
     lead_enqueue_later,
     leads_enqueue_after_commit,
 )
+from leads.status_wake import lead_status_announce
 from routing.crm.facts import CrmOwnerFound, crm_person_owner, crm_trace_notes
 from routing.crm.lookup import crm_lookup_wanted, crm_park
 from routing.decisions import (
@@ -86,7 +87,11 @@ def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
         logger.error("process_lead: %r is not a lead id", lead_id)
         return None
     with log_context(lead_id=lead_uuid):  # every line logged meanwhile names the lead
-        return _lead_process(lead_uuid)
+        status = _lead_process(lead_uuid)
+    if status is not None and status not in (LeadStatus.RECEIVED, LeadStatus.PROCESSING):
+        # Committed: wake the status requests waiting for this lead (leads.status_wake).
+        lead_status_announce(lead_ids=[lead_uuid])
+    return status
 
 
 def _lead_process(lead_uuid: uuid.UUID) -> str | None:

@@ -51,6 +51,8 @@ def _remove_test_broker_folder() -> Iterator[None]:
     yield
     if settings.BROKER_IS_FILESYSTEM and settings.BROKER_DIR.name.startswith("test-broker-"):
         shutil.rmtree(settings.BROKER_DIR, ignore_errors=True)
+    if settings.STATUS_WAKE_DIR.name.startswith("test-wake-"):
+        shutil.rmtree(settings.STATUS_WAKE_DIR, ignore_errors=True)
 
 
 @pytest.fixture

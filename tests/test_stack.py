@@ -82,6 +82,7 @@ def test_web_worker_and_beat_run_together_and_stop_on_ctrl_c(tmp_path, settings)
         DJANGO_SETTINGS_MODULE="config.settings.base",  # exactly what `make run` uses
         LEADROUTER_VAR_DIR=str(tmp_path),
         PORT=str(port),
+        STATUS_PORT=str(free_port()),  # PORT + 1, make's default, may be taken on a busy machine
         HOST="127.0.0.1",
         HEARTBEAT_INTERVAL_SECONDS="1",
         WEB_CONCURRENCY="1",
@@ -202,6 +203,7 @@ def _stack_env(tmp_path: Path, port: int) -> dict[str, str]:
         DJANGO_SETTINGS_MODULE="config.settings.base",
         LEADROUTER_VAR_DIR=str(tmp_path),
         PORT=str(port),
+        STATUS_PORT=str(free_port()),
         HOST="127.0.0.1",
         WEB_CONCURRENCY="1",
     )

@@ -77,6 +77,12 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+# The ASGI process (config.asgi: the status URLs' waiting requests) runs only middleware that is
+# async as well as sync: one sync-only middleware would make Django hold a thread for each waiting
+# request. It serves no static files (WhiteNoise is sync-only); the web process does.
+ASGI_PROCESS = env.bool("LEADROUTER_ASGI_PROCESS", default=False)
+if ASGI_PROCESS:
+    MIDDLEWARE.remove("whitenoise.middleware.WhiteNoiseMiddleware")
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -354,6 +360,22 @@ SOURCE_TOKEN_OVERLAP_HOURS = env.int("SOURCE_TOKEN_OVERLAP_HOURS", default=48)
 # Web processes keep a source's settings this long; a rotation or deactivation takes effect
 # everywhere within it.
 SOURCE_CACHE_SECONDS = env.float("SOURCE_CACHE_SECONDS", default=5.0)
+
+# --- Lead status URLs (leads.status): what the page that submitted a lead may learn -----------
+# The status URL's origin in the 202 (the ASGI process that serves it, e.g. behind a proxy that
+# sends /api/v1/status/ there); empty: a path on the intake's own origin.
+STATUS_BASE_URL: str = env.str("STATUS_BASE_URL", default="").rstrip("/")
+# The longest ?wait= a status request may hold (seconds, at most 10); longer waits are clamped.
+STATUS_WAIT_MAX_SECONDS = min(env.float("STATUS_WAIT_MAX_SECONDS", default=10.0), 10.0)
+# Threads of the status process that read leads, each on one database connection kept between
+# reads: the most connections the status process holds, however many requests wait.
+STATUS_READ_THREADS = max(1, env.int("STATUS_READ_THREADS", default=4))
+# How a worker wakes the status requests waiting for a lead: Redis pub/sub on this server (default
+# REDIS_URL), else a datagram to each waiting process's socket in STATUS_WAKE_DIR (no server).
+STATUS_REDIS_URL: str = env.str("STATUS_REDIS_URL", default="") or REDIS_URL
+STATUS_CHANNEL: str = env.str("STATUS_CHANNEL", default="leadrouter:lead-status")
+STATUS_WAKE_DIR = Path(env.str("LEADROUTER_STATUS_WAKE_DIR", default=str(VAR_DIR / "wake")))
+
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(INTAKE_MAX_BODY_BYTES, INTAKE_MAX_BATCH_BODY_BYTES)
 FILE_UPLOAD_MAX_MEMORY_SIZE = INTAKE_MAX_BATCH_BODY_BYTES
 DATA_UPLOAD_MAX_NUMBER_FIELDS = INTAKE_MAX_KEYS

@@ -7,6 +7,7 @@ _var = Path(os.environ.get("LEADROUTER_VAR_DIR", Path(__file__).resolve().parent
 # Per test run, so that two runs in one checkout (or a run beside `make run`) never share a
 # database file or a broker folder. Child processes get these through the environment.
 os.environ.setdefault("LEADROUTER_BROKER_DIR", str(_var / f"test-broker-{os.getpid()}"))
+os.environ.setdefault("LEADROUTER_STATUS_WAKE_DIR", str(_var / f"test-wake-{os.getpid()}"))
 
 from config.settings.base import *  # noqa: E402, F403
 from config.settings.base import DATABASES, IS_SQLITE, VAR_DIR  # noqa: E402

@@ -12,6 +12,15 @@ def test_tokens_in_urls_and_headers_are_redacted():
     assert redact("nothing secret here") == "nothing secret here"
 
 
+def test_a_lead_status_url_token_is_redacted():
+    lead = "5106f8ef-071e-4e07-8205-d8b6fa4cd572"
+    line = f'"GET /api/v1/status/{lead}/6b115a11:0DaweuKTORu8qVL8A_aEpg/?wait=10 HTTP/1.1" 200'
+    assert redact(line) == f'"GET /api/v1/status/{lead}/[redacted]/?wait=10 HTTP/1.1" 200'
+    assert redact(f"Not Found: /api/v1/status/{lead}/abc:def") == (
+        f"Not Found: /api/v1/status/{lead}/[redacted]"
+    )
+
+
 def test_filter_redacts_message_and_args():
     record = logging.LogRecord(
         "django.request", logging.WARNING, __file__, 1, "Bad request: %s", ("/in/?token=zz",), None

@@ -44,8 +44,11 @@ def test_json_lead_is_accepted_stored_verbatim_and_enqueued_after_commit(
     assert response.status_code == 202, response.content
     body = response.json()
     lead = Lead.objects.get()
+    status_url = body.pop("status_url")
     assert body == {"id": str(lead.id), "status": "received", "url": f"/api/v1/leads/{lead.id}/"}
-    assert response["Location"] == f"/api/v1/leads/{lead.id}/"
+    # The Location is the lead's status URL (issue 20), signed for this lead.
+    assert status_url.startswith(f"/api/v1/status/{lead.id}/")
+    assert response["Location"] == status_url
     assert lead.raw_payload == payload
     assert lead.status == LeadStatus.RECEIVED
     assert lead.source == source

@@ -185,3 +185,31 @@ def wait_for_no_processes_with_env(name: str, value: str, timeout: float) -> dic
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     return left
+
+
+@contextlib.contextmanager
+def status_server(extra_env: dict[str, str] | None = None) -> Iterator[str]:
+    """A real ``uvicorn config.asgi:application`` (make run's `status` process) on this test
+    run's database and broker; yields its base URL once it answers."""
+    import urllib.request
+
+    port = free_port()
+    args = [str(BIN / "uvicorn"), "config.asgi:application", "--host", "127.0.0.1"]
+    args += ["--port", str(port), "--no-access-log"]
+    proc = start(args, child_env(**(extra_env or {})))
+    base = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(f"{base}/healthz", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            if proc.popen.poll() is not None:
+                raise AssertionError(f"uvicorn exited:\n{proc.text()}") from None
+            return False
+
+    try:
+        wait_until(answers, timeout=60, message=lambda: f"uvicorn never answered:\n{proc.text()}")
+        yield base
+    finally:
+        proc.stop()
