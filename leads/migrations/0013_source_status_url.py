@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("leads", "0011_lead_fetch"),
+        ("leads", "0012_lead_crm_parked_dispatched"),
     ]
 
     operations = [

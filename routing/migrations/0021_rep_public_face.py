@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("routing", "0017_crm_connections"),
+        ("routing", "0020_rep_load_counters"),
     ]
 
     operations = [
