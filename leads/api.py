@@ -342,7 +342,9 @@ class IntakeView(APIView):
         headers = {"Location": link.url}
         if first.replayed:
             headers["Idempotent-Replayed"] = "true"
-        response = Response(_accepted_body(first.lead_id, link), status=202, headers=headers)
+        response = Response(
+            _accepted_body(first.lead_id, link), status=kind.accepted_status, headers=headers
+        )
         _allow_origin(django_request, source, response)
         return response
 
