@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -202,3 +203,40 @@ def test_a_plain_lead_sent_to_a_source_of_any_kind_is_accepted(client, published
         "Acme",
         "ES",
     )
+
+
+def test_a_vendors_secret_is_not_kept_when_its_payload_reaches_a_source_of_another_kind(
+    client, published
+):
+    # Review finding: only the source's own kind redacted. A Salesforce Outbound Message posted
+    # to a generic source (415, refused) kept the sender's live SessionId in the refused inbox,
+    # and a Google Ads lead at a generic source with a field map kept its google_key.
+    SourceFactory(slug="gen-sf")
+    soap = (SOURCES_DIR / "salesforce" / "fixtures" / "outbound_message_lead.xml").read_bytes()
+    soap = re.sub(rb"<SessionId[^>]*>[^<]*</SessionId>|<SessionId[^>]*/>", b"", soap)
+    soap = soap.replace(
+        b"<EnterpriseUrl>", b"<SessionId>00D!AQ0live-session</SessionId><EnterpriseUrl>", 1
+    )
+    response = client.post(
+        "/api/v1/intake/gen-sf/", soap, content_type="text/xml", **auth("gen-sf")
+    )
+    assert response.status_code == 415
+    kept = RefusedPayload.objects.get(source__slug="gen-sf")
+    assert b"<SessionId" in bytes(kept.body)
+    assert b"live-session" not in bytes(kept.body)
+
+    SourceFactory(
+        slug="gen-ga", field_map={"user_column_data[column_id=EMAIL].string_value": "email"}
+    )
+    body = {
+        "lead_id": "L1",
+        "google_key": "typed-in-google-ads",
+        "user_column_data": [{"column_id": "EMAIL", "string_value": "ana@acme.de"}],
+    }
+    response = client.post(
+        "/api/v1/intake/gen-ga/", body, content_type="application/json", **auth("gen-ga")
+    )
+    assert response.status_code == 202, response.content
+    lead = Lead.objects.get(source__slug="gen-ga")
+    assert "google_key" not in lead.raw_payload
+    assert lead.raw_payload["lead_id"] == "L1"
