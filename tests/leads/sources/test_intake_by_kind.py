@@ -240,3 +240,29 @@ def test_a_vendors_secret_is_not_kept_when_its_payload_reaches_a_source_of_anoth
     lead = Lead.objects.get(source__slug="gen-ga")
     assert "google_key" not in lead.raw_payload
     assert lead.raw_payload["lead_id"] == "L1"
+
+
+def test_a_segment_batch_makes_one_lead_per_call(client, published):
+    # Review finding: {"batch": [identify, identify, ...]} (the Tracking API's /v1/batch body)
+    # was answered 202 with one lead, the first person's; the others were dropped unseen.
+    source = SourceFactory(slug="seg-batch", kind="segment")
+    body = {
+        "batch": [
+            {"type": "identify", "messageId": "m1", "traits": {"email": "ana@acme.de"}},
+            {"type": "identify", "messageId": "m2", "traits": {"email": "ben@beta.de"}},
+            {"type": "page", "messageId": "m3", "anonymousId": "a1", "name": "Pricing"},
+        ],
+        "context": {"ip": "203.0.113.7"},
+    }
+    response = client.post(
+        "/api/v1/intake/seg-batch/", body, content_type="application/json", **auth("seg-batch")
+    )
+    assert response.status_code == 202, response.content
+    leads = [
+        lead_apply_normalization(lead=lead)
+        for lead in Lead.objects.filter(source=source).select_related("source")
+    ]
+    assert sorted(lead.email for lead in leads) == ["ana@acme.de", "ben@beta.de"]
+    assert {lead.idempotency_key for lead in leads} == {"m1", "m2"}
+    # The anonymous page call is no lead: kept in the refused inbox, not dropped.
+    assert RefusedPayload.objects.filter(source=source, reason="not_a_lead").count() == 1
