@@ -75,12 +75,16 @@ def _scrub(value: Any) -> Any:
 
 
 def sentry_scrub_tokens(event: Any, hint: Any) -> Any:
-    """Sentry ``before_send``: the request's URL, query string and headers lose their tokens."""
+    """Sentry ``before_send``: every string of the event loses its tokens — the request's URL,
+    query string and headers, and also the log message and its arguments, the breadcrumbs
+    (gunicorn's access line with ``?token=``), exception messages and frame variables. Sentry's
+    logging integration reads records before any handler's filter, so RedactTokensFilter on the
+    console handler never sees what Sentry sends."""
+    if not isinstance(event, dict):
+        return event
+    event = _scrub(event)
     request = event.get("request")
     if isinstance(request, dict):
-        for key in ("url", "query_string", "headers", "data"):
-            if key in request:
-                request[key] = _scrub(request[key])
         query = request.get("query_string")
         if isinstance(query, str) and "token=" in query.lower():
             request["query_string"] = redact("?" + query)[1:]

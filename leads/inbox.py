@@ -25,7 +25,7 @@ from django.utils import timezone
 from config.logging import redact
 from leads.models import RefusedPayload, RefusedState, Source
 from leads.parsing import IntakeError
-from leads.sources import kind_get
+from leads.sources import kind_get, kinds
 
 logger = logging.getLogger(__name__)
 
@@ -102,14 +102,19 @@ def refused_record(
 
 
 def _body_redacted(source: Source, body: bytes) -> bytes:
-    redact = kind_get(source.kind).redact_body
-    if redact is None:
-        return body
-    try:
-        return bytes(redact(body))
-    except Exception:  # keep nothing rather than a secret: the reason still says what came
-        logger.exception("the %s kind could not redact a refused body", source.kind)
-        return b""
+    """The body without any kind's secret, the source's own kind first: a tool's payload sent
+    to a source of another kind (a Salesforce Outbound Message at a generic source) keeps its
+    secret out of the inbox too."""
+    own = kind_get(source.kind)
+    for kind in (own, *(other for other in kinds().values() if other is not own)):
+        if kind.redact_body is None:
+            continue
+        try:
+            body = bytes(kind.redact_body(body))
+        except Exception:  # keep nothing rather than a secret: the reason still says what came
+            logger.exception("the %s kind could not redact a refused body", kind.name)
+            return b""
+    return body
 
 
 def refused_record_batch(

@@ -139,19 +139,41 @@ def _querydict_to_record(data: QueryDict) -> dict[str, Any]:
     return record
 
 
-def _parse_urlencoded(body: bytes, limits: Limits) -> dict[str, Any]:
-    """Strict: the body and every percent-escape must be UTF-8 (no silent U+FFFD)."""
-    text = decode_utf8(body)
+# Single-byte charsets a form may declare (a Latin-1 page of an old CMS, a German PHP form); any
+# other declared charset, or none, is read as UTF-8.
+_FORM_CHARSETS = {
+    "iso-8859-1": "cp1252",  # as browsers and WHATWG read it
+    "latin1": "cp1252",
+    "latin-1": "cp1252",
+    "windows-1252": "cp1252",
+    "cp1252": "cp1252",
+    "iso-8859-15": "iso-8859-15",
+}
+
+
+def _parse_urlencoded(body: bytes, limits: Limits, charset: str = "") -> dict[str, Any]:
+    """Strict: the body and every percent-escape must be UTF-8 (no silent U+FFFD), or the
+    single-byte charset the request declares (``charset=windows-1252``), strictly too."""
+    encoding = _FORM_CHARSETS.get(charset.strip().strip('"').lower(), "utf-8")
+    if encoding == "utf-8":
+        text = decode_utf8(body)
+    else:
+        try:
+            text = body.decode(encoding)
+        except UnicodeDecodeError:
+            raise _bad(f"The form body is not valid {charset} text.") from None
     try:
         pairs = parse_qsl(
             text,
             keep_blank_values=True,
             strict_parsing=False,
-            encoding="utf-8",
+            encoding=encoding,
             errors="strict",
             max_num_fields=limits.max_keys,
         )
     except UnicodeDecodeError:
+        if encoding != "utf-8":
+            raise _bad(f"A percent-escape in the form body is not valid {charset}.") from None
         raise _bad("A percent-escape in the form body is not valid UTF-8.") from None
     except ValueError:
         raise _bad(f"More than {limits.max_keys} form fields.") from None
@@ -193,7 +215,8 @@ def parse_form(request: HttpRequest, limits: Limits) -> dict[str, Any]:
     """A form-encoded or multipart body as one record (uploaded files are not lead data)."""
     try:
         if media_type(request) == "application/x-www-form-urlencoded":
-            record = _parse_urlencoded(request.body, limits)
+            charset = (request.content_params or {}).get("charset", "")
+            record = _parse_urlencoded(request.body, limits, charset)
         else:
             _check_multipart_end(request)
             record = _querydict_to_record(request.POST)

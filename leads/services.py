@@ -40,7 +40,7 @@ from leads.models import (
 )
 from leads.normalize import is_a_lead, map_fields, normalize
 from leads.parsing import IntakeError, Limits, check_value
-from leads.sources import kind_get, source_flatten
+from leads.sources import kind_get, kinds, source_flatten
 
 logger = logging.getLogger(__name__)
 
@@ -160,16 +160,20 @@ def _idempotency_key(canonical: dict[str, Any], header_key: str | None) -> str |
 
 
 def record_redact(source: Source, record: dict[str, Any]) -> dict[str, Any]:
-    """The record without what its kind says must never be stored (a secret in the body)."""
-    redact = kind_get(source.kind).redact
-    if redact is None:
-        return record
-    try:
-        cleaned = redact(dict(record))
-    except Exception:  # a redactor that cannot read the record: store it unredacted, not lose it
-        logger.exception("the %s kind could not redact a record", source.kind)
-        return record
-    return cleaned if isinstance(cleaned, dict) else record
+    """The record without what any kind says must never be stored (a secret in the body), the
+    source's own kind first: a Google Ads lead at a generic source keeps no ``google_key``."""
+    own = kind_get(source.kind)
+    for kind in (own, *(other for other in kinds().values() if other is not own)):
+        if kind.redact is None:
+            continue
+        try:
+            cleaned = kind.redact(dict(record))
+        except Exception:  # a redactor that cannot read the record: store it, not lose it
+            logger.exception("the %s kind could not redact a record", kind.name)
+            continue
+        if isinstance(cleaned, dict):
+            record = cleaned
+    return record
 
 
 def _fetch_notice(source: Source, record: dict[str, Any]) -> str | None:

@@ -171,8 +171,22 @@ def flatten(
     canonical, _custom = map_fields(flat, mapping)
     present = _present_targets(canonical)
     if not is_a_lead(canonical):
-        below = found_below(record, skip=present)
-        extra = {key: value for key, value in below.items() if key not in flat}
+        # A kind whose decoder read no one from the payload (a plain form post sent to a
+        # Typeform or Segment source, say): the record's own top-level fields, as the generic
+        # kind reads them, so that a lead plain at the top level is not refused for its kind.
+        top: Record = {}
+        if source_kind.name != GENERIC and not present:
+            for key, value in record.items():
+                if (
+                    isinstance(key, str)
+                    and key not in flat
+                    and value not in (None, "")
+                    and isinstance(value, str | int | float)
+                    and canonical_key(key) is not None
+                ):
+                    top[key] = value
+        below = found_below(record, skip=present | {canonical_key(key) or "" for key in top})
+        extra = {**top, **{key: value for key, value in below.items() if key not in flat}}
         # A top-level key holding a structure ("email": {"value": ...}) yields to what was
         # found inside it: its structure stays in the raw payload.
         for key, value in below.items():
@@ -181,7 +195,7 @@ def flatten(
         if extra:
             flat = {**flat, **extra}
             canonical, _custom = map_fields(flat, mapping)
-            if any(canonical_key(key) for key in extra):
+            if any(canonical_key(key) for key in extra if key not in top):
                 flags.append(FLAG_FOUND_BELOW)
     return Flattened(flat, tuple(flags), error, canonical)
 

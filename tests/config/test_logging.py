@@ -42,3 +42,46 @@ def test_sentry_events_lose_url_tokens():
     scrubbed = sentry_scrub_tokens(event, {})["request"]
     assert "abc" not in str(scrubbed)
     assert scrubbed["query_string"] == "token=[redacted]&x=1"
+
+
+def test_sentry_events_lose_url_tokens_in_breadcrumbs_log_messages_and_exceptions():
+    # Review finding (issue 16 §7): Sentry's logging integration reads a record before the
+    # console handler's RedactTokensFilter, so gunicorn's access line (a breadcrumb) and an
+    # error's log message carried ?token= to Sentry; before_send scrubbed only the request.
+    # The shapes are those sentry-sdk 2.x sends for a logged error after an access line.
+    from config.logging import sentry_scrub_tokens
+
+    url = "/api/v1/intake/web/?token=S3CRET-URL-TOKEN"
+    event = {
+        "level": "error",
+        "logentry": {
+            "message": "intake failed for %s",
+            "formatted": f"intake failed for {url}",
+            "params": [url],
+        },
+        "breadcrumbs": {
+            "values": [
+                {
+                    "category": "gunicorn.access",
+                    "level": "info",
+                    "message": f'127.0.0.1 "POST {url} HTTP/1.1"',
+                }
+            ]
+        },
+        "exception": {
+            "values": [
+                {
+                    "type": "ValueError",
+                    "value": f"bad {url}",
+                    "stacktrace": {"frames": [{"vars": {"path": repr(url)}}]},
+                }
+            ]
+        },
+        "request": {"query_string": "token=S3CRET-URL-TOKEN"},
+    }
+    scrubbed = sentry_scrub_tokens(event, {})
+    assert "S3CRET-URL-TOKEN" not in str(scrubbed)
+    assert scrubbed["breadcrumbs"]["values"][0]["message"] == (
+        '127.0.0.1 "POST /api/v1/intake/web/?token=[redacted] HTTP/1.1"'
+    )
+    assert scrubbed["logentry"]["message"] == "intake failed for %s"

@@ -151,6 +151,24 @@ def decode(record: Record, options: Options) -> Record:
     return out
 
 
+def split(record: Record, options: Options) -> list[Record]:
+    """The calls of a batch (``{"batch": [...]}``, the HTTP Tracking API's ``/v1/batch`` body,
+    as Segment-compatible libraries send it), each a lead of its own with the batch's
+    ``context`` where the call has none; any other body is one call."""
+    batch = record.get("batch")
+    if not isinstance(batch, list):
+        return [record]
+    context = record.get("context")
+    calls: list[Record] = []
+    for call in batch:
+        if not isinstance(call, dict):
+            continue
+        if isinstance(context, dict) and "context" not in call:
+            call = {**call, "context": context}
+        calls.append(call)
+    return calls or [record]
+
+
 def verify(inbound: Inbound, secret: str, now: datetime) -> bool:
     """``X-Signature: <hex HMAC-SHA1 of the body, keyed by the destination's shared secret>``."""
     sent = inbound.header(SIGNATURE_HEADER).strip().lower()
@@ -167,4 +185,5 @@ KIND = SourceKind(
     decode=decode,
     verify=verify,
     signature_header=SIGNATURE_HEADER,
+    split=split,
 )

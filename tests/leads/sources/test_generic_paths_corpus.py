@@ -286,3 +286,7 @@ def test_a_generic_source_with_paths_reads_the_vendors_payload(
     assert got == expected
     assert lead.custom  # what no path names is kept
     assert "decoder_failed" not in lead.flags
+    # The paths read the person, not the look below the top level (which, for half of these
+    # payloads, finds the same values with no field map at all: without this the test passed
+    # with every path resolving to nothing).
+    assert "found_below_top_level" not in lead.flags

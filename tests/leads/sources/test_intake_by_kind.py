@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,88 @@ def test_a_generic_source_still_refuses_a_reused_key_with_another_body(client, p
     body["company"] = "Other"
     again = client.post(url, body, content_type="application/json", **auth("gen"))
     assert again.json()["error"]["code"] == "idempotency_key_reused"
+
+
+@pytest.mark.parametrize("kind", sorted(set(kinds()) - {"generic"}))
+def test_a_plain_lead_sent_to_a_source_of_any_kind_is_accepted(client, published, kind):
+    # Review finding (issue 16, "Bad input": a payload its decoder cannot read is accepted as a
+    # generic lead if it is one): a plain form post at a Typeform, Tally, Jotform, Webflow,
+    # Intercom, Segment or Google Ads source was refused 422 not_a_lead, its decoder having
+    # read no one and the look below the top level skipping the top level's own fields.
+    slug = f"plain-{kind}".replace("_", "-")
+    source = SourceFactory(slug=slug, kind=kind)
+    body = {"email": "ana@acme.de", "first_name": "Ana", "company": "Acme", "country": "Spain"}
+    response = client.post(
+        f"/api/v1/intake/{slug}/", body, content_type="application/json", **auth(slug)
+    )
+    assert response.status_code == 202, response.content
+    lead = lead_apply_normalization(lead=Lead.objects.select_related("source").get(source=source))
+    assert (lead.email, lead.first_name, lead.company, lead.country) == (
+        "ana@acme.de",
+        "Ana",
+        "Acme",
+        "ES",
+    )
+
+
+def test_a_vendors_secret_is_not_kept_when_its_payload_reaches_a_source_of_another_kind(
+    client, published
+):
+    # Review finding: only the source's own kind redacted. A Salesforce Outbound Message posted
+    # to a generic source (415, refused) kept the sender's live SessionId in the refused inbox,
+    # and a Google Ads lead at a generic source with a field map kept its google_key.
+    SourceFactory(slug="gen-sf")
+    soap = (SOURCES_DIR / "salesforce" / "fixtures" / "outbound_message_lead.xml").read_bytes()
+    soap = re.sub(rb"<SessionId[^>]*>[^<]*</SessionId>|<SessionId[^>]*/>", b"", soap)
+    soap = soap.replace(
+        b"<EnterpriseUrl>", b"<SessionId>00D!AQ0live-session</SessionId><EnterpriseUrl>", 1
+    )
+    response = client.post(
+        "/api/v1/intake/gen-sf/", soap, content_type="text/xml", **auth("gen-sf")
+    )
+    assert response.status_code == 415
+    kept = RefusedPayload.objects.get(source__slug="gen-sf")
+    assert b"<SessionId" in bytes(kept.body)
+    assert b"live-session" not in bytes(kept.body)
+
+    SourceFactory(
+        slug="gen-ga", field_map={"user_column_data[column_id=EMAIL].string_value": "email"}
+    )
+    body = {
+        "lead_id": "L1",
+        "google_key": "typed-in-google-ads",
+        "user_column_data": [{"column_id": "EMAIL", "string_value": "ana@acme.de"}],
+    }
+    response = client.post(
+        "/api/v1/intake/gen-ga/", body, content_type="application/json", **auth("gen-ga")
+    )
+    assert response.status_code == 202, response.content
+    lead = Lead.objects.get(source__slug="gen-ga")
+    assert "google_key" not in lead.raw_payload
+    assert lead.raw_payload["lead_id"] == "L1"
+
+
+def test_a_segment_batch_makes_one_lead_per_call(client, published):
+    # Review finding: {"batch": [identify, identify, ...]} (the Tracking API's /v1/batch body)
+    # was answered 202 with one lead, the first person's; the others were dropped unseen.
+    source = SourceFactory(slug="seg-batch", kind="segment")
+    body = {
+        "batch": [
+            {"type": "identify", "messageId": "m1", "traits": {"email": "ana@acme.de"}},
+            {"type": "identify", "messageId": "m2", "traits": {"email": "ben@beta.de"}},
+            {"type": "page", "messageId": "m3", "anonymousId": "a1", "name": "Pricing"},
+        ],
+        "context": {"ip": "203.0.113.7"},
+    }
+    response = client.post(
+        "/api/v1/intake/seg-batch/", body, content_type="application/json", **auth("seg-batch")
+    )
+    assert response.status_code == 202, response.content
+    leads = [
+        lead_apply_normalization(lead=lead)
+        for lead in Lead.objects.filter(source=source).select_related("source")
+    ]
+    assert sorted(lead.email for lead in leads) == ["ana@acme.de", "ben@beta.de"]
+    assert {lead.idempotency_key for lead in leads} == {"m1", "m2"}
+    # The anonymous page call is no lead: kept in the refused inbox, not dropped.
+    assert RefusedPayload.objects.filter(source=source, reason="not_a_lead").count() == 1
