@@ -163,6 +163,9 @@ class PersonUpdate:
     person_object: str = ""
     external_id: str = ""
     fields: Mapping[str, Any] = field(default_factory=dict)
+    # The owners of the lead's earlier assignments: LeadRouter wrote them, or may have (a write
+    # the CRM made but whose answer was lost), so finding one is no owner set in the CRM.
+    earlier_owner_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ class WriteResult:
     person: Person
 
 
-def owner_is_foreign(current: str, *, ours: str, known: str) -> bool:
+def owner_is_foreign(current: str, *, ours: str, known: str, earlier: Sequence[str] = ()) -> bool:
     """Does the person's ``current`` owner belong to someone LeadRouter did not put or see there?
 
     ``ours``: the owner being written; ``known``: the owner LeadRouter last wrote, else the one
@@ -182,8 +185,11 @@ def owner_is_foreign(current: str, *, ours: str, known: str) -> bool:
     other owner was set in the CRM, before or after our assignment, and is never overwritten.
     No timestamp decides it: Salesforce's LastModifiedDate moves on any edit, and an owner set
     before the assignment is the CRM's all the same when the lookup did not see it.
+
+    ``earlier``: the owners of the lead's earlier assignments, which LeadRouter wrote or may
+    have written (a write that landed while its answer was lost is no owner set in the CRM).
     """
-    return bool(current) and current not in (ours, known)
+    return bool(current) and current not in (ours, known, *earlier)
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from routing.crm.connections import crm_client
 from routing.crm.facts import crm_label
 from routing.crm.health import crm_record_error, crm_record_ok
 from routing.crm.limits import WRITE_REQUESTS, crm_pause, spender
-from routing.crm.models import CrmConnection
+from routing.crm.models import CrmConnection, CrmOwner
 from routing.crm.roster import rep_owner_id
 
 logger = logging.getLogger(__name__)
@@ -197,6 +197,12 @@ def _write_owner(connection: CrmConnection, assignment_id: int, now: datetime) -
     # happened (cancelled when superseded), and the CRM would still show the lookup's owner.
     person_object, person_id, known_owner = _known_person(entry)
     fields = {name: getattr(lead, name) for name in _CREATE_FIELDS if getattr(lead, name, "")}
+    earlier_reps = (
+        Assignment.objects.filter(lead_id=lead.pk)
+        .exclude(pk=assignment.pk)
+        .values_list("rep_id", flat=True)
+    )
+    earlier_owners = CrmOwner.objects.filter(kind=connection.kind, rep_id__in=earlier_reps)
     update = PersonUpdate(
         owner_id=owner_id,
         email=lead.email,
@@ -204,6 +210,9 @@ def _write_owner(connection: CrmConnection, assignment_id: int, now: datetime) -
         person_object=person_object,
         external_id=str(lead.pk),
         fields=fields,
+        earlier_owner_ids=tuple(
+            sorted(set(earlier_owners.values_list("owner_id", flat=True)) - {owner_id})
+        ),
     )
     if not person_id and not lead.email:
         return WriteOutcome(
