@@ -147,6 +147,21 @@ def _remember(lead_id: Any, kind: str, written: dict[str, Any]) -> None:
         lead.save(update_fields=["crm"])
 
 
+def _owner_is_no_eligible_rep(kind: str, owner_id: str, now: datetime) -> bool:
+    """Is ``owner_id`` a rep the lookup would pass over (not active, out of office, or the CRM
+    user deactivated)? An owner who is no rep at all is not: the lead is worked outside."""
+    row = (
+        CrmOwner.objects.filter(kind=kind, owner_id=owner_id, rep__isnull=False)
+        .select_related("rep")
+        .first()
+    )
+    if row is None or row.rep is None:
+        return False
+    rep = row.rep
+    away = rep.out_of_office_until is not None and rep.out_of_office_until > now
+    return not rep.active or away or not row.active_in_crm
+
+
 def crm_write_owner(*, delivery: Any, now: datetime) -> WriteOutcome:
     """Write the owner of ``delivery.assignment`` to ``delivery.crm_connection``."""
     from routing.models import Assignment
@@ -227,6 +242,18 @@ def _write_owner(connection: CrmConnection, assignment_id: int, now: datetime) -
                 raise _Superseded
 
         result = client.write_owner(update, known_owner_id=known_owner, before_write=still_current)
+        if (
+            result.outcome == "kept"
+            and not known_owner
+            and _owner_is_no_eligible_rep(connection.kind, result.person.owner_id, now)
+        ):
+            # The owner LeadRouter had not seen is a rep who could not take the lead (inactive,
+            # out of office, deactivated in the CRM): replaced by the rules' rep, as it is when
+            # the lookup sees it, not given the lead.
+            known_owner = result.person.owner_id
+            result = client.write_owner(
+                update, known_owner_id=known_owner, before_write=still_current
+            )
     except _Superseded:
         return WriteOutcome(
             "cancelled",
