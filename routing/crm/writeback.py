@@ -245,11 +245,15 @@ def _write_owner(connection: CrmConnection, assignment_id: int, now: datetime) -
         if (
             result.outcome == "kept"
             and not known_owner
-            and _owner_is_no_eligible_rep(connection.kind, result.person.owner_id, now)
+            and (
+                not connection.honour_crm_owner
+                or _owner_is_no_eligible_rep(connection.kind, result.person.owner_id, now)
+            )
         ):
-            # The owner LeadRouter had not seen is a rep who could not take the lead (inactive,
-            # out of office, deactivated in the CRM): replaced by the rules' rep, as it is when
-            # the lookup sees it, not given the lead.
+            # The owner LeadRouter had not seen is not to be followed (the connection does not
+            # honour CRM owners) or is a rep who could not take the lead (inactive, out of
+            # office, deactivated in the CRM): replaced by the rules' rep, as it is when the
+            # lookup sees it, not given the lead.
             known_owner = result.person.owner_id
             result = client.write_owner(
                 update, known_owner_id=known_owner, before_write=still_current

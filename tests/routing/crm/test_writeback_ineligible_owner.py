@@ -41,3 +41,28 @@ def test_an_owner_found_at_write_back_who_is_an_inactive_rep_does_not_get_the_le
     record = sf.record("Lead", person)
     assert record is not None
     assert record["OwnerId"] == CrmOwner.objects.get(kind="salesforce", rep=first.rep).owner_id
+
+
+def test_with_honour_off_an_owner_found_at_write_back_is_replaced_as_one_found_at_lookup(org):
+    from routing.crm.lookup import clear_connection_cache
+    from routing.crm.models import CrmConnection
+
+    sf = org["sf"]
+    CrmConnection.objects.update(honour_crm_owner=False)
+    clear_connection_cache()
+    ben = RepFactory(email="ops@example.com", name="Ops")  # an active rep, not followed
+    CrmOwner.objects.filter(kind="salesforce", email="ops@example.com").update(rep=ben)
+    lead = _routed("honour@fresh.io")  # the lookup found nobody
+    first = Assignment.objects.get(lead=lead, active=True)
+    person = sf.add_lead(
+        Email="honour@fresh.io", LastName="H", Company="Fresh", OwnerId=org["users"]["ops"]
+    )
+    delivery = Delivery.objects.get(assignment=first, channel="crm")
+    _due(delivery)
+
+    assert delivery_attempt(delivery_id=delivery.pk) == "delivered"
+
+    assert Assignment.objects.get(lead=lead, active=True).pk == first.pk
+    record = sf.record("Lead", person)
+    assert record is not None
+    assert record["OwnerId"] == CrmOwner.objects.get(kind="salesforce", rep=first.rep).owner_id
