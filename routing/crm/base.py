@@ -79,7 +79,8 @@ class CrmSettings:
 
     kind: str
     base_url: str
-    secret: str
+    # Not in the repr: an error report's local variables (Sentry captures them) show it.
+    secret: str = field(repr=False)
     options: Mapping[str, Any] = field(default_factory=dict)
     timeout_seconds: float = 10.0
     ca_bundle: str = ""  # a CA file to trust instead of the system's (a TLS proxy, a test)
