@@ -79,7 +79,8 @@ class CrmSettings:
 
     kind: str
     base_url: str
-    secret: str
+    # Not in the repr: an error report's local variables (Sentry captures them) show it.
+    secret: str = field(repr=False)
     options: Mapping[str, Any] = field(default_factory=dict)
     timeout_seconds: float = 10.0
     ca_bundle: str = ""  # a CA file to trust instead of the system's (a TLS proxy, a test)
@@ -163,6 +164,9 @@ class PersonUpdate:
     person_object: str = ""
     external_id: str = ""
     fields: Mapping[str, Any] = field(default_factory=dict)
+    # The owners of the lead's earlier assignments: LeadRouter wrote them, or may have (a write
+    # the CRM made but whose answer was lost), so finding one is no owner set in the CRM.
+    earlier_owner_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -174,7 +178,7 @@ class WriteResult:
     person: Person
 
 
-def owner_is_foreign(current: str, *, ours: str, known: str) -> bool:
+def owner_is_foreign(current: str, *, ours: str, known: str, earlier: Sequence[str] = ()) -> bool:
     """Does the person's ``current`` owner belong to someone LeadRouter did not put or see there?
 
     ``ours``: the owner being written; ``known``: the owner LeadRouter last wrote, else the one
@@ -182,8 +186,11 @@ def owner_is_foreign(current: str, *, ours: str, known: str) -> bool:
     other owner was set in the CRM, before or after our assignment, and is never overwritten.
     No timestamp decides it: Salesforce's LastModifiedDate moves on any edit, and an owner set
     before the assignment is the CRM's all the same when the lookup did not see it.
+
+    ``earlier``: the owners of the lead's earlier assignments, which LeadRouter wrote or may
+    have written (a write that landed while its answer was lost is no owner set in the CRM).
     """
-    return bool(current) and current not in (ours, known)
+    return bool(current) and current not in (ours, known, *earlier)
 
 
 @dataclass(frozen=True)

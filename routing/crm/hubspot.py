@@ -480,7 +480,12 @@ class HubSpotClient:
             if isinstance(created, WriteResult):
                 return created
             person = created  # it existed after all (search had not indexed it yet)
-        if owner_is_foreign(person.owner_id, ours=update.owner_id, known=known_owner_id):
+        if owner_is_foreign(
+            person.owner_id,
+            ours=update.owner_id,
+            known=known_owner_id,
+            earlier=update.earlier_owner_ids,
+        ):
             return WriteResult("kept", person)
         if person.owner_id == update.owner_id:
             return WriteResult("updated", person)

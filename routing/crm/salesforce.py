@@ -504,7 +504,12 @@ class SalesforceClient:
         if person is None:
             before_write()
             return self._create(update)
-        if owner_is_foreign(person.owner_id, ours=update.owner_id, known=known_owner_id):
+        if owner_is_foreign(
+            person.owner_id,
+            ours=update.owner_id,
+            known=known_owner_id,
+            earlier=update.earlier_owner_ids,
+        ):
             return WriteResult("kept", person)
         if person.owner_id != update.owner_id:
             target = person
@@ -587,7 +592,12 @@ class SalesforceClient:
                     found = (self._person("Contact", contacts[0]), contacts[0])
         if found is not None:
             person, record = found
-            if owner_is_foreign(person.owner_id, ours=update.owner_id, known=known_owner_id):
+            if owner_is_foreign(
+                person.owner_id,
+                ours=update.owner_id,
+                known=known_owner_id,
+                earlier=update.earlier_owner_ids,
+            ):
                 return WriteResult("kept", person)
             changes: dict[str, Any] = {}
             if person.owner_id != update.owner_id:

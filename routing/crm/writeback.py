@@ -46,7 +46,7 @@ from routing.crm.connections import crm_client
 from routing.crm.facts import crm_label
 from routing.crm.health import crm_record_error, crm_record_ok
 from routing.crm.limits import WRITE_REQUESTS, crm_pause, spender
-from routing.crm.models import CrmConnection
+from routing.crm.models import CrmConnection, CrmOwner
 from routing.crm.roster import rep_owner_id
 
 logger = logging.getLogger(__name__)
@@ -147,6 +147,21 @@ def _remember(lead_id: Any, kind: str, written: dict[str, Any]) -> None:
         lead.save(update_fields=["crm"])
 
 
+def _owner_is_no_eligible_rep(kind: str, owner_id: str, now: datetime) -> bool:
+    """Is ``owner_id`` a rep the lookup would pass over (not active, out of office, or the CRM
+    user deactivated)? An owner who is no rep at all is not: the lead is worked outside."""
+    row = (
+        CrmOwner.objects.filter(kind=kind, owner_id=owner_id, rep__isnull=False)
+        .select_related("rep")
+        .first()
+    )
+    if row is None or row.rep is None:
+        return False
+    rep = row.rep
+    away = rep.out_of_office_until is not None and rep.out_of_office_until > now
+    return not rep.active or away or not row.active_in_crm
+
+
 def crm_write_owner(*, delivery: Any, now: datetime) -> WriteOutcome:
     """Write the owner of ``delivery.assignment`` to ``delivery.crm_connection``."""
     from routing.models import Assignment
@@ -197,6 +212,12 @@ def _write_owner(connection: CrmConnection, assignment_id: int, now: datetime) -
     # happened (cancelled when superseded), and the CRM would still show the lookup's owner.
     person_object, person_id, known_owner = _known_person(entry)
     fields = {name: getattr(lead, name) for name in _CREATE_FIELDS if getattr(lead, name, "")}
+    earlier_reps = (
+        Assignment.objects.filter(lead_id=lead.pk)
+        .exclude(pk=assignment.pk)
+        .values_list("rep_id", flat=True)
+    )
+    earlier_owners = CrmOwner.objects.filter(kind=connection.kind, rep_id__in=earlier_reps)
     update = PersonUpdate(
         owner_id=owner_id,
         email=lead.email,
@@ -204,6 +225,9 @@ def _write_owner(connection: CrmConnection, assignment_id: int, now: datetime) -
         person_object=person_object,
         external_id=str(lead.pk),
         fields=fields,
+        earlier_owner_ids=tuple(
+            sorted(set(earlier_owners.values_list("owner_id", flat=True)) - {owner_id})
+        ),
     )
     if not person_id and not lead.email:
         return WriteOutcome(
@@ -218,6 +242,22 @@ def _write_owner(connection: CrmConnection, assignment_id: int, now: datetime) -
                 raise _Superseded
 
         result = client.write_owner(update, known_owner_id=known_owner, before_write=still_current)
+        if (
+            result.outcome == "kept"
+            and not known_owner
+            and (
+                not connection.honour_crm_owner
+                or _owner_is_no_eligible_rep(connection.kind, result.person.owner_id, now)
+            )
+        ):
+            # The owner LeadRouter had not seen is not to be followed (the connection does not
+            # honour CRM owners) or is a rep who could not take the lead (inactive, out of
+            # office, deactivated in the CRM): replaced by the rules' rep, as it is when the
+            # lookup sees it, not given the lead.
+            known_owner = result.person.owner_id
+            result = client.write_owner(
+                update, known_owner_id=known_owner, before_write=still_current
+            )
     except _Superseded:
         return WriteOutcome(
             "cancelled",

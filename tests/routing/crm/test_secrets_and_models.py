@@ -201,3 +201,15 @@ def test_the_rotate_command_reseals_every_credential(settings, capsys):
     settings.CRM_SECRET_KEYS = [new]
     connection.refresh_from_db()
     assert secret_open(connection.secret_encrypted) == TOKEN
+
+
+def test_the_settings_a_crm_module_gets_do_not_show_the_secret_in_their_repr():
+    """Error reports capture local variables (Sentry does by default): a client's ``settings``
+    must not carry the credential into one."""
+    from routing.crm.base import CrmSettings
+
+    settings = CrmSettings(
+        kind="hubspot", base_url="https://api.hubapi.com", secret="pat-na1-s3cr3t"
+    )
+    assert "s3cr3t" not in repr(settings)
+    assert settings.secret == "pat-na1-s3cr3t"
