@@ -25,6 +25,14 @@ It implements what the module uses, as Salesforce documents it:
   Update (Upsert) a Record Using an External ID"): 201 ``{"id", "success", "errors",
   "created": true}`` when created; when updated 200 with ``"created": false`` from API 46.0, 204
   before.
+- A converted Lead (``convert_lead``: ``IsConverted`` true, ``ConvertedContactId`` the Contact
+  made from it) refuses every PATCH with ``400 CANNOT_UPDATE_CONVERTED_LEAD`` (Salesforce Help
+  "Convert Leads": a converted Lead cannot be edited through the API).
+- A duplicate rule (``lead_duplicate_rule(True)``, like the standard Lead duplicate rule set to
+  block): creating a Lead that matches an unconverted Lead or a Contact by e-mail, or an
+  unconverted Lead by first name, last name and company, answers ``400 DUPLICATES_DETECTED``
+  with the ``duplicateResult`` the REST API documents (``matchResults[].matchRecords[].record``
+  with ``attributes`` and ``Id``), and creates nothing.
 - An object the integration user's profile or permission sets cannot read (``hide_object``) is
   invisible to the API, as Salesforce makes it: a query on it answers ``400 INVALID_TYPE``
   "sObject type 'Account' is not supported." and its ``sobjects`` resources ``404 NOT_FOUND``.
@@ -76,8 +84,8 @@ PREFIX["Event"] = "00U"
 FIELDS: dict[str, set[str]] = {
     "Lead": {
         "Id", "Email", "FirstName", "LastName", "Company", "Phone", "Title", "Country",
-        "OwnerId", "Status", "IsConverted", "LastModifiedDate", "CreatedDate",
-        "LastActivityDate",
+        "OwnerId", "Status", "IsConverted", "ConvertedContactId", "LastModifiedDate",
+        "CreatedDate", "LastActivityDate",
     },
     "Contact": {
         "Id", "Email", "FirstName", "LastName", "Phone", "Title", "AccountId", "OwnerId",
@@ -89,7 +97,19 @@ FIELDS: dict[str, set[str]] = {
     "Event": {"Id", "WhoId", "Subject", "OwnerId", "CreatedDate", "ActivityDate"},
 }  # fmt: skip
 REQUIRED = {"Lead": ("LastName", "Company"), "Contact": ("LastName",)}
-READ_ONLY = {"Id", "IsConverted", "LastModifiedDate", "CreatedDate", "LastActivityDate"}
+READ_ONLY = {
+    "Id", "IsConverted", "ConvertedContactId", "LastModifiedDate", "CreatedDate",
+    "LastActivityDate",
+}  # fmt: skip
+# "Update a Record" of a converted Lead (Salesforce refuses any edit of one).
+CONVERTED_LEAD = [
+    {
+        "message": "cannot reference converted lead",
+        "errorCode": "CANNOT_UPDATE_CONVERTED_LEAD",
+        "fields": [],
+    }
+]
+LEAD_DUPLICATE_RULE = "Standard_Lead_Duplicate_Rule"
 AUDIENCES = ("https://login.salesforce.com", "https://test.salesforce.com")
 SESSION_EXPIRED = [{"message": "Session expired or invalid", "errorCode": "INVALID_SESSION_ID"}]
 NOT_FOUND = [{"errorCode": "NOT_FOUND", "message": "The requested resource does not exist"}]
@@ -408,6 +428,7 @@ class SalesforceStandIn:
         self._delay = 0.0
         self._slow: list[float] = []
         self.hidden: set[str] = set()  # objects the integration user cannot read
+        self.duplicate_rule_on = False
         self._dir = tempfile.TemporaryDirectory(prefix="sf-standin-")
         self.ca_file, self._key_file = (str(p) for p in _certificate(Path(self._dir.name)))
         self._server: ThreadingHTTPServer | None = None
@@ -519,6 +540,94 @@ class SalesforceStandIn:
             record.update(fields)
             if "LastModifiedDate" in self.fields[obj]:
                 record["LastModifiedDate"] = sf_time(dt.datetime.now(dt.UTC))
+
+    def convert_lead(self, lead_id: str, **contact_fields: Any) -> str:
+        """Convert a Lead as a user in Salesforce would: a Contact made from it (same e-mail,
+        name and owner unless ``contact_fields`` say otherwise), the Lead ``IsConverted`` with
+        ``ConvertedContactId``. Returns the Contact's id."""
+        with self._lock:
+            lead = self.records["Lead"][lead_id]
+            fields = {
+                name: lead[name]
+                for name in ("Email", "FirstName", "LastName", "Phone", "Title", "OwnerId")
+                if name in lead
+            }
+            contact = self.add("Contact", **{**fields, **contact_fields})
+            self.edit("Lead", lead_id, IsConverted=True, ConvertedContactId=contact)
+        return contact
+
+    def lead_duplicate_rule(self, on: bool = True) -> None:
+        """Switch the (blocking) Lead duplicate rule on or off."""
+        self.duplicate_rule_on = on
+
+    def _duplicates(self, body: dict[str, Any], version: str) -> tuple[int, Any] | None:
+        if not self.duplicate_rule_on:
+            return None
+
+        def same(a: Any, b: Any) -> bool:
+            return (
+                bool(str(a or "").strip())
+                and str(a).strip().lower() == str(b or "").strip().lower()
+            )
+
+        email = body.get("Email")
+        with self._lock:
+            leads = [r for r in self.records["Lead"].values() if not r.get("IsConverted")]
+            contacts = list(self.records["Contact"].values())
+        lead_matches = [
+            r
+            for r in leads
+            if same(email, r.get("Email"))
+            or all(same(body.get(n), r.get(n)) for n in ("FirstName", "LastName", "Company"))
+        ]
+        contact_matches = [r for r in contacts if same(email, r.get("Email"))]
+        results = [
+            {
+                "entityType": obj,
+                "errors": [],
+                "matchEngine": "FuzzyMatchEngine",
+                "matchRecords": [
+                    {
+                        "additionalInformation": [],
+                        "fieldDiffs": [],
+                        "matchConfidence": 100.0,
+                        "record": {
+                            "attributes": {
+                                "type": obj,
+                                "url": f"/services/data/v{version}/sobjects/{obj}/{r['Id']}",
+                            },
+                            "Id": r["Id"],
+                        },
+                    }
+                    for r in rows
+                ],
+                "rule": rule,
+                "size": len(rows),
+                "success": True,
+            }
+            for obj, rule, rows in (
+                ("Lead", "Standard_Lead_Match_Rule_v1_0", lead_matches),
+                ("Contact", "Standard_Contact_Match_Rule_v1_1", contact_matches),
+            )
+            if rows
+        ]
+        if not results:
+            return None
+        message = "Use one of these records?"
+        return 400, [
+            {
+                "duplicateResult": {
+                    "allowSave": False,
+                    "duplicateRule": LEAD_DUPLICATE_RULE,
+                    "duplicateRuleEntityType": "Lead",
+                    "errorMessage": message,
+                    "matchResults": results,
+                },
+                "errorCode": "DUPLICATES_DETECTED",
+                "fields": [],
+                "message": message,
+            }
+        ]
 
     def add_external_id_field(self, name: str) -> None:
         """Declare an External ID field on Lead (e.g. ``LeadRouter_Id__c``)."""
@@ -854,6 +963,10 @@ class SalesforceStandIn:
                     "fields": missing,
                 }
             ]
+        if obj == "Lead":
+            duplicate = self._duplicates(body, "62.0")
+            if duplicate:
+                return duplicate
         record_id = self.add(obj, **body)
         return 201, {"id": record_id, "success": True, "errors": []}
 
@@ -884,6 +997,8 @@ class SalesforceStandIn:
         problem = self._check_fields(obj, body, headers)
         if problem:
             return problem
+        if obj == "Lead" and record.get("IsConverted"):
+            return 400, CONVERTED_LEAD
         with self._lock:
             self.records[obj][record_id].update(body)
             self.records[obj][record_id]["LastModifiedDate"] = sf_time(dt.datetime.now(dt.UTC))
@@ -938,9 +1053,14 @@ class SalesforceStandIn:
                         "fields": missing,
                     }
                 ]
+            duplicate = self._duplicates(body, version)
+            if duplicate:
+                return duplicate
             record_id = self.add(obj, **body, **{name: value})
             return 201, {"id": record_id, "success": True, "errors": [], "created": True}
         record_id = found[0]["Id"]
+        if found[0].get("IsConverted"):
+            return 400, CONVERTED_LEAD
         with self._lock:
             self.records[obj][record_id].update(body)
             self.records[obj][record_id]["LastModifiedDate"] = sf_time(dt.datetime.now(dt.UTC))
