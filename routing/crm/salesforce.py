@@ -89,6 +89,9 @@ _CREATE = (
     ("country", "Country"),
 )
 _LEAD_FIELDS = "Id, Email, OwnerId, Status, LastModifiedDate"
+# A Lead read by id at write time: a converted one is its Contact now (Salesforce refuses any
+# edit of a converted Lead, 400 CANNOT_UPDATE_CONVERTED_LEAD).
+_LEAD_READ_FIELDS = "Id, Email, OwnerId, Status, IsConverted, ConvertedContactId, LastModifiedDate"
 # The REST API runs the org's active lead assignment rule on every Lead create and update unless
 # told not to ("Assignment Rule Header", REST API Developer Guide): it would re-own what we write.
 NO_AUTO_ASSIGN = {"Sforce-Auto-Assign": "FALSE"}
@@ -415,6 +418,14 @@ class SalesforceClient:
         return f"Salesforce: connected as {who} ({self.base_url}, API v{self.api_version})"
 
     def find_person(self, email: str) -> Person | None:
+        found = self._person_by_email(email)
+        return found[0] if found is not None else None
+
+    def _person_by_email(
+        self, email: str, lead_extra: str = ""
+    ) -> tuple[Person, dict[str, Any]] | None:
+        """The person with ``email``, in the one order every path uses: the latest Contact,
+        else the latest unconverted Lead (``lead_extra``: one more Lead field to read)."""
         email = (email or "").strip()
         if not email:
             return None
@@ -427,16 +438,17 @@ class SalesforceClient:
             )
         )
         if contacts:
-            return self._person("Contact", contacts[0])
+            return self._person("Contact", contacts[0]), contacts[0]
+        lead_fields = f"{_LEAD_FIELDS}, {lead_extra}" if lead_extra else _LEAD_FIELDS
         leads = self._query(
             format_soql(
                 "SELECT {:literal} FROM Lead WHERE Email = {} AND IsConverted = false "
                 "ORDER BY LastModifiedDate DESC LIMIT 1",
-                _LEAD_FIELDS,
+                lead_fields,
                 email,
             )
         )
-        return self._person("Lead", leads[0]) if leads else None
+        return (self._person("Lead", leads[0]), leads[0]) if leads else None
 
     def find_company(self, domain: str) -> Company | None:
         wanted = domain_of(domain)
@@ -465,6 +477,41 @@ class SalesforceClient:
                 )
         return None
 
+    def _read(self, obj: str, person_id: str, fields: str) -> dict[str, Any] | None:
+        params = {"fields": fields.replace(" ", "")}
+
+        def read(sf: Salesforce) -> Any:
+            try:
+                return _sobject(sf, obj).get(person_id, params=params)
+            except SalesforceResourceNotFound:
+                return None
+
+        record = self._call(read)
+        if record is None:
+            return None
+        if not isinstance(record, Mapping):
+            raise CrmError("malformed", f"a Salesforce {obj} that is no object")
+        return dict(record)
+
+    def _current(
+        self, obj: str, person_id: str, extra: str = ""
+    ) -> tuple[Person, dict[str, Any]] | None:
+        """The person to write to, read now: a converted Lead is the Contact it became (None
+        when that Contact is gone, or the record is). ``extra``: one more Lead field to read."""
+        if obj == "Contact":
+            record = self._read("Contact", person_id, _CONTACT_FIELDS)
+            return (self._person("Contact", record), record) if record is not None else None
+        fields = f"{_LEAD_READ_FIELDS}, {extra}" if extra else _LEAD_READ_FIELDS
+        record = self._read("Lead", person_id, fields)
+        if record is None:
+            return None
+        if record.get("IsConverted") is True:
+            contact_id = _text(record.get("ConvertedContactId"))
+            if not _ID.match(contact_id):
+                return None
+            return self._current("Contact", contact_id)
+        return self._person("Lead", record), record
+
     def _get(self, obj: str, person_id: str) -> Person | None:
         fields = _CONTACT_FIELDS if obj == "Contact" else _LEAD_FIELDS
         params = {"fields": fields.replace(" ", "")}
@@ -492,18 +539,34 @@ class SalesforceClient:
         known_owner_id: str,
         before_write: Callable[[], None] = lambda: None,
     ) -> WriteResult:
-        person: Person | None = None
+        found: tuple[Person, dict[str, Any]] | None = None
         if update.person_id:
-            person = self._get(
+            found = self._current(
                 self._object_of(update.person_id, update.person_object), update.person_id
             )
-        if person is None and self.external_id_field and update.external_id:
+        if found is None and self.external_id_field and update.external_id:
             return self._upsert(update, known_owner_id, before_write)
-        if person is None:
-            person = self.find_person(update.email)
-        if person is None:
+        if found is None:
+            found = self._person_by_email(update.email)
+        if found is None:
             before_write()
-            return self._create(update)
+            created = self._create(update)
+            if isinstance(created, WriteResult):
+                return created
+            found = created
+        return self._own(found[0], found[1], update, known_owner_id, before_write)
+
+    def _own(
+        self,
+        person: Person,
+        record: Mapping[str, Any],
+        update: PersonUpdate,
+        known_owner_id: str,
+        before_write: Callable[[], None],
+        converted_ok: bool = True,
+    ) -> WriteResult:
+        """Give an existing ``person`` our owner, unless the CRM set another (``kept``); a Lead
+        without our external id (when one is configured) gets it too, nothing else."""
         if owner_is_foreign(
             person.owner_id,
             ours=update.owner_id,
@@ -511,15 +574,79 @@ class SalesforceClient:
             earlier=update.earlier_owner_ids,
         ):
             return WriteResult("kept", person)
+        changes: dict[str, Any] = {}
         if person.owner_id != update.owner_id:
-            target = person
+            changes["OwnerId"] = update.owner_id
+        field_name = self.external_id_field
+        if (
+            field_name
+            and update.external_id
+            and person.object == "Lead"
+            and field_name in record
+            and not record.get(field_name)
+        ):
+            changes[field_name] = update.external_id
+        if changes:
             before_write()
-            self._call(
-                lambda sf: _sobject(sf, target.object).update(
-                    target.id, {"OwnerId": update.owner_id}, headers=NO_AUTO_ASSIGN
+
+            def patch(sf: Salesforce) -> bool:
+                try:
+                    _sobject(sf, person.object).update(person.id, changes, headers=NO_AUTO_ASSIGN)
+                except SalesforceMalformedRequest as exc:
+                    if _errors_of(exc.content)[0] != "CANNOT_UPDATE_CONVERTED_LEAD":
+                        raise
+                    return False
+                return True
+
+            if not self._call(patch):
+                # Converted since it was read: the owner goes to the Contact it became, by the
+                # same rules (its owner read first).
+                converted = self._current("Lead", person.id) if converted_ok else None
+                if converted is None or converted[0].object != "Contact":
+                    raise CrmError(
+                        "unavailable",
+                        f"Salesforce Lead {person.id} was converted while its owner was being "
+                        "written (CANNOT_UPDATE_CONVERTED_LEAD); tried again later",
+                        status=400,
+                    )
+                return self._own(
+                    converted[0], converted[1], update, known_owner_id, before_write, False
                 )
-            )
         return WriteResult("updated", _with_owner(person, update.owner_id))
+
+    def _duplicate_of(self, content: Any, extra: str = "") -> tuple[Person, dict[str, Any]]:
+        """The person a duplicate rule matched (``DUPLICATES_DETECTED``: the REST error's
+        ``duplicateResult.matchResults[].matchRecords[].record.Id``), a Contact before a Lead;
+        a ``rejected`` CrmError naming the rule when no match can be read."""
+        first = content[0] if isinstance(content, list) and content else {}
+        result = first.get("duplicateResult") if isinstance(first, Mapping) else None
+        result = result if isinstance(result, Mapping) else {}
+        rule = _text(result.get("duplicateRule")) or "a duplicate rule"
+        ids: list[str] = []
+        matches = result.get("matchResults")
+        for match in matches if isinstance(matches, list) else []:
+            records = match.get("matchRecords") if isinstance(match, Mapping) else None
+            for entry in records if isinstance(records, list) else []:
+                record = entry.get("record") if isinstance(entry, Mapping) else None
+                record_id = _text(record.get("Id")) if isinstance(record, Mapping) else ""
+                if _ID.match(record_id) and record_id[:3] in _PREFIX_OBJECT:
+                    ids.append(record_id)
+        for record_id in sorted(ids, key=lambda i: _PREFIX_OBJECT[i[:3]] != "Contact"):
+            found = self._current(_PREFIX_OBJECT[record_id[:3]], record_id, extra)
+            if found is not None:
+                return found
+        raise CrmError(
+            "rejected",
+            f"Salesforce's duplicate rule {rule} blocks creating this {self.person_object} "
+            "(DUPLICATES_DETECTED) and names no Lead or Contact the integration user can read: "
+            "give the integration user access to the matching records, or set the rule to "
+            "allow (and report) API creates",
+            status=400,
+        )
+
+    def _duplicate_content(self, exc: SalesforceError) -> Any:
+        code, _ = _errors_of(exc.content)
+        return exc.content if code == "DUPLICATES_DETECTED" else None
 
     def _create_body(self, update: PersonUpdate, obj: str) -> dict[str, Any]:
         values = dict(update.fields)
@@ -549,77 +676,58 @@ class SalesforceClient:
             url=f"{self.base_url}/{record_id}",
         )
 
-    def _create(self, update: PersonUpdate) -> WriteResult:
+    def _create(self, update: PersonUpdate) -> WriteResult | tuple[Person, dict[str, Any]]:
+        """Create the person; a duplicate rule that blocks it gives the person it matched."""
         obj = self.person_object
         body = self._create_body(update, obj)
-        answer = self._call(lambda sf: _sobject(sf, obj).create(body, headers=NO_AUTO_ASSIGN))
+
+        def create(sf: Salesforce) -> Any:
+            try:
+                return _sobject(sf, obj).create(body, headers=NO_AUTO_ASSIGN)
+            except SalesforceMalformedRequest as exc:
+                duplicate = self._duplicate_content(exc)
+                if duplicate is None:
+                    raise
+                return _Duplicate(duplicate)
+
+        answer = self._call(create)
+        if isinstance(answer, _Duplicate):
+            return self._duplicate_of(answer.content)
         return WriteResult("created", self._created(obj, answer, update))
 
     def _upsert(
         self, update: PersonUpdate, known_owner_id: str, before_write: Callable[[], None]
     ) -> WriteResult:
-        """The external id path: the person found by e-mail (an unconverted Lead, then a
-        Contact) gets only its owner (and, a Lead without one, our external id), never its other
-        fields; only a person who is absent is created, by an upsert on the external id (a
-        repeat finds what the first made)."""
+        """The external id path: the person found by e-mail (a Contact, then an unconverted
+        Lead: ``_person_by_email``, the lookup's order) gets only its owner (and, a Lead
+        without one, our external id), never its other fields; only a person who is absent is
+        created, by an upsert on the external id (a repeat finds what the first made), or, when
+        a duplicate rule blocks that, the person the rule matched is given the owner instead."""
         field_name = self.external_id_field
         if not _FIELD_NAME.match(field_name):
             raise CrmError("config", "the external id field is not a Salesforce field name")
-        found: tuple[Person, dict[str, Any]] | None = None
-        email = (update.email or "").strip()
-        if email:
-            leads = self._query(
-                format_soql(
-                    "SELECT {:literal}, {:literal} FROM Lead WHERE Email = {} "
-                    "AND IsConverted = false ORDER BY LastModifiedDate DESC LIMIT 1",
-                    _LEAD_FIELDS,
-                    field_name,
-                    email,
-                )
-            )
-            if leads:
-                found = (self._person("Lead", leads[0]), leads[0])
-            else:
-                contacts = self._query(
-                    format_soql(
-                        "SELECT {:literal} FROM Contact WHERE Email = {} "
-                        "ORDER BY LastModifiedDate DESC LIMIT 1",
-                        _CONTACT_FIELDS,
-                        email,
-                    )
-                )
-                if contacts:
-                    found = (self._person("Contact", contacts[0]), contacts[0])
+        found = self._person_by_email(update.email, lead_extra=field_name)
         if found is not None:
-            person, record = found
-            if owner_is_foreign(
-                person.owner_id,
-                ours=update.owner_id,
-                known=known_owner_id,
-                earlier=update.earlier_owner_ids,
-            ):
-                return WriteResult("kept", person)
-            changes: dict[str, Any] = {}
-            if person.owner_id != update.owner_id:
-                changes["OwnerId"] = update.owner_id
-            if person.object == "Lead" and not record.get(field_name):
-                changes[field_name] = update.external_id
-            if changes:
-                before_write()
-                self._call(
-                    lambda sf: _sobject(sf, person.object).update(
-                        person.id, changes, headers=NO_AUTO_ASSIGN
-                    )
-                )
-            return WriteResult("updated", _with_owner(person, update.owner_id))
+            return self._own(found[0], found[1], update, known_owner_id, before_write)
         body = self._create_body(update, "Lead")
         before_write()
         path = f"{self.external_id_field}/{quote(update.external_id, safe='')}"
-        response = self._call(
-            lambda sf: _sobject(sf, "Lead").upsert(
-                path, body, raw_response=True, headers=NO_AUTO_ASSIGN
-            )
-        )
+
+        def upsert(sf: Salesforce) -> Any:
+            try:
+                return _sobject(sf, "Lead").upsert(
+                    path, body, raw_response=True, headers=NO_AUTO_ASSIGN
+                )
+            except SalesforceMalformedRequest as exc:
+                duplicate = self._duplicate_content(exc)
+                if duplicate is None:
+                    raise
+                return _Duplicate(duplicate)
+
+        response = self._call(upsert)
+        if isinstance(response, _Duplicate):
+            person, record = self._duplicate_of(response.content, extra=field_name)
+            return self._own(person, record, update, known_owner_id, before_write)
         status = response.status_code
         if status == 201:
             return WriteResult("created", self._created("Lead", self._json(response), update))
@@ -733,6 +841,13 @@ def _users(rows: list[dict[str, Any]]) -> Iterator[CrmUser]:
             name=_text(row.get("Name")),
             active=row.get("IsActive") is not False,
         )
+
+
+@dataclass(frozen=True)
+class _Duplicate:
+    """A create a duplicate rule blocked: the REST error array, with its ``duplicateResult``."""
+
+    content: Any
 
 
 def _with_owner(person: Person, owner_id: str) -> Person:

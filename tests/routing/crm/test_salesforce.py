@@ -360,10 +360,11 @@ def test_the_upsert_path_sets_only_the_owner_of_a_lead_found_by_email(salesforce
         ("PATCH", f"Lead/{lead}", {"OwnerId": rep, "LeadRouter_Id__c": "lead-44"})
     ]
     assert len(salesforce_standin.records["Lead"]) == 1
-    queries = salesforce_standin.queries()
-    assert len(queries) == 1
-    assert queries[0].startswith("SELECT Id, Email, OwnerId, Status, LastModifiedDate, ")
-    assert "FROM Lead WHERE Email = 'p@x.com' AND IsConverted = false" in queries[0]
+    queries = salesforce_standin.queries()  # the Contact first, as the lookup (finding 7)
+    assert len(queries) == 2
+    assert "FROM Contact WHERE Email = 'p@x.com'" in queries[0]
+    assert queries[1].startswith("SELECT Id, Email, OwnerId, Status, LastModifiedDate, ")
+    assert "FROM Lead WHERE Email = 'p@x.com' AND IsConverted = false" in queries[1]
 
 
 def test_the_upsert_path_sets_only_the_owner_of_a_contact_and_creates_no_lead(
@@ -393,8 +394,7 @@ def test_the_upsert_path_sets_only_the_owner_of_a_contact_and_creates_no_lead(
         (f"Contact/{contact}", {"OwnerId": rep})
     ]
     assert [q.split(" FROM ")[1].split(" ")[0] for q in salesforce_standin.queries()] == [
-        "Lead",
-        "Contact",
+        "Contact"  # the Contact first, as the lookup: no Lead query (review finding 7)
     ]
 
 
