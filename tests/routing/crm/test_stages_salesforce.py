@@ -468,3 +468,67 @@ def test_accounts_unreadable_keep_the_person_found_and_alert(
     assert "cannot read" in entry["missing"]["company"]
     # The lookup itself says it is a permission: the alert opens without waiting for a probe.
     assert crm_health_check(probe=False) == {"Salesforce": "auth"}
+
+
+def test_a_reassignment_after_the_lead_was_converted_is_written_on_its_contact(
+    org, django_capture_on_commit_callbacks
+):
+    """The Lead we wrote was converted in Salesforce since: the reassignment's owner goes to the
+    Contact it became (delivered, not a dead letter for CANNOT_UPDATE_CONVERTED_LEAD)."""
+    from routing.services import lead_reassign
+
+    sf = org["sf"]
+    lead = LeadFactory(raw_payload={"email": "conv@fresh.io", "last_name": "Conv"})
+    _route(lead, django_capture_on_commit_callbacks)
+    _write_back(lead)
+    lead.refresh_from_db()
+    person_id = lead.crm["salesforce"]["written"]["id"]
+    contact = sf.convert_lead(person_id)  # the Contact keeps the Lead's (our) owner
+    first = Assignment.objects.get(lead=lead, active=True)
+    target = _other(org, first.rep_id)
+    with django_capture_on_commit_callbacks(execute=True):
+        lead_reassign(lead_id=lead.id, rep_email=target.email, reason="cover", actor="manager")
+    delivery = _write_back(lead)
+    assert delivery.status == DeliveryStatus.DELIVERED, delivery.last_error
+    expected = CrmOwner.objects.get(kind="salesforce", rep=target).owner_id
+    record = sf.record("Contact", contact)
+    assert record is not None
+    assert record["OwnerId"] == expected
+    lead.refresh_from_db()
+    written = lead.crm["salesforce"]["written"]
+    assert (written["object"], written["id"], written["outcome"]) == ("Contact", contact, "updated")
+
+
+def test_a_lead_a_duplicate_rule_blocks_is_written_on_the_record_it_matched(
+    org, django_capture_on_commit_callbacks
+):
+    """The lookup finds nobody by e-mail; the org's duplicate rule blocks the create because a
+    Lead with the same name and company exists, owned by us before: that Lead gets the owner."""
+    sf = org["sf"]
+    sf.lead_duplicate_rule(True)
+    existing = sf.add_lead(
+        Email="work@acme.com", FirstName="Dee", LastName="Dup", Company="Acme",
+        OwnerId=org["users"]["ops"],
+    )  # fmt: skip
+    lead = LeadFactory(
+        raw_payload={
+            "email": "private@home.example",
+            "first_name": "Dee",
+            "last_name": "Dup",
+            "company": "Acme",
+        }
+    )
+    _route(lead, django_capture_on_commit_callbacks)  # nobody found: round robin
+    assignment = Assignment.objects.get(lead=lead, active=True)
+    delivery = _write_back(lead)
+    assert delivery.status == DeliveryStatus.DELIVERED, delivery.last_error
+    assert len(sf.records["Lead"]) == 1  # nothing created
+    lead.refresh_from_db()
+    written = lead.crm["salesforce"]["written"]
+    assert (written["object"], written["id"]) == ("Lead", existing)
+    # ops (no rep) owned it in Salesforce, unseen by the lookup: kept, worked outside.
+    assert written["outcome"] == "owned"
+    record = sf.record("Lead", existing)
+    assert record is not None
+    assert record["OwnerId"] == org["users"]["ops"]
+    assert assignment.rep_id in (org["ana"].pk, org["ben"].pk)
