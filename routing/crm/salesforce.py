@@ -21,6 +21,12 @@ First touch (``activity``), in order of precision:
 A Lead's ``Status`` is reported as it is; the first-touch job counts a status that moved away
 from the one seen when the lead was looked up or written (``LastModifiedDate`` is no signal:
 our own owner write-back moves it).
+Write-back (``write_owner``): the person is the one known (a Lead converted since is the Contact
+it became: ``IsConverted`` / ``ConvertedContactId`` read first, or a PATCH refused with
+``CANNOT_UPDATE_CONVERTED_LEAD`` read again), else found by e-mail in the lookup's order (a
+Contact, then an unconverted Lead: ``_person_by_email``), else created; a create a duplicate rule
+blocks (``DUPLICATES_DETECTED``) takes the record it matched instead. Whichever it is, its owner
+is read before anything is written, and one the CRM set is kept.
 Salesforce does not say when the owner changed (only field history, when enabled, would), so
 ``owner_changed_at`` is None: the first-touch job compares the owner with the one we wrote.
 """

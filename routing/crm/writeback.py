@@ -8,7 +8,9 @@ only decides what to send and what came of it:
 - the owner is the rep's CRM owner id from the roster (``CrmOwner``); a rep without one is a
   retryable failure that names the fix (sync the roster, or link the owner in the admin);
 - the person is the one the lookup found (or wrote before), else found by e-mail, else created
-  (``write_owner`` makes a repeat find what the first try created: one effect per assignment);
+  (``write_owner`` makes a repeat find what the first try created: one effect per assignment;
+  in Salesforce a Lead converted since is written on its Contact, and a create a duplicate rule
+  blocks on the record the rule matched);
 - an assignment that is no longer the lead's current one is not written (the later one is),
   checked again right before the request that writes (``before_write``);
 - one write-back per (lead, connection) at a time (``writeback_lock``: a PostgreSQL advisory
