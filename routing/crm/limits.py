@@ -35,13 +35,18 @@ KEY_PREFIX = "leadrouter:crm"
 # write-back finds the person (Salesforce: two queries) and creates or updates it.
 LOOKUP_REQUESTS = {HUBSPOT: 2, SALESFORCE: 3}
 WRITE_REQUESTS = {HUBSPOT: 2, SALESFORCE: 3}
+# The requests one write-back can make on its longest path (what it holds its delivery for):
+# HubSpot: search, create refused 409 by an unsearchable duplicate, read it, update; Salesforce:
+# Contact and Lead searches, a create or upsert refused by a duplicate rule, the matched record
+# read, a Lead converted meanwhile (refused PATCH, re-read, its Contact read), the PATCH.
+WRITE_REQUESTS_LONGEST = {HUBSPOT: 4, SALESFORCE: 8}
 
 
 def writeback_lease_seconds() -> float:
-    """How long one write-back attempt holds its delivery: every request it makes (the
-    kind's ``WRITE_REQUESTS``, plus a token request, a refresh and the retried call) at
+    """How long one write-back attempt holds its delivery: every request of its longest path
+    (``WRITE_REQUESTS_LONGEST``, plus a token request, a refresh and the retried call) at
     ``CRM_TIMEOUT_SECONDS`` each, so a slow send is never taken over and sent a second time."""
-    return (max(WRITE_REQUESTS.values()) + 3) * float(settings.CRM_TIMEOUT_SECONDS)
+    return (max(WRITE_REQUESTS_LONGEST.values()) + 3) * float(settings.CRM_TIMEOUT_SECONDS)
 
 
 def _prefix(connection: CrmConnection) -> str:
