@@ -342,9 +342,7 @@ class IntakeView(APIView):
         headers = {"Location": link.url}
         if first.replayed:
             headers["Idempotent-Replayed"] = "true"
-        response = Response(
-            _accepted_body(first.lead_id, link), status=kind.accepted_status, headers=headers
-        )
+        response = Response(_accepted_body(first.lead_id, link), status=202, headers=headers)
         _allow_origin(django_request, source, response)
         return response
 

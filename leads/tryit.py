@@ -23,14 +23,7 @@ from leads.models import Lead, RefusedPayload, RefusedState, Source
 from leads.normalize import is_a_lead, map_fields, normalize
 from leads.parsing import IntakeError, _parse_urlencoded, check_value, parse_json
 from leads.services import NOT_A_LEAD_MESSAGE, fetch_notice
-from leads.sources import (
-    flatten,
-    kind_choices,
-    kind_get,
-    kinds,
-    options_masked,
-    options_unmasked,
-)
+from leads.sources import flatten, kind_choices, kinds, options_masked, options_unmasked
 from leads.sources.paths import field_map_errors
 
 FORMAT_JSON = "json"
@@ -187,19 +180,18 @@ def source_try(
     lead = normalize(flat.record, mapping)
     notice = None if accepted else fetch_notice(kind=kind, options=kind_options, record=parts[0])
     fetched_later = 0
-    status = kind_get(kind).accepted_status
     if notice == "":
         accepted = True
         fetched_later = len(parts)
         many = f"{fetched_later} leads" if fetched_later > 1 else "a lead"
         verdict = (
-            f"Accepted: the kickoff would take it ({status}) as {many} waiting for the person, "
+            f"Accepted: the kickoff would take it (202) as {many} waiting for the person, "
             "fetched from the Graph API by the worker with the source's page access token "
             "(this notification carries only the lead's id, leadgen_id), then routed. The "
             "canonical lead below is the notification's; the person's fields come with the fetch."
         )
     elif accepted:
-        verdict = f"Accepted: the kickoff would take it ({status}) and the worker store this lead."
+        verdict = "Accepted: the kickoff would take it (202) and the worker store this lead."
     else:
         verdict = f"Refused as not_a_lead (422). {NOT_A_LEAD_MESSAGE}{notice or ''}"
         if flat.decoder_error:

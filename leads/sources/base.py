@@ -64,8 +64,6 @@ class SourceKind:
     - ``handshake(inbound, secret, options)`` → the answer to a vendor's verification request
       (a GET challenge), or ``None`` when the request is not one.
     - ``acknowledge(accepted_ids)`` → the body the vendor requires on success (a SOAP ack).
-    - ``accepted_status`` → the status of the API's own answer on success, where the vendor
-      documents one other than 202 (Meta's webhooks ask for 200 OK).
     - ``options`` names the kind options the source may set, each with a one-line meaning.
     - ``redact(record)`` → the record without what must not be stored (a secret the vendor puts
       in the body), applied before a lead is stored; ``redact_body(body)`` likewise for a body
@@ -87,7 +85,6 @@ class SourceKind:
     signature_header: str = ""
     handshake: Callable[[Inbound, str, Options], Reply | None] | None = None
     acknowledge: Callable[[list[str]], Reply] | None = None
-    accepted_status: int = 202
     options: Mapping[str, str] = field(default_factory=dict)
     secret_options: tuple[str, ...] = ()  # options that are secrets: never exported or audited
     redact: Callable[[Record], Record] | None = None

@@ -113,7 +113,7 @@ def test_the_page_says_what_the_kickoff_does(client: Client, admin_client: Clien
     if token:
         assert result.accepted
         assert "fetched from the Graph API" in html
-        assert intake.status_code == 200, intake.content
+        assert intake.status_code == 202, intake.content
         assert Lead.objects.filter(source=source).count() == 1
     else:
         assert not result.accepted

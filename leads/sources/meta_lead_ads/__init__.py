@@ -322,9 +322,6 @@ KIND = SourceKind(
     verify=verify,
     signature_header=SIGNATURE_HEADER,
     handshake=handshake,
-    # "Your endpoint should respond to all Event Notifications with 200 OK" (Meta's Webhooks
-    # getting-started guide); the body is the API's usual one.
-    accepted_status=200,
     secret_options=("verify_token", PAGE_TOKEN_OPTION),
     options={
         "verify_token": "The Verify Token typed into the Meta app's Webhooks settings; "

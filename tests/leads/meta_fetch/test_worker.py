@@ -89,7 +89,7 @@ def _notify(client: Client, graph: MetaGraphStandIn, n: int, tag: str) -> list[s
         content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer token-{SLUG}",
     )
-    assert response.status_code == 200, response.content
+    assert response.status_code == 202, response.content
     return ids
 
 
