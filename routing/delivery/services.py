@@ -34,8 +34,8 @@ from config.celery import app as celery_app
 from config.logging import log_context
 from leads.selectors import lead_fields
 from leads.services import broker_breaker
-from routing.crm.limits import writeback_lease_seconds
 from routing.crm.facts import crm_label
+from routing.crm.limits import writeback_lease_seconds
 from routing.crm.models import CrmConnection
 from routing.crm.roster import rep_crm_user_deactivated
 from routing.crm.writeback import crm_write_owner
