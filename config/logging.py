@@ -74,14 +74,31 @@ def _scrub(value: Any) -> Any:
     return value
 
 
+def _drop_frame_vars(event: dict[str, Any]) -> None:
+    groups: list[Any] = []
+    for key in ("exception", "threads"):
+        part = event.get(key)
+        if isinstance(part, dict) and isinstance(part.get("values"), list):
+            groups.extend(part["values"])
+    for group in groups:
+        stack = group.get("stacktrace") if isinstance(group, dict) else None
+        frames = stack.get("frames") if isinstance(stack, dict) else None
+        for frame in frames if isinstance(frames, list) else []:
+            if isinstance(frame, dict):
+                frame.pop("vars", None)
+
+
 def sentry_scrub_tokens(event: Any, hint: Any) -> Any:
     """Sentry ``before_send``: every string of the event loses its tokens — the request's URL,
     query string and headers, and also the log message and its arguments, the breadcrumbs
-    (gunicorn's access line with ``?token=``), exception messages and frame variables. Sentry's
-    logging integration reads records before any handler's filter, so RedactTokensFilter on the
-    console handler never sees what Sentry sends."""
+    (gunicorn's access line with ``?token=``) and exception messages. Frame variables are
+    dropped outright (settings also turn ``include_local_variables`` off): a frame's locals hold
+    headers and token forms whose secrets no pattern would recognise. Sentry's logging
+    integration reads records before any handler's filter, so RedactTokensFilter on the console
+    handler never sees what Sentry sends."""
     if not isinstance(event, dict):
         return event
+    _drop_frame_vars(event)
     event = _scrub(event)
     request = event.get("request")
     if isinstance(request, dict):

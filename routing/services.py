@@ -242,7 +242,7 @@ def _crm_owner(lead: Lead, now: datetime) -> tuple[CrmOwnerFound | None, list[st
     """The CRM owner (an active rep, not out of office) who already has this lead's person,
     and the trace lines of the lookup (why an owner found was not used, too)."""
     notes = crm_trace_notes(lead)
-    found, owner_notes = crm_person_owner(lead)
+    found, owner_notes = crm_person_owner(lead, log=True)
     notes += owner_notes
     if found is None:
         return None, notes

@@ -342,6 +342,9 @@ if SENTRY_DSN:
         environment=env.str("SENTRY_ENVIRONMENT", default="production"),
         traces_sample_rate=env.float("SENTRY_TRACES_SAMPLE_RATE", default=0.0),
         send_default_pii=False,
+        # Frames hold request headers (`Authorization: Bearer …`) and token forms (a CRM's
+        # client_secret): no local variables in any event (the scrubber drops them as well).
+        include_local_variables=False,
     )
 
 # --- LeadRouter ------------------------------------------------------------------------------

@@ -8,11 +8,14 @@ and replayed without asking the CRM again.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from routing.crm.models import CrmKind
 from routing.engine import AccountFacts
+
+logger = logging.getLogger(__name__)
 
 
 def crm_entries(crm: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -52,8 +55,11 @@ class CrmOwnerFound:
         )
 
 
-def crm_person_owner(lead: Any) -> tuple[CrmOwnerFound | None, list[str]]:
-    """The first CRM owner of this lead's person who is a rep, and notes on the others."""
+def crm_person_owner(lead: Any, *, log: bool = False) -> tuple[CrmOwnerFound | None, list[str]]:
+    """The first CRM owner of this lead's person who is a rep, and notes on the others.
+
+    ``log``: the pipeline's call (not replay's) logs an owner who is no rep, at INFO with the
+    lead id: the lead is routed by the rules, and a missing roster link shows in the logs."""
     notes: list[str] = []
     for kind, entry in crm_entries(lead.crm):
         if entry.get("status") != "done" or not entry.get("honour_owner", True):
@@ -64,10 +70,18 @@ def crm_person_owner(lead: Any) -> tuple[CrmOwnerFound | None, list[str]]:
             continue
         if owner.get("rep_id") is None:
             if owner.get("owner_id"):
-                notes.append(
+                note = (
                     f"{crm_label(kind)}: {person.get('object')} {person.get('id')} is owned by "
                     f"{owner.get('owner_email') or owner.get('owner_id')}, who is no rep"
                 )
+                notes.append(note)
+                if log:
+                    logger.info(
+                        "lead %s: %s: routed by the rules",
+                        lead.pk,
+                        note,
+                        extra={"lead_id": str(lead.pk)},
+                    )
             continue
         if owner.get("active_in_crm") is False:
             notes.append(

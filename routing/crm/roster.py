@@ -77,6 +77,11 @@ def rep_owner_id(kind: str, rep_id: int) -> str:
     return value or ""
 
 
+def rep_crm_user_deactivated(kind: str, rep_id: int) -> bool:
+    """Is the rep's CRM user deactivated (the roster's last sync saw it inactive)?"""
+    return CrmOwner.objects.filter(kind=kind, rep_id=rep_id, active_in_crm=False).exists()
+
+
 @dataclass
 class RosterReport:
     """What a roster sync did."""

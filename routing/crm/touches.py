@@ -170,7 +170,15 @@ def crm_owner_changed(
         if owner_id and owner_id == rep_owner_id(kind, current.rep_id):
             return "unchanged"
         mapped = owner_reps(kind, [owner_id]).get(owner_id) if owner_id else None
-        if mapped is not None and mapped.rep_id is not None and mapped.rep_id != current.rep_id:
+        # A rep who could not take a lead (inactive, out of office, CRM user deactivated) is
+        # recorded as an owner who is no rep: the lead is worked outside LeadRouter's reps.
+        unable = _why_not_eligible(mapped, now) if mapped is not None else ""
+        if (
+            mapped is not None
+            and mapped.rep_id is not None
+            and mapped.rep_id != current.rep_id
+            and not unable
+        ):
             membership = (
                 TeamMembership.objects.filter(rep_id=mapped.rep_id)
                 .select_related("team")
@@ -218,6 +226,11 @@ def crm_owner_changed(
             deliveries_schedule(assignment=assignment, event=EventType.REASSIGNED, crm=False)
             return "reassigned"
         who = (mapped.owner_email if mapped is not None else "") or owner_id or "nobody"
+        no_rep = (
+            f"who is {mapped.rep_name}, a rep who cannot take leads ({unable})"
+            if mapped is not None and unable
+            else "who is no rep"
+        )
         event_record(
             type=EventType.REASSIGNED,
             lead=lead,
@@ -227,11 +240,11 @@ def crm_owner_changed(
                 "manual": False,
                 "crm": kind,
                 "reason": (
-                    f"already owned in {label} by {who}, who is no rep: found when the owner "
+                    f"already owned in {label} by {who}, {no_rep}: found when the owner "
                     "was written back (the lookup had not seen it); not overwritten, "
                     "the lead is worked outside LeadRouter's reps"
                     if found
-                    else f"owner changed in {label} to {who}, who is no rep; "
+                    else f"owner changed in {label} to {who}, {no_rep}; "
                     "the lead is worked outside LeadRouter's reps"
                 ),
                 "from": {"id": current.rep_id, "name": current.rep_name},
@@ -245,6 +258,24 @@ def crm_owner_changed(
                 source=kind,
             )
         return "noted"
+
+
+def _why_not_eligible(mapped: Any, now: datetime) -> str:
+    """Why the owner's rep could not take a lead ("" when it could, or the owner is no rep)."""
+    from routing.models import Rep
+
+    if mapped.rep_id is None:
+        return ""
+    rep = Rep.objects.filter(pk=mapped.rep_id).only("active", "out_of_office_until").first()
+    if rep is None:
+        return ""
+    if not rep.active:
+        return "inactive"
+    if rep.out_of_office_until is not None and rep.out_of_office_until > now:
+        return "out of office"
+    if not mapped.active_in_crm:
+        return "deactivated in the CRM"
+    return ""
 
 
 def _candidates(connection: CrmConnection, now: datetime, limit: int) -> list[Any]:

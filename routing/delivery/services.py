@@ -34,8 +34,10 @@ from config.celery import app as celery_app
 from config.logging import log_context
 from leads.selectors import lead_fields
 from leads.services import broker_breaker
+from routing.crm.facts import crm_label
 from routing.crm.limits import writeback_lease_seconds
 from routing.crm.models import CrmConnection
+from routing.crm.roster import rep_crm_user_deactivated
 from routing.crm.writeback import crm_write_owner
 from routing.delivery import backoff, egress, signing
 from routing.delivery.models import (
@@ -333,6 +335,11 @@ def _send_email(delivery: Delivery) -> _Result:
 
 
 def _send_crm(delivery: Delivery, now: datetime) -> _Result:
+    deactivated = _rep_deactivated_in_crm(delivery)
+    if deactivated:
+        # The CRM would refuse the owner in its own words after every retry: fail now, saying
+        # why and what to do, without a request (the dead letter shows it in the admin).
+        return _Result("refused", error=deactivated)
     written = crm_write_owner(delivery=delivery, now=now)
     outcome = {"failed": "refused"}.get(written.outcome, written.outcome)
     return _Result(
@@ -340,6 +347,25 @@ def _send_crm(delivery: Delivery, now: datetime) -> _Result:
         error=written.error,
         excerpt=written.excerpt,
         retry_after=written.retry_after,
+    )
+
+
+def _rep_deactivated_in_crm(delivery: Delivery) -> str:
+    """The failure message when the delivery's rep has a deactivated CRM user, else ""."""
+    connection = delivery.crm_connection
+    if connection is None or not connection.active or not connection.writeback_enabled:
+        return ""
+    assignment = (
+        Assignment.objects.select_related("rep")
+        .filter(pk=delivery.assignment_id, active=True)
+        .first()
+    )
+    if assignment is None or not rep_crm_user_deactivated(connection.kind, assignment.rep_id):
+        return ""
+    rep = assignment.rep
+    return (
+        f"{rep.name or rep.email}'s CRM user is deactivated in {crm_label(connection.kind)}: "
+        "re-route the lead or re-link the rep"
     )
 
 

@@ -8,7 +8,8 @@ Without Redis it is a fixed one-minute window counted in Django's cache (at most
 ``rate_per_minute`` per calendar minute; shared only if the cache is).
 
 A 429 from the provider pauses the whole budget for its Retry-After (``pause``), so every worker
-backs off, not only the one that was told.
+backs off, not only the one that was told; a shorter Retry-After never shortens a longer pause
+already running (the later expiry is kept).
 """
 
 from __future__ import annotations
@@ -56,6 +57,17 @@ end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(ts))
 redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 60)
 return {granted, tostring(wait), tostring(tokens)}
+"""
+
+# A pause keeps the later expiry: a worker told a shorter Retry-After must not cut short the
+# longer pause another worker was told (PTTL is -2 without the key).
+_PAUSE_SCRIPT = """
+local want = tonumber(ARGV[1])
+if redis.call('PTTL', KEYS[1]) < want then
+  redis.call('SET', KEYS[1], '1', 'PX', want)
+  return 1
+end
+return 0
 """
 
 
@@ -111,7 +123,8 @@ class RedisTokenBucket:
         return 0 if wait > 0 else math.floor(tokens)
 
     def pause(self, seconds: float) -> None:
-        self.client.set(self.pause_key, "1", px=max(1, int(seconds * 1000)))
+        """Pause every taker for ``seconds``, unless a longer pause is already running."""
+        self.client.eval(_PAUSE_SCRIPT, 1, self.pause_key, max(1, int(seconds * 1000)))
 
 
 class CacheWindowLimiter:
@@ -148,7 +161,15 @@ class CacheWindowLimiter:
         return max(0, self.rate_per_minute - int(cache.get(key) or 0))
 
     def pause(self, seconds: float) -> None:
-        cache.set(f"{self.key}:pause", time.time() + seconds, timeout=max(1, math.ceil(seconds)))
+        """As on Redis, the later expiry is kept (a read then a write: the cache has no
+        compare-and-set, so two pauses at the same instant may still race)."""
+        until = time.time() + seconds
+        key = f"{self.key}:pause"
+        if cache.add(key, until, timeout=max(1, math.ceil(seconds))):
+            return
+        current = cache.get(key)
+        if current is None or float(current) < until:
+            cache.set(key, until, timeout=max(1, math.ceil(seconds)))
 
 
 def http_rate_limiter() -> RateLimiter:

@@ -120,6 +120,19 @@ def test_an_owner_who_is_no_rep_is_noted_and_the_rules_decide(world):
     assert "HubSpot: contact 501 is owned by someone@example.com, who is no rep" in whys
 
 
+def test_an_owner_who_is_no_rep_is_logged_with_the_lead_id(world, caplog):
+    lead = _lead(_found("7999"))
+    with caplog.at_level("INFO", logger="routing.crm.facts"):
+        lead_process(lead_id=lead.id)
+    records = [r for r in caplog.records if r.name == "routing.crm.facts"]
+    assert len(records) == 1
+    record = records[0]
+    assert record.levelname == "INFO"
+    assert getattr(record, "lead_id", None) == str(lead.id)
+    assert str(lead.id) in record.getMessage()
+    assert "owned by someone@example.com, who is no rep" in record.getMessage()
+
+
 def _deactivate_in_crm(email: str) -> None:
     from routing.crm.models import CrmOwner
 

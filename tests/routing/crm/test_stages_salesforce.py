@@ -225,6 +225,46 @@ def test_an_owner_changed_in_salesforce_is_a_reassignment_without_a_write_back(
     assert not Delivery.objects.filter(assignment=current, channel="crm").exists()
 
 
+@pytest.mark.parametrize("why", ["inactive", "out of office", "deactivated in the CRM"])
+def test_an_owner_changed_in_salesforce_to_an_ineligible_rep_is_noted_not_assigned(
+    org, why, django_capture_on_commit_callbacks
+):
+    """The new owner maps to a rep who could not take a lead: recorded as an owner who is no
+    rep (worked outside LeadRouter, SLA clock stopped), not as an assignment to that rep."""
+    from routing.models import Rep
+
+    sf = org["sf"]
+    lead = LeadFactory(raw_payload={"email": "parked@fresh.io", "last_name": "Parked"})
+    _route(lead, django_capture_on_commit_callbacks)
+    _write_back(lead)
+    lead.refresh_from_db()
+    first = Assignment.objects.get(lead=lead, active=True)
+    other = org["ben"] if first.rep_id == org["ana"].pk else org["ana"]
+    owner = CrmOwner.objects.get(kind="salesforce", rep=other)
+    if why == "inactive":
+        Rep.objects.filter(pk=other.pk).update(active=False)
+    elif why == "out of office":
+        Rep.objects.filter(pk=other.pk).update(
+            out_of_office_until=timezone.now() + timedelta(days=3)
+        )
+    else:
+        CrmOwner.objects.filter(pk=owner.pk).update(active_in_crm=False)
+    sf.edit("Lead", lead.crm["salesforce"]["written"]["id"], OwnerId=owner.owner_id)
+
+    report = crm_touches_sync(org["connection"])
+
+    assert report.reassigned == 1  # an owner change recorded (assignment or note)
+    assert not Assignment.objects.filter(lead=lead, rep=other).exists()
+    current = Assignment.objects.get(lead=lead, active=True)
+    assert current.pk == first.pk
+    assert current.touched_at is not None  # the SLA clock stopped
+    assert current.touch_source == "salesforce"
+    event = Event.objects.filter(lead=lead, type="reassigned").latest("id")
+    assert event.data["to_owner"] == owner.owner_id
+    assert "the lead is worked outside LeadRouter's reps" in event.data["reason"]
+    assert why in event.data["reason"]
+
+
 def test_rate_limited_lookups_wait_and_then_route_without_the_crm(
     org, settings, django_capture_on_commit_callbacks
 ):

@@ -282,3 +282,85 @@ def test_an_owner_the_crm_had_is_not_overwritten_when_the_crm_was_down_at_lookup
     )
     assert len(reasons) == 1
     assert reasons[0].startswith("already owned in Salesforce by ops@example.com"), reasons
+
+
+def test_a_spike_against_hubspot_with_its_limits_enforced_stays_within_them(settings):
+    """Real workers, the HubSpot stand-in enforcing HubSpot's documented limits (search 5 a
+    second, 100 per 10 s for the rest), the connection at its default pace: every lead is looked
+    up, routed and written back, HubSpot never answers 429, and no second sees more searches
+    than HubSpot allows (the Salesforce spike above only meets the stand-in's canned 403s)."""
+    from routing.crm.hubspot import clear_account_cache
+    from tests.support.crm_hubspot import HubSpotStandIn
+
+    hs = HubSpotStandIn(enforce_rate_limits=True).start()
+    try:
+        settings.CRM_CA_BUNDLE = hs.ca_file
+        clear_account_cache()
+        hs.add_owner("ana@example.com", "Ana", "A")
+        hs.add_owner("ben@example.com", "Ben", "B")
+        ana = RepFactory(email="ana@example.com", name="Ana")
+        ben = RepFactory(email="ben@example.com", name="Ben")
+        team = team_with([ana, ben])
+        connection = CrmConnection.objects.create(
+            kind="hubspot",
+            name="HubSpot",
+            base_url=hs.url,
+            secret_encrypted=secret_seal(hs.token),
+            writeback_enabled=True,
+            touches_enabled=False,
+            # rate_per_minute and burst left empty: HubSpot's documented pace (180/min, 2)
+        )
+        crm_roster_sync(connection, create_reps=False)
+        published_ruleset({"name": "Everyone", "action": {"type": "team", "team": team.name}})
+        leads_n = 12 * SCALE
+        leads = [
+            LeadFactory(raw_payload={"email": f"hs{i}@fresh{i}.io", "last_name": f"H{i}"})
+            for i in range(leads_n)
+        ]
+        hs.reset_log()
+        env = {
+            "CRM_CA_BUNDLE": hs.ca_file,
+            "CRM_TIMEOUT_SECONDS": "5",
+            "CRM_LOOKUP_BACKOFF_SECONDS": "0.5",
+            "CRM_CONFIG_CACHE_SECONDS": "1",
+            "CRM_LOOKUP_MAX_WAIT_SECONDS": "300",
+            "CRM_LOOKUP_MAX_ATTEMPTS": "10",
+            "DELIVERY_BACKOFF_BASE_SECONDS": "1",
+            "DELIVERY_BACKOFF_MAX_SECONDS": "3",
+            "DELIVERY_EMAIL_ENABLED": "false",
+        }
+        queues = ["routing", "crm", "delivery"]
+        with (
+            celery_worker(concurrency=2, queues=queues, extra_env=env) as one,
+            celery_worker(concurrency=2, queues=queues, extra_env=env) as two,
+        ):
+            assert leads_enqueue([lead.id for lead in leads]) >= 1
+
+            def finished() -> bool:
+                _beat()
+                assigned = Lead.objects.filter(status=LeadStatus.ASSIGNED).count()
+                return assigned == leads_n and _crm_deliveries() == {"delivered": leads_n}
+
+            wait_until(
+                finished,
+                timeout=240,
+                interval=0.5,
+                message=lambda: f"{_crm_deliveries()} {_outputs(one, two)}",
+            )
+        assert set(Lead.objects.values_list("crm_status", flat=True)) == {CrmLookupStatus.DONE}
+        answered = [r.status for r in hs.requests]
+        assert 429 not in answered, [r.path for r in hs.requests if r.status == 429]
+        searches = sorted(
+            r.at
+            for r in hs.requests
+            if r.method == "POST" and r.path.rstrip("/").endswith("/search")
+        )
+        assert searches, "the lookups searched"
+        busiest = max(sum(1 for t in searches if start <= t < start + 1.0) for start in searches)
+        assert busiest <= hs.search_per_second, busiest
+        # Every request of any kind: within the pace (burst 2 + 3 a second), so within the
+        # search limit too; HubSpot's 100 per 10 s is far off.
+        assert hs.max_per_second() <= hs.search_per_second, hs.max_per_second()
+    finally:
+        clear_account_cache()
+        hs.close()
