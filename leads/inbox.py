@@ -236,12 +236,12 @@ def refused_reaccept(*, refused_id: int, actor: str) -> Reaccepted:
     for start in range(0, len(records), chunk):
         with transaction.atomic():
             for index in range(start, min(start + chunk, len(records))):
-                error = _reaccept_one(refused, records, index, actor, lead_ids)
-                if error is None:
+                refusal = _reaccept_one(refused, records, index, actor, lead_ids)
+                if refusal is None:
                     continue
                 if not refused.batch:
-                    return Reaccepted(refused_id, error=f"{error.code}: {error.message}")
-                still_refused.append((index, records[index], error))
+                    return Reaccepted(refused_id, error=f"{refusal.code}: {refusal.message}")
+                still_refused.append((index, records[index], refusal))
     if not lead_ids:
         first_error = still_refused[0][2] if still_refused else None
         reason = f"{first_error.code}: {first_error.message}" if first_error else "empty"
