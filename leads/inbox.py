@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 # a media type we did not take, a record that was not a lead. (401, 404, 413 and 429 are not
 # kept: an unauthenticated or too large body, or one the sender will retry.)
 KEPT_STATUSES = frozenset({400, 415, 422})
+# Except a batch refused for its row count alone (a webinar report of 3,000 attendees): its body
+# is under the byte cap, the sender cannot split it, and re-accepting takes it in by chunks.
+BATCH_TOO_LARGE = "batch_too_large"
 
 _SECRET_HEADER_WORDS = (
     "authorization",
@@ -77,7 +80,8 @@ def refused_record(
     batch: bool = False,
 ) -> RefusedPayload | None:
     """Keep one refused payload; never raises (the sender still gets its 4xx either way)."""
-    if error.status not in KEPT_STATUSES:
+    too_many_rows = batch and error.status == 413 and error.code == BATCH_TOO_LARGE
+    if error.status not in KEPT_STATUSES and not too_many_rows:
         return None
     body = _body_redacted(source, body)
     try:
@@ -196,11 +200,12 @@ def refused_reaccept(*, refused_id: int, actor: str) -> Reaccepted:
     """Take one refused payload in again as a lead, read by its source as it is now.
 
     Idempotent: the lead's idempotency key is the record's own (an external id) or
-    ``refused:<id>``, and a payload already re-accepted answers with its lead. Audited: the
-    lead's ``received`` event names the person and the refusal.
+    ``refused:<id>[:<row>]``, and a payload already re-accepted answers with its lead. A batch
+    is taken in ``INTAKE_MAX_BATCH`` rows per transaction, so one kept for being over that limit
+    is accepted whole, and a re-acceptance cut short is finished by the next one with no twin.
+    Audited: each lead's ``received`` event names the person and the refusal.
     """
     from leads.intake import batch_records_read, records_read
-    from leads.services import lead_ingest
 
     with transaction.atomic():
         refused = (
@@ -217,48 +222,71 @@ def refused_reaccept(*, refused_id: int, actor: str) -> Reaccepted:
         try:
             request = _stored_request(refused)
             if refused.batch:
-                records = batch_records_read(request, bytes(refused.body))
+                # The kept body is under the byte cap, so it holds no more rows than bytes.
+                records = batch_records_read(
+                    request, bytes(refused.body), max_records=settings.INTAKE_MAX_BODY_BYTES
+                )
             else:
                 records = records_read(source, request, bytes(refused.body))
         except IntakeError as error:
             return Reaccepted(refused_id, error=f"{error.code}: {error.message}")
-        data = {
-            "reaccepted_from": refused.pk,
-            "refused_at": refused.received_at.isoformat(),
-            "refused_reason": refused.reason,
-        }
-        lead_ids: list[str] = []
-        still_refused: list[tuple[int, Any, IntakeError]] = []
-        for index, record in enumerate(records):
-            suffix = f":{index}" if len(records) > 1 or refused.batch else ""
-            try:
-                accepted = lead_ingest(
-                    source=source,
-                    record=record if isinstance(record, dict) else {},
-                    fallback_key=f"refused:{refused.pk}{suffix}",
-                    actor=actor,
-                    received_data=data,
-                )
-            except IntakeError as error:
+    lead_ids: list[str] = []
+    still_refused: list[tuple[int, Any, IntakeError]] = []
+    chunk = max(1, settings.INTAKE_MAX_BATCH)
+    for start in range(0, len(records), chunk):
+        with transaction.atomic():
+            for index in range(start, min(start + chunk, len(records))):
+                refusal = _reaccept_one(refused, records, index, actor, lead_ids)
+                if refusal is None:
+                    continue
                 if not refused.batch:
-                    return Reaccepted(refused_id, error=f"{error.code}: {error.message}")
-                still_refused.append((index, record, error))
-                continue
-            lead_ids.append(str(accepted.lead_id))
-        if not lead_ids:
-            first_error = still_refused[0][2] if still_refused else None
-            reason = f"{first_error.code}: {first_error.message}" if first_error else "empty"
-            return Reaccepted(refused_id, error=f"no record of the batch is a lead ({reason})")
+                    return Reaccepted(refused_id, error=f"{refusal.code}: {refusal.message}")
+                still_refused.append((index, records[index], refusal))
+    if not lead_ids:
+        first_error = still_refused[0][2] if still_refused else None
+        reason = f"{first_error.code}: {first_error.message}" if first_error else "empty"
+        return Reaccepted(refused_id, error=f"no record of the batch is a lead ({reason})")
+    with transaction.atomic():
+        refused = RefusedPayload.objects.select_for_update().get(pk=refused.pk)
+        if refused.state == RefusedState.ACCEPTED and refused.lead_id is not None:
+            # Another re-acceptance finished first: the same leads, by the same keys.
+            return Reaccepted(refused_id, lead_ids=(str(refused.lead_id),), already=True)
         # A batch's rows that are still no leads are kept one by one, as a batch's are.
         refused_record_batch(
             source=source, meta={"CONTENT_TYPE": "application/json"}, refusals=still_refused
         )
         refused.state = RefusedState.ACCEPTED
-        refused.lead_id = lead_ids[0] if lead_ids else None
+        refused.lead_id = lead_ids[0]
         refused.handled_at = timezone.now()
         refused.handled_by = actor[:200]
         refused.save(update_fields=["state", "lead", "handled_at", "handled_by"])
     return Reaccepted(refused_id, lead_ids=tuple(lead_ids))
+
+
+def _reaccept_one(
+    refused: RefusedPayload, records: list[Any], index: int, actor: str, lead_ids: list[str]
+) -> IntakeError | None:
+    """Ingest row ``index`` of a refused payload (its lead id appended), or why it is no lead."""
+    from leads import services
+
+    record = records[index]
+    suffix = f":{index}" if len(records) > 1 or refused.batch else ""
+    try:
+        accepted = services.lead_ingest(
+            source=refused.source,
+            record=record if isinstance(record, dict) else {},
+            fallback_key=f"refused:{refused.pk}{suffix}",
+            actor=actor,
+            received_data={
+                "reaccepted_from": refused.pk,
+                "refused_at": refused.received_at.isoformat(),
+                "refused_reason": refused.reason,
+            },
+        )
+    except IntakeError as error:
+        return error
+    lead_ids.append(str(accepted.lead_id))
+    return None
 
 
 def refused_dismiss(*, refused_ids: Iterable[int], actor: str) -> int:

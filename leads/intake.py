@@ -142,10 +142,15 @@ def records_split(*, kind: str, options: Any, record: dict[str, Any]) -> list[di
     return [part for part in parts if isinstance(part, dict)] or [record]
 
 
-def batch_records_read(request: HttpRequest, body: bytes) -> list[Any]:
-    """The records of a batch request: a JSON array, a CSV body or a CSV upload in ``file``."""
+def batch_records_read(
+    request: HttpRequest, body: bytes, *, max_records: int | None = None
+) -> list[Any]:
+    """The records of a batch request: a JSON array, a CSV body or a CSV upload in ``file``.
+
+    At most ``max_records`` (the batch limit, ``INTAKE_MAX_BATCH``, unless the refused inbox
+    re-reads a batch it kept for being over that limit)."""
     kind = media_type(request)
-    limit = settings.INTAKE_MAX_BATCH
+    limit = settings.INTAKE_MAX_BATCH if max_records is None else max_records
     limits = intake_limits()
     if kind == "application/json" or kind.endswith("+json"):
         value = parse_json(body, limits, check=False)

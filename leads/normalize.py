@@ -179,6 +179,153 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "external_id": ("record id", "lead id"),
 }
 
+# Column names as Excel exports and forms in German, French, Spanish, Portuguese, Dutch and
+# Italian write them (CLDR's field names and the vendors' localised form templates). Folded like
+# the English ones, so "Téléphone" is "telephone" and "E-Mail-Adresse" is "emailadresse".
+# Left out on purpose, because they name two different things:
+# - "nome": the first name in Italian, the whole name in Portuguese;
+# - "apelido": the surname in Portugal, a nickname in Brazil;
+# - "estado": a state in Spanish and Portuguese, but also a record's status in their CRMs;
+# - "staat" (state or country), "titel" (an academic title, not a job), "cap" and "cp" (too short
+#   to be told from an unrelated column).
+# "Nombre"/"Naam" are the full name: with "Apellidos"/"Achternaam" beside them the full name only
+# fills the first name. French "Nom" is the surname, as French forms pair it with "Prénom".
+# "Firma" is the company (German, Dutch, Polish, Czech, Scandinavian usage) although Spanish and
+# Italian use the word for a signature: a lead form's signature is a drawn image or a typed name
+# sent as a file or data URL, rarely a column of a lead export, while "Firma" heads the company
+# column of every German Excel export, the case issue 16 was filed for.
+_LOCALISED_ALIASES: dict[str, tuple[str, ...]] = {
+    "email": (
+        "e-mail-adresse",
+        "emailadresse",
+        "courriel",
+        "adresse e-mail",
+        "adresse email",
+        "adresse électronique",
+        "adresse mail",
+        "correo",
+        "correo electrónico",
+        "dirección de correo electrónico",
+        "email corporativo",
+        "correio eletrônico",
+        "endereço de e-mail",
+        "e-mailadres",
+        "indirizzo email",
+        "indirizzo e-mail",
+        "posta elettronica",
+    ),
+    "first_name": ("vorname", "prénom", "primer nombre", "primeiro nome", "voornaam"),
+    "last_name": (
+        "nachname",
+        "familienname",
+        "nom",
+        "nom de famille",
+        "apellido",
+        "apellidos",
+        "sobrenome",
+        "achternaam",
+        "cognome",
+    ),
+    FULL_NAME: (
+        "vollständiger name",
+        "nom complet",
+        "nombre",
+        "nombre completo",
+        "nome completo",
+        "naam",
+        "volledige naam",
+    ),
+    "phone": (
+        "telefon",
+        "telefonnummer",
+        "handy",
+        "handynummer",
+        "mobil",
+        "mobilnummer",
+        "mobiltelefon",
+        "numéro de téléphone",
+        "téléphone portable",
+        "portable",
+        "teléfono",
+        "número de teléfono",
+        "móvil",
+        "celular",
+        "telefone",
+        "telefoon",
+        "telefoonnummer",
+        "mobiel",
+        "cellulare",
+        "numero di telefono",
+    ),
+    "company": (
+        "firma",
+        "firmenname",
+        "unternehmen",
+        "unternehmensname",
+        "entreprise",
+        "société",
+        "nom de l'entreprise",
+        "empresa",
+        "nombre de la empresa",
+        "compañía",
+        "nome da empresa",
+        "bedrijf",
+        "bedrijfsnaam",
+        "azienda",
+        "società",
+    ),
+    "country": ("land", "pays", "país", "paese", "nazione"),
+    "region": (
+        "bundesland",
+        "provinz",
+        "kanton",
+        "département",
+        "provincia",
+        "comunidad autónoma",
+        "região",
+        "provincie",
+        "regione",
+    ),
+    "postal_code": (
+        "plz",
+        "postleitzahl",
+        "code postal",
+        "código postal",
+        "cep",
+        "codice postale",
+    ),
+    "city": (
+        "stadt",
+        "ort",
+        "wohnort",
+        "ville",
+        "ciudad",
+        "localidad",
+        "cidade",
+        "stad",
+        "plaats",
+        "woonplaats",
+        "città",
+        "località",
+    ),
+    "title": (
+        "berufsbezeichnung",
+        "jobtitel",
+        "funktion",
+        "poste",
+        "fonction",
+        "intitulé du poste",
+        "cargo",
+        "puesto",
+        "functie",
+        "functietitel",
+        "ruolo",
+        "qualifica",
+        "posizione",
+    ),
+}
+
+
 _MAPPING_TARGETS = frozenset((*CANONICAL_FIELDS, FULL_NAME))
 
 
@@ -239,7 +386,7 @@ def _fold(text: str) -> str:
 def _build_alias_index() -> dict[str, str]:
     index: dict[str, str] = {}
     for target in _MAPPING_TARGETS:
-        for alias in (target, *_ALIASES.get(target, ())):
+        for alias in (target, *_ALIASES.get(target, ()), *_LOCALISED_ALIASES.get(target, ())):
             key = _fold(alias)
             if index.setdefault(key, target) != target:
                 raise ValueError(f"alias {alias!r} is ambiguous: {index[key]} or {target}")

@@ -29,7 +29,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from leads.models import CANONICAL_COLUMNS, Lead, LeadStatus, Source
-from leads.normalize import FLAG_FREE_EMAIL, is_free_email_domain, normalize
+from leads.normalize import FLAG_FREE_EMAIL, FLAG_INVALID_EMAIL, is_free_email_domain, normalize
 from leads.sources import source_flatten
 from routing.crm.facts import crm_account
 from routing.engine import (
@@ -731,6 +731,22 @@ def _set_status(lead: Lead, status: str, now: datetime) -> None:
 _STATUS = {"owner": LeadStatus.ASSIGNED, "excluded": LeadStatus.EXCLUDED}
 
 
+def lead_unreachable_reason(lead: Lead) -> str | None:
+    """Why nobody can contact this lead, or None: accepted (a lead is never lost at intake),
+    but an invalid e-mail (``{"email": 12345}``) with no valid phone and no company with a name
+    is junk a rep's queue and caps are not spent on (docs/revops.md, "How a lead is routed")."""
+    if lead.email and FLAG_INVALID_EMAIL not in (lead.flags or []):
+        return None
+    if lead.phone:  # only a valid phone is kept in the field (an invalid one goes to custom)
+        return None
+    if lead.company and (lead.first_name or lead.last_name):
+        return None
+    return (
+        "no valid e-mail or phone (and no company with a name): nobody can contact this lead, "
+        "so it stays unassigned for review"
+    )
+
+
 def route_lead(
     *,
     lead: Lead,
@@ -748,6 +764,14 @@ def route_lead(
     ruleset the lead is ``unassigned``. Raises RuleErrors when the live rules no longer compile.
     """
     now = now or timezone.now()
+    unreachable = lead_unreachable_reason(lead)
+    if unreachable is not None:
+        decision = Decision(outcome="nothing", reason=unreachable, trace=())
+        if supersede is not None:
+            return RouteResult(decision=decision, status=lead.status)
+        with transaction.atomic():
+            _set_status(lead, LeadStatus.UNASSIGNED, now)
+        return RouteResult(decision=decision, status=LeadStatus.UNASSIGNED)
     try:
         config = live_config()
     except RulesetNotFound:

@@ -287,3 +287,70 @@ def test_a_refused_batch_body_is_marked_as_a_batch(client):
     )
     assert response.status_code == 400
     assert RefusedPayload.objects.get().batch
+
+
+def _webinar_csv(rows: int) -> bytes:
+    lines = ["Attendee Report", "First Name,Last Name,Email,Country/Region Name"]
+    lines += [f"P{i},Q{i},p{i}@acme.de,Germany" for i in range(rows)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_a_report_over_the_row_limit_is_kept_and_reaccepted_in_chunks(client, published, settings):
+    # Review of issue 16, S2: a webinar report past INTAKE_MAX_BATCH rows is answered 413 (the
+    # sender learns the limit) and kept, so RevOps can take it in without asking for a re-export.
+    settings.INTAKE_MAX_BATCH = 3
+    SourceFactory(slug="webinar")
+    response = client.post(
+        "/api/v1/intake/webinar/batch/", _webinar_csv(8), content_type="text/csv", **auth("webinar")
+    )
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "batch_too_large"
+    refused = RefusedPayload.objects.get()
+    assert (refused.status_code, refused.reason, refused.batch) == (413, "batch_too_large", True)
+
+    outcome = refused_reaccept(refused_id=refused.pk, actor="user:revops")
+    assert not outcome.error, outcome.error
+    assert len(outcome.lead_ids) == 8
+    assert refused_reaccept(refused_id=refused.pk, actor="user:revops").already
+    assert sorted(Lead.objects.values_list("idempotency_key", flat=True)) == sorted(
+        f"refused:{refused.pk}:{i}" for i in range(8)
+    )
+
+
+def test_a_chunked_reaccept_cut_short_is_finished_by_the_next_without_a_twin(
+    client, published, settings, monkeypatch
+):
+    import leads.services
+
+    settings.INTAKE_MAX_BATCH = 3
+    SourceFactory(slug="webinar")
+    client.post(
+        "/api/v1/intake/webinar/batch/", _webinar_csv(8), content_type="text/csv", **auth("webinar")
+    )
+    refused = RefusedPayload.objects.get()
+    real = leads.services.lead_ingest
+
+    def fails_on_the_seventh_row(**kwargs):
+        if kwargs["fallback_key"].endswith(":6"):
+            raise RuntimeError("the database went away")
+        return real(**kwargs)
+
+    monkeypatch.setattr(leads.services, "lead_ingest", fails_on_the_seventh_row)
+    with pytest.raises(RuntimeError):
+        refused_reaccept(refused_id=refused.pk, actor="user:revops")
+    assert Lead.objects.count() == 6  # the two chunks before stay
+    monkeypatch.setattr(leads.services, "lead_ingest", real)
+    outcome = refused_reaccept(refused_id=refused.pk, actor="user:revops")
+    assert len(outcome.lead_ids) == 8
+    assert Lead.objects.count() == 8
+
+
+def test_a_batch_over_the_byte_cap_is_not_kept(client, settings):
+    settings.INTAKE_MAX_BATCH = 3
+    settings.INTAKE_MAX_BODY_BYTES = 50
+    SourceFactory(slug="webinar")
+    response = client.post(
+        "/api/v1/intake/webinar/batch/", _webinar_csv(8), content_type="text/csv", **auth("webinar")
+    )
+    assert response.status_code == 413
+    assert not RefusedPayload.objects.exists()

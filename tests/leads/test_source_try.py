@@ -33,7 +33,7 @@ HUBSPOT = {
     },
 }
 # No canonical key anywhere: only a field map with a path makes it a lead.
-UNMAPPED = {"submission": {"answers": {"Correo": "ana@acme.es", "Pais": "Spain"}}}
+UNMAPPED = {"submission": {"answers": {"Buzon": "ana@acme.es", "Nacion": "Spain"}}}
 
 
 def _try(source: Source, payload: Any, **changes: Any) -> Any:
@@ -104,7 +104,7 @@ def test_a_field_map_path_makes_a_lead_of_what_was_refused() -> None:
     mapped = _try(
         source,
         UNMAPPED,
-        field_map={"submission.answers.Correo": "email", "submission.answers.Pais": "country"},
+        field_map={"submission.answers.Buzon": "email", "submission.answers.Nacion": "country"},
     )
     assert mapped.accepted
     assert (mapped.fields["email"], mapped.fields["country"]) == ("ana@acme.es", "ES")
@@ -324,7 +324,7 @@ def test_picking_an_open_refused_payload_tries_it_with_the_edited_map(
     form_body = RefusedPayload.objects.create(
         source=source,
         content_type="application/x-www-form-urlencoded",
-        body=b"Correo=lu%40acme.es",
+        body=b"Buzon=lu%40acme.es",
         status_code=422,
         reason="not_a_lead",
     )
@@ -342,7 +342,7 @@ def test_picking_an_open_refused_payload_tries_it_with_the_edited_map(
     assert f"refused:{soap.pk}" not in offered
     assert f"refused:{dismissed.pk}" not in offered
 
-    field_map = json.dumps({"submission.answers.Correo": "email"})
+    field_map = json.dumps({"submission.answers.Buzon": "email"})
     response = admin_client.post(
         _url(source),
         _form(source, "", sample=f"refused:{refused.pk}", _load="1", field_map=field_map),
@@ -355,7 +355,7 @@ def test_picking_an_open_refused_payload_tries_it_with_the_edited_map(
         _form(source, "", sample=f"refused:{form_body.pk}", _load="1", field_map="{}"),
     )
     assert response.context["form"]["fmt"].value() == FORMAT_FORM
-    assert response.context["result"].record == {"Correo": "lu@acme.es"}
+    assert response.context["result"].record == {"Buzon": "lu@acme.es"}
     assert not response.context["result"].accepted
     source.refresh_from_db()
     assert source.field_map == {}

@@ -34,7 +34,7 @@ HUBSPOT = {
     },
 }
 # No key the aliases know, anywhere: the kickoff refuses it until the field map names a path.
-UNMAPPED = {"submission": {"answers": {"Correo": "ana@acme.es", "Pais": "Spain"}}}
+UNMAPPED = {"submission": {"answers": {"Buzon": "ana@acme.es", "Nacion": "Spain"}}}
 
 
 def _browser(p: Any, chromium: str) -> Any:
@@ -106,7 +106,7 @@ def test_try_a_nested_payload_with_another_kind_before_saving(
         page.select_option("#id_sample", f"refused:{refused.pk}")
         page.click("#load-sample")
         expect(page.locator("#try-verdict")).to_contain_text("not_a_lead")
-        page.fill("#id_field_map", json.dumps({"submission.answers.Correo": "email"}))
+        page.fill("#id_field_map", json.dumps({"submission.answers.Buzon": "email"}))
         page.click("#try-submit")
         expect(page.locator("#try-verdict")).to_contain_text("Accepted")
         expect(page.locator("#try-lead")).to_contain_text("ana@acme.es")
@@ -152,7 +152,7 @@ def test_fix_the_field_map_then_reaccept_the_refused_payload(
         expect(page.locator(".messagelist")).to_contain_text("not_a_lead")
 
         page.goto(f"{base}/admin/leads/source/{source.pk}/change/")
-        page.fill("#id_field_map", json.dumps({"submission.answers.Correo": "email"}))
+        page.fill("#id_field_map", json.dumps({"submission.answers.Buzon": "email"}))
         page.click("input[name=_save]")
         expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
 

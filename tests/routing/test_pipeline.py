@@ -193,3 +193,41 @@ def test_a_huge_trace_is_stored_as_its_matched_rules():
     assert stored[-1]["why"] == "250 other rules did not match"
     small = Decision(outcome="owner", reason="r", trace=entries[:STORED_TRACE_MAX_ENTRIES])
     assert len(stored_trace(small)) == STORED_TRACE_MAX_ENTRIES
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{"email": 12345}, {"email": "not an address"}, {"email": "x@", "phone": "12"}],
+)
+def test_a_lead_whose_only_identifiers_are_invalid_goes_to_no_rep(payload):
+    # Review of issue 16, S4: accepted (never lose a lead), but nobody can reach it, so a rep's
+    # queue and caps are not spent on it: unassigned, with the reason, for RevOps to look at.
+    from audit.models import Event, EventType
+    from tests.routing.factories import make_rep, published_ruleset
+
+    rep = make_rep()
+    published_ruleset({"name": "Catch-all", "action": {"type": "rep", "rep": rep.email}})
+    lead = LeadFactory(raw_payload=payload)
+    assert lead_process(lead_id=lead.id) == LeadStatus.UNASSIGNED
+    lead.refresh_from_db()
+    assert lead.status == LeadStatus.UNASSIGNED
+    assert "invalid_email" in lead.flags
+    event = Event.objects.get(lead=lead, type=EventType.UNASSIGNED)
+    assert "no valid e-mail or phone" in event.data["reason"]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"email": "ana@acme.de"},
+        {"email": "x@", "phone": "+14155550100"},
+        {"email": 12345, "company": "Acme", "first_name": "Ana"},
+    ],
+)
+def test_a_lead_with_one_usable_identifier_is_routed(payload):
+    from tests.routing.factories import make_rep, published_ruleset
+
+    rep = make_rep()
+    published_ruleset({"name": "Catch-all", "action": {"type": "rep", "rep": rep.email}})
+    lead = LeadFactory(raw_payload=payload)
+    assert lead_process(lead_id=lead.id) == LeadStatus.ASSIGNED

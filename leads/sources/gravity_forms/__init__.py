@@ -120,6 +120,24 @@ def _kind_of(inputs: dict[str, Any]) -> str:
     return "choices"
 
 
+def _kinds(groups: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Each multi-input field's kind, told with the others in view.
+
+    An Address field whose blank inputs were left out of the entry (a "Select Fields" body, a
+    relay that drops blanks) may keep only .6, or .4 and .6, which are also Name inputs. When
+    the entry already has a Name field with a first name (.3), a field without one whose .6 is a
+    country is that address; a Name field's own .6 ("Jordan", "Georgia") is never looked up.
+    """
+    kinds = {field_id: _kind_of(inputs) for field_id, inputs in groups.items()}
+    if any(kinds[f] == "name" and "3" in inputs for f, inputs in groups.items()):
+        for field_id, inputs in groups.items():
+            if kinds[field_id] != "name" or "3" in inputs or not set(inputs) <= {"2", "4", "6"}:
+                continue
+            if normalize_country(as_text(scalar_or_joined(inputs.get("6"))).strip()):
+                kinds[field_id] = "address"
+    return kinds
+
+
 def _looks_like_phone(text: str) -> bool:
     digits = sum(ch.isdigit() for ch in text)
     text = text.strip()
@@ -162,13 +180,14 @@ def decode(record: Record, options: Options) -> Record:
         else:
             singles.append((key, value))
 
+    kinds = _kinds(groups)
     for field_id, inputs in groups.items():
         if field_id in mapped:  # the whole field named by the option: its inputs as one answer
             joiner = " " if canonical_key(mapped[field_id]) == "full_name" else "; "
             parts = [as_text(scalar_or_joined(inputs[n])) for n in sorted(inputs, key=int)]
             put(out, mapped[field_id], joiner.join(p for p in parts if p.strip()))
             continue
-        kind = _kind_of(inputs)
+        kind = kinds[field_id]
         if kind == "name":
             for number, value in inputs.items():
                 put(out, _NAME_INPUTS[number], value)

@@ -3,6 +3,8 @@ label."""
 
 from __future__ import annotations
 
+import pytest
+
 from leads.sources import kind_get
 from tests.leads.sources.kindtest import fixture_record, lead_from
 
@@ -103,3 +105,33 @@ def test_label_keyed_entry() -> None:
 
 def test_option_is_declared() -> None:
     assert "fields" in kind_get(KIND).options
+
+
+def test_a_second_fields_country_beside_a_name_field_is_the_address_country() -> None:
+    """Review of issue 16, S3: an Address field sent with only its country (.6) is no last name."""
+    lead = lead_from(KIND, {"1.3": "Ana", "1.6": "Müller", "2": "ana@acme.de", "5.6": "Germany"})
+    assert lead.fields["last_name"] == "Müller"
+    assert lead.fields["country"] == "DE"
+    assert not any(key.startswith("last_name") for key in lead.custom)
+
+
+def test_an_address_state_and_country_beside_a_name_field() -> None:
+    lead = lead_from(KIND, {"1.3": "Ana", "1.6": "Müller", "5.4": "Bayern", "5.6": "Deutschland"})
+    assert (lead.fields["last_name"], lead.fields["country"]) == ("Müller", "DE")
+    assert lead.fields["region"] == "BY"
+
+
+@pytest.mark.parametrize("last_name", ["Jordan", "Georgia", "Chad"])
+def test_a_last_name_that_is_also_a_country_stays_the_last_name(last_name: str) -> None:
+    lead = lead_from(KIND, {"1.3": "Michael", "1.6": last_name, "2": "m@acme.com", "5.6": "US"})
+    assert (lead.fields["first_name"], lead.fields["last_name"]) == ("Michael", last_name)
+    assert lead.fields["country"] == "US"
+    # and with the address field first in the entry
+    lead = lead_from(KIND, {"5.6": "Germany", "1.3": "Michael", "1.6": last_name})
+    assert (lead.fields["last_name"], lead.fields["country"]) == (last_name, "DE")
+
+
+def test_a_lone_last_name_input_without_another_name_field_is_still_the_last_name() -> None:
+    lead = lead_from(KIND, {"1.6": "Jordan", "2": "m@acme.com"})
+    assert lead.fields["last_name"] == "Jordan"
+    assert "country" not in lead.fields
