@@ -520,20 +520,8 @@ class SalesforceClient:
 
     def _get(self, obj: str, person_id: str) -> Person | None:
         fields = _CONTACT_FIELDS if obj == "Contact" else _LEAD_FIELDS
-        params = {"fields": fields.replace(" ", "")}
-
-        def read(sf: Salesforce) -> Any:
-            try:
-                return _sobject(sf, obj).get(person_id, params=params)
-            except SalesforceResourceNotFound:
-                return None
-
-        record = self._call(read)
-        if record is None:
-            return None
-        if not isinstance(record, Mapping):
-            raise CrmError("malformed", f"a Salesforce {obj} that is no object")
-        return self._person(obj, record)
+        record = self._read(obj, person_id, fields)
+        return None if record is None else self._person(obj, record)
 
     def get_person(self, person_id: str, person_object: str = "") -> Person | None:
         return self._get(self._object_of(person_id, person_object), person_id)
