@@ -74,7 +74,7 @@ run: migrate
 	@if $(static_is_stale); then $(PY) manage.py collectstatic --noinput -v 0; \
 	else echo "Static files are up to date ($(STATIC_MANIFEST))."; fi
 	@echo ""
-	@echo "  LeadRouter is starting (web, worker, beat). Ctrl-C stops them all."
+	@echo "  LeadRouter is starting (web, status, worker, io worker, beat). Ctrl-C stops them all."
 	@echo "    Admin:      http://$(HOST):$(PORT)/admin/"
 	@if [ -f var/demo-login.txt ]; then echo "    Logins:"; sed 's/^/      /' var/demo-login.txt; \
 	  echo "    Demo source tokens and an API token: var/demo.json"; fi

@@ -1,4 +1,4 @@
-"""Forms of the lead page's actions."""
+"""Forms of the lead page's actions and of the user's own settings."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 from django import forms
 from django.db.models import QuerySet
 
+from audit.timezones import zone_names
 from routing.models import Rep
 
 
@@ -24,3 +25,17 @@ class ReassignForm(forms.Form):
     def __init__(self, *args: Any, reps: QuerySet[Rep], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["rep"] = RepChoiceField(queryset=reps, to_field_name="email", label="To")
+
+
+class TimeZoneForm(forms.Form):
+    """The user's own time zone; empty = follow the browser (then the server)."""
+
+    time_zone = forms.ChoiceField(required=False, label="Time zone")
+
+    def __init__(self, *args: Any, browser_zone: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        follow = f"My browser's ({browser_zone})" if browser_zone else "My browser's"
+        field = self.fields["time_zone"]
+        if not isinstance(field, forms.ChoiceField):  # pragma: no cover - declared above
+            raise TypeError("time_zone must be a ChoiceField")
+        field.choices = [("", follow), *((n, n) for n in zone_names())]

@@ -29,6 +29,9 @@ HASHED = (
     "trace",
     "prev_hash",
 )
+# Covered too when an event has sealed personal content (leads/privacy.py): the ciphertext, so
+# the chain holds after the person's key is destroyed. Events without it hash as they always did.
+SEALED = ("person_key_id", "sealed")
 
 
 def plain_json(value: Any) -> Any:
@@ -67,5 +70,8 @@ def event_hash(values: dict[str, Any]) -> str:
         elif name in ("data", "trace"):
             value = _integral(value)
         canonical[name] = value
+    if values.get("sealed") or values.get("person_key_id") is not None:
+        for name in SEALED:
+            canonical[name] = values.get(name)
     text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -9,6 +9,8 @@ rows were altered or removed by someone who bypassed the triggers.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 from django.utils import timezone
 
@@ -32,6 +34,7 @@ class EventType(models.TextChoices):
     RULES_PUBLISHED = "rules_published"
     CONFIG_IMPORTED = "config_imported"
     CONFIG_CHANGED = "config_changed"
+    ERASED = "erased"
 
 
 # The chain of events that are not about one lead (rules published, configuration changes).
@@ -81,6 +84,19 @@ class Event(models.Model):
     ruleset_version = models.PositiveIntegerField(null=True, blank=True)
     data = models.JSONField(default=dict, blank=True)
     trace = models.JSONField(default=list, blank=True)
+    # The personal part of data and the trace, sealed with the person's key (leads/privacy.py):
+    # unreadable once the key is erased; the hash covers the ciphertext, so the chain holds.
+    person_key = models.ForeignKey(
+        "leads.PersonKey",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    # NULL (not "") when nothing is sealed: SQLite then adds the column in place, without
+    # rebuilding the append-only table (and dropping its triggers).
+    sealed = models.TextField(null=True, blank=True)  # noqa: DJ001
     prev_hash = models.CharField(max_length=64, blank=True)
     hash = models.CharField(max_length=64)
 
@@ -97,3 +113,35 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} #{self.seq} of {self.chain}"
+
+    @classmethod
+    def from_db(cls, *args: Any, **kwargs: Any) -> Event:
+        """Loaded with its sealed content opened (or "erased person" when the key is gone)."""
+        event = super().from_db(*args, **kwargs)
+        if event.__dict__.get("sealed"):
+            from audit.sealing import event_open
+
+            event_open(event)
+        return event
+
+
+class UserSettings(models.Model):
+    """A user's own page settings: the time zone every page shows times in."""
+
+    user = models.OneToOneField(
+        "auth.User", on_delete=models.CASCADE, related_name="page_settings", primary_key=True
+    )
+    time_zone = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="IANA time zone name (e.g. Europe/Berlin); empty = the browser's, then the "
+        "server's.",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "user settings"
+        verbose_name_plural = "user settings"
+
+    def __str__(self) -> str:
+        return f"settings of user {self.user_id}"

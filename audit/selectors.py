@@ -24,8 +24,10 @@ from django.utils.dateparse import parse_datetime
 
 from audit.models import Event, EventType
 from audit.permissions import UNSCOPED_PERMISSION
+from audit.timezones import local_words
 from leads.models import FetchStatus, Lead, LeadStatus, Source
-from leads.selectors import lead_fields
+from leads.priority import priority_clean
+from leads.selectors import lead_fields, lead_tagged
 from leads.sources.meta_lead_ads import page_token
 from leads.sources.meta_lead_ads.graph import scrub
 from routing.crm.facts import crm_entries, crm_label
@@ -94,18 +96,24 @@ def _rule_names() -> list[tuple[str, str]]:
 
 
 def _day_start(day: date) -> datetime:
-    return datetime.combine(day, time.min, tzinfo=UTC)
+    """Midnight starting ``day`` in the page's zone (the user's, the browser's or the server's)."""
+    return datetime.combine(day, time.min, tzinfo=timezone.get_current_timezone())
 
 
 def _owned(**assignment: Any) -> Exists:
     return Exists(Assignment.objects.filter(lead=OuterRef("pk"), active=True, **assignment))
 
 
+def _ever_owned(**assignment: Any) -> Exists:
+    """Any assignment of the lead, the current one or one it was reassigned away from."""
+    return Exists(Assignment.objects.filter(lead=OuterRef("pk"), **assignment))
+
+
 _DAY = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
 
 
 class HistoryFilter(django_filters.FilterSet):
-    """The history page's filters; days are UTC days, ``until`` included."""
+    """The history page's filters; days are the page zone's days, ``until`` included."""
 
     since = django_filters.DateFilter(method="from_day", label="From", widget=_DAY)
     until = django_filters.DateFilter(method="to_day", label="To", widget=_DAY)
@@ -119,6 +127,12 @@ class HistoryFilter(django_filters.FilterSet):
         label="Owner",
         empty_label="Any rep",
     )
+    owned_by = django_filters.ModelChoiceFilter(
+        queryset=Rep.objects.order_by("name", "email"),
+        method="by_any_owner",
+        label="Ever owned by",
+        empty_label="Any rep",
+    )
     team = django_filters.ModelChoiceFilter(
         queryset=Team.objects.order_by("name"),
         method="by_team",
@@ -129,10 +143,21 @@ class HistoryFilter(django_filters.FilterSet):
         choices=_rule_names, method="by_rule", label="Rule", empty_label="Any rule"
     )
     q = django_filters.CharFilter(method="search", label="Search")
+    priority = django_filters.CharFilter(method="by_priority", label="Priority")
+    tag = django_filters.CharFilter(method="by_tag", label="Tag")
 
     class Meta:
         model = Lead
         fields: list[str] = []
+
+    def by_priority(self, queryset: QuerySet[Lead], name: str, value: str) -> QuerySet[Lead]:
+        # Exact, as the tag rule names it (lead_priority_idx); "none": leads without one.
+        if value.strip().lower() == "none":
+            return queryset.filter(priority="")
+        return queryset.filter(priority=priority_clean(value))
+
+    def by_tag(self, queryset: QuerySet[Lead], name: str, value: str) -> QuerySet[Lead]:
+        return queryset.filter(lead_tagged(value)) if value.strip() else queryset
 
     def from_day(self, queryset: QuerySet[Lead], name: str, value: date) -> QuerySet[Lead]:
         try:
@@ -148,6 +173,9 @@ class HistoryFilter(django_filters.FilterSet):
 
     def by_rep(self, queryset: QuerySet[Lead], name: str, value: Rep) -> QuerySet[Lead]:
         return queryset.filter(_owned(rep_id=value.pk))
+
+    def by_any_owner(self, queryset: QuerySet[Lead], name: str, value: Rep) -> QuerySet[Lead]:
+        return queryset.filter(_ever_owned(rep_id=value.pk))
 
     def by_team(self, queryset: QuerySet[Lead], name: str, value: Team) -> QuerySet[Lead]:
         return queryset.filter(_owned(team_id=value.pk))
@@ -182,6 +210,7 @@ def history_filter(*, user: Any, data: Any) -> HistoryFilter:
         found.filters["rep"].queryset = (
             Rep.objects.filter(memberships__team_id__in=teams).distinct().order_by("name", "email")
         )
+        found.filters["owned_by"].queryset = found.filters["rep"].queryset
     return found
 
 
@@ -337,6 +366,8 @@ class HistoryRow:
     team: str
     rule: str
     assigned_at: datetime | None
+    priority: str = ""
+    tags: tuple[str, ...] = ()
 
 
 def history_row(lead: Lead) -> HistoryRow:
@@ -353,6 +384,8 @@ def history_row(lead: Lead) -> HistoryRow:
         team=assignment.team_name if assignment else "",
         rule=assignment.rule_name if assignment else "",
         assigned_at=assignment.assigned_at if assignment else None,
+        priority=lead.priority,
+        tags=tuple(lead.tags or ()),
     )
 
 
@@ -626,7 +659,7 @@ def fetch_findings(lead: Lead) -> list[str]:
         note = _redacted(lead, fetch.get("note"))
         lines.append(f"Waiting to be fetched from the Graph API: {note or 'not tried yet'}.")
         due = lead.fetch_next_at
-        next_try = f"; next try at {due:%Y-%m-%d %H:%M:%S} UTC" if due else ""
+        next_try = f"; next try at {local_words(due)}" if due else ""
         lines.append(f"{_tries(lead.fetch_attempts)} so far{next_try}.")
     elif lead.fetch_status == FetchStatus.FAILED:
         reason = _redacted(lead, lead.last_error or fetch.get("reason")).removeprefix(
@@ -639,7 +672,7 @@ def fetch_findings(lead: Lead) -> list[str]:
         )
     elif lead.fetch_status == FetchStatus.DONE:
         at = parse_datetime(str(fetch.get("at") or ""))
-        when = f" at {at:%Y-%m-%d %H:%M:%S} UTC" if at else ""
+        when = f" at {local_words(at)}" if at else ""
         lines.append(f"Fetched {what} from the Graph API{when}.")
     return lines
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from audit.hashing import event_hash, plain_json
 from audit.models import ROUTING_CHAIN, Event, EventType
+from audit.sealing import event_seal
 
 if TYPE_CHECKING:
     from leads.models import Lead
@@ -45,6 +46,7 @@ def _build(
     ruleset_version: int | None,
     data: Mapping[str, Any] | None,
     trace: Sequence[Any] | None,
+    person_key_id: int | None = None,
 ) -> Event:
     if type not in EventType.values:
         raise ValueError(f"unknown audit event type {type!r}")
@@ -66,7 +68,19 @@ def _build(
         "trace": plain_json(list(trace or [])),
         "prev_hash": prev_hash,
     }
+    event_seal(values, person_key_id)
     return Event(**values, hash=event_hash(values))
+
+
+def _person_key_id(lead: Lead | None, lead_id: uuid.UUID | None) -> int | None:
+    """The key the lead's personal content is sealed with (set when it was normalised)."""
+    if lead is not None:
+        return lead.person_key_id
+    if lead_id is None:
+        return None
+    from leads.models import Lead
+
+    return Lead.objects.filter(pk=lead_id).values_list("person_key_id", flat=True).first()
 
 
 def event_record(
@@ -91,6 +105,7 @@ def event_record(
     Call it inside the transaction of the change it records. ``actor`` is ``system``,
     ``user:<username>`` or ``source:<slug>``.
     """
+    person_key_id = _person_key_id(lead, lead_id) if data or trace else None
     if lead is not None:
         lead_id = lead.pk
     chain = str(lead_id) if lead_id is not None else ROUTING_CHAIN
@@ -115,6 +130,7 @@ def event_record(
             ruleset_version=ruleset_version,
             data=data,
             trace=trace,
+            person_key_id=person_key_id,
         )
         event.save(force_insert=True)
     return event
@@ -130,8 +146,10 @@ def event_record_for_assignment(
     trace: Sequence[Any] | None = None,
 ) -> Event:
     """An event about an assignment: its lead, rep, team, rule and version, with their names."""
+    lead = assignment._state.fields_cache.get("lead")  # loaded already: no query for its key
     return event_record(
         type=type,
+        lead=lead,
         lead_id=assignment.lead_id,
         actor=actor,
         at=at,

@@ -8,8 +8,8 @@ from typing import Any
 
 from django.db import transaction
 
-from audit.hashing import HASHED, event_hash
-from audit.models import Event
+from audit.hashing import HASHED, SEALED, event_hash
+from audit.models import Event, EventType
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,9 @@ class Finding:
 class Report:
     chains: int = 0
     events: int = 0
+    # Erasures are not tampering: `erased` events, and sealed events whose key is destroyed.
+    erasures: int = 0
+    sealed_erased: int = 0
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -47,7 +50,13 @@ def _rows(chain: str | None, batch: int) -> Iterator[dict[str, Any]]:
     # Inside a transaction the server-side cursor is an ordinary one that PostgreSQL streams;
     # outside, Django declares it WITH HOLD, and PostgreSQL materialises the whole log first.
     with transaction.atomic():
-        yield from rows.values("id", "hash", *HASHED).iterator(chunk_size=batch)
+        yield from rows.values("id", "hash", *HASHED, *SEALED).iterator(chunk_size=batch)
+
+
+def _erased_key_ids() -> set[int]:
+    from leads.models import PersonKey
+
+    return set(PersonKey.objects.filter(wrapped__isnull=True).values_list("pk", flat=True))
 
 
 def audit_verify(*, chain: str | None = None, batch: int = 2000) -> Report:
@@ -56,7 +65,12 @@ def audit_verify(*, chain: str | None = None, batch: int = 2000) -> Report:
     current = ""
     expected_seq = 1
     prev_hash = ""
+    erased_keys = _erased_key_ids()
     for row in _rows(chain, batch):
+        if row["type"] == EventType.ERASED:
+            report.erasures += 1
+        if row["sealed"] and row["person_key_id"] in erased_keys:
+            report.sealed_erased += 1
         if report.events == 0 or row["chain"] != current:
             current = row["chain"]
             report.chains += 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -17,7 +16,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from audit import dashboard as metrics
 from audit.csv import export_lines
-from audit.forms import ReassignForm
+from audit.forms import ReassignForm, TimeZoneForm
+from audit.reports import REP_SORTS, WINDOWS, ReportError
 from audit.selectors import (
     SORTS,
     history_leads,
@@ -29,6 +29,9 @@ from audit.selectors import (
     reps_for_reassignment,
     sort_parse,
 )
+from audit.templatetags.report_format import duration as human_duration
+from audit.timezones import TZ_COOKIE, user_zone_name, user_zone_set, zone_parse
+from config.errors import json_error
 from routing.services import LeadActionError, assignment_touch, lead_reassign
 
 VIEW = "leads.view_lead"
@@ -36,23 +39,6 @@ VIEW = "leads.view_lead"
 
 def _actor(request: HttpRequest) -> str:
     return f"user:{request.user.get_username()}"
-
-
-def human_duration(value: timedelta | None) -> str:
-    """``3 s``, ``4 min 5 s``, ``2 h 10 min``, ``3 d 4 h``; a dash for none."""
-    if value is None:
-        return "—"
-    seconds = max(int(value.total_seconds()), 0)
-    if seconds < 60:
-        return f"{value.total_seconds():.1f} s" if seconds < 10 else f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
 
 
 @dataclass(frozen=True)
@@ -80,6 +66,26 @@ _SORT_LABELS = {"received": "Received", "email": "E-mail"}
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     return redirect("history")
+
+
+@login_required
+def time_zone_settings(request: HttpRequest) -> HttpResponse:
+    """The user's own time zone: one of zoneinfo's names, or follow the browser."""
+    cookie = request.COOKIES.get(TZ_COOKIE)
+    browser = zone_parse(cookie)
+    browser_name = browser.key if browser is not None else ""
+    if request.method == "POST":
+        form = TimeZoneForm(request.POST, browser_zone=browser_name)
+        if form.is_valid():
+            chosen = user_zone_set(user=request.user, name=form.cleaned_data["time_zone"])
+            shown = chosen or browser_name or "the server's zone"
+            messages.success(request, f"Times are now shown in {shown}.")
+            return redirect("time-zone")
+    else:
+        form = TimeZoneForm(
+            initial={"time_zone": user_zone_name(request.user)}, browser_zone=browser_name
+        )
+    return render(request, "registration/time_zone.html", {"form": form})
 
 
 @login_required
@@ -229,21 +235,72 @@ def lead_touch_action(request: HttpRequest, lead_id: str) -> HttpResponse:
     return redirect("history-lead", lead_id=lead_uuid)
 
 
+def _report_error(error: ReportError) -> HttpResponse:
+    return json_error(400, "invalid_parameter", f"{error.parameter}: {error.message}")
+
+
 @login_required
 @permission_required(VIEW, raise_exception=True)
 @require_GET
 def dashboard(request: HttpRequest) -> HttpResponse:
-    """Backlog, rates, time to assign, SLA breaches, alerts and rep load, as server-side SVG."""
+    """Backlog, rates, time to assign, SLA, per-team and per-rep tables, fairness, rep load."""
     try:
-        hours = min(max(int(request.GET.get("hours", "3")), 1), 24)
-    except ValueError:
-        hours = 3
-    data = metrics.dashboard(hours=hours, team_ids=managed_team_ids(request.user))
+        query = metrics.dashboard_query(request.GET)
+    except ReportError as error:
+        return _report_error(error)
+    data = metrics.dashboard(query=query, team_ids=managed_team_ids(request.user))
+    page = data.rep_page
     context = {
         "d": data,
         "backlog_age": human_duration(data.backlog_oldest_age),
         "p50": human_duration(data.p50),
         "p95": human_duration(data.p95),
-        "hour_choices": [(h, h == hours) for h in (1, 3, 6, 12, 24)],
+        "window_choices": [
+            (key, _query(request, window=key, bucket=None, page=None), key == query.window.key)
+            for key in WINDOWS
+        ],
+        "rep_sort_links": {
+            key: _query(
+                request,
+                sort=(key if query.descending else f"-{key}")
+                if key == query.sort
+                else (key if key == "name" else f"-{key}"),
+                page=None,
+            )
+            for key in REP_SORTS
+        },
+        "rep_sort": query.sort,
+        "rep_sort_marker": "▼" if query.descending else "▲",
+        "next_url": _query(request, page=str(page.number + 1))
+        if page.number < page.pages
+        else None,
+        "prev_url": _query(request, page=str(page.number - 1)) if page.number > 1 else None,
+        "export_urls": {
+            table: reverse("dashboard-export", args=[table])
+            + _query(request, page=None, bucket=None)  # the sort kept: the reps in the page's order
+            for table in metrics.EXPORT_TABLES
+        },
     }
     return render(request, "audit/dashboard.html", context)
+
+
+@login_required
+@permission_required(VIEW, raise_exception=True)
+@require_GET
+def dashboard_export(request: HttpRequest, table: str) -> HttpResponse:
+    """One of the dashboard's tables over its window as CSV (the rep table: every rep)."""
+    if table not in metrics.EXPORT_TABLES:
+        raise Http404("No such table.")
+    try:
+        query = metrics.dashboard_query(request.GET)
+    except ReportError as error:
+        return _report_error(error)
+    lines = metrics.dashboard_table_lines(
+        table=table, query=query, team_ids=managed_team_ids(request.user)
+    )
+    response = HttpResponse("".join(lines), content_type="text/csv; charset=utf-8")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    name = f"{table}-{query.window.key}-{stamp}.csv"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    response["X-Content-Type-Options"] = "nosniff"
+    return response

@@ -11,6 +11,7 @@ BENCHMARKS = [
     "bench.route_lead",
     "bench.pipeline",
     "bench.crm",
+    "bench.io_pool",
     "bench.intake",
     "bench.intake_parts",
     "bench.metrics",

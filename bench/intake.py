@@ -7,10 +7,11 @@ Needs PostgreSQL and Redis (BENCH_DATABASE_URL, BENCH_REDIS_URL; defaults on loc
 production settings (2 sync workers), and measures in one run:
   - a bare DRF APIView (the baseline), single-lead intake, with wrk;
   - batch intake (1,000-record JSON arrays) with a Python client on keep-alive connections.
-With ``--waiters N`` it also starts the status process (uvicorn, ``config.asgi``) and measures
-single-lead intake again while N status requests wait on it (``?wait=10``, each asking again when
-answered; issue 20: intake with 1,000 open waiters should keep >= 0.9 x its rate without), then
-once more without them, and counts the status process's database connections meanwhile.
+With ``--waiters N`` it also starts the status process (uvicorn, ``config.asgi``), posts N
+leads (one per waiter, as N submitted forms) and measures single-lead intake again while N status
+requests wait on them (``?wait=10``, each asking again when answered; issue 20: intake with 1,000
+open waiters should keep >= 0.9 x its rate without), then once more without them, and reports
+the database connections and the status process's CPU-seconds meanwhile.
 At the end it checks that every accepted lead is in the database.
 """
 
@@ -184,24 +185,28 @@ def run_batches(port: int, seconds: int, clients: int, size: int) -> dict[str, f
 class Waiters:
     """N status requests held open on the status process, each asking again once answered."""
 
-    def __init__(self, port: int, path: str, count: int) -> None:
+    def __init__(self, port: int, paths: list[str], count: int) -> None:
         self.port = port
-        self.request = f"GET {path}?wait=10 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+        self.requests = [
+            f"GET {path}?wait=10 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode() for path in paths
+        ]
         self.selector = selectors.DefaultSelector()
         self.buffers: dict[socket.socket, bytes] = {}
+        self.request_of: dict[socket.socket, bytes] = {}
         self.answers = 0
         self.errors = 0
         self.stop = threading.Event()
-        for _ in range(count):
-            self._open()
+        for index in range(count):
+            self._open(self.requests[index % len(self.requests)])
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
-    def _open(self) -> None:
+    def _open(self, request: bytes) -> None:
         s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
-        s.sendall(self.request)
+        s.sendall(request)
         s.setblocking(False)
         self.buffers[s] = b""
+        self.request_of[s] = request
         self.selector.register(s, selectors.EVENT_READ)
 
     def _run(self) -> None:
@@ -218,14 +223,14 @@ class Waiters:
                     self.selector.unregister(s)
                     del self.buffers[s]
                     s.close()
-                    self._open()
+                    self._open(self.request_of.pop(s))
                     continue
                 data = self.buffers[s] + chunk
                 if data.endswith((b"}", b"\r\n0\r\n\r\n")):
                     self.answers += 1
                     data = b""
                     s.setblocking(True)
-                    s.sendall(self.request)
+                    s.sendall(self.request_of[s])
                     s.setblocking(False)
                 self.buffers[s] = data
 
@@ -236,19 +241,46 @@ class Waiters:
             s.close()
 
 
-def status_path(port: int) -> str:
-    """The status URL of one lead posted to the bench source (no worker runs: it stays received)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request(
-        "POST",
-        "/api/v1/intake/bench/",
-        body=json.dumps({"email": "waiter@example.com"}),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"},
-    )
-    response = conn.getresponse()
-    body = json.loads(response.read())
-    assert response.status == 202, body
-    return str(urlparse(body["status_url"]).path)
+def status_paths(port: int, count: int) -> list[str]:
+    """The status URLs of ``count`` leads posted to the bench source, one per waiter as a form
+    page would hold (no worker runs: they stay received)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def post(indexes: range) -> list[str]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        paths = []
+        for index in indexes:
+            conn.request(
+                "POST",
+                "/api/v1/intake/bench/",
+                body=json.dumps({"email": f"waiter{index}@example.com"}),
+                headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"},
+            )
+            response = conn.getresponse()
+            body = json.loads(response.read())
+            assert response.status == 202, body
+            paths.append(str(urlparse(body["status_url"]).path))
+        return paths
+
+    with ThreadPoolExecutor(8) as pool:
+        parts = pool.map(post, [range(start, count, 8) for start in range(8)])
+    return [path for part in parts for path in part]
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the processes of one process group."""
+    ticks = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def database_connections(database_url: str) -> int:
@@ -304,19 +336,23 @@ def measure_with_waiters(
     try:
         wait_ready(status_port)
         before = database_connections(database_url)
-        waiters = Waiters(status_port, status_path(port), args.waiters)
+        waiters = Waiters(status_port, status_paths(port, args.waiters), args.waiters)
         try:
             time.sleep(3)  # every waiter has read its lead once and waits
             during = database_connections(database_url)
+            cpu_before, answers_before = group_cpu_seconds(status.pid), waiters.answers
             results["single intake, waiters open"] = run_wrk(
                 url, args.seconds, args.connections, script
             )
+            status_cpu = group_cpu_seconds(status.pid) - cpu_before
+            answered = waiters.answers - answers_before
         finally:
             waiters.close()
         results["single intake, waiters open"].update(
             {
                 "waiters": float(args.waiters),
-                "answers": float(waiters.answers),
+                "answers": float(answered),
+                "status_cpu_s": status_cpu,
                 "waiter_errors": float(waiters.errors),
                 "db_before": float(before),
                 "db_during": float(during),
@@ -463,7 +499,9 @@ def main() -> int:
             f"intake run, {held['rps'] / again['rps']:.2f} x the run after; waiters answered "
             f"{held['answers']:.0f} times ({held['waiter_errors']:.0f} dropped); database "
             f"connections {held['db_before']:.0f} before the waiters, {held['db_during']:.0f} "
-            "with them open (the web and status processes together)"
+            "with them open (the web and status processes together); the status process "
+            f"used {held['status_cpu_s']:.2f} CPU-seconds in the {args.seconds} s "
+            f"({1000 * held['status_cpu_s'] / max(held['answers'], 1):.2f} ms per answer)"
         )
     print(
         f"\nleads stored: {stored:,} (single + batch accepted in the measured runs: {expected:,}, "

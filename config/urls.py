@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from audit import api as audit_api
 from config import health
 from leads import status_api
 from routing.monitoring import metrics
@@ -16,6 +17,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("leads.urls")),
     path("api/v1/", include("routing.urls")),
+    path("api/v1/people/export/", audit_api.PersonExportView.as_view(), name="person-export"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("", include("audit.urls")),  # pages: login, history, dashboard

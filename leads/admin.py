@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, TooManyFieldsSent
 from django.db.models import QuerySet
@@ -115,6 +116,7 @@ class SourceForm(forms.ModelForm):
             "allow_query_token",
             "field_map",
             "rate_limit_per_minute",
+            "lane",
             "status_minutes",
             "status_reveal",
             "cors_origins",
@@ -177,8 +179,9 @@ class SourceAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
         "auth_mode",
         "token_hint",
         "rate_limit_per_minute",
+        "lane_shown",
     )
-    list_filter = ("active", "kind", "auth_mode")
+    list_filter = ("active", "kind", "auth_mode", "lane")
     search_fields = ("slug", "name")
     readonly_fields = (
         "token_hint",
@@ -198,6 +201,7 @@ class SourceAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
         "new_vendor_secret",
         "field_map",
         "rate_limit_per_minute",
+        "lane",
         "status_minutes",
         "status_reveal",
         "cors_origins",
@@ -205,6 +209,11 @@ class SourceAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
     )
     actions = ("rotate_token", "rotate_hmac_secret")
     change_form_template = "admin/leads/source/change_form.html"
+
+    @admin.display(description="lane", ordering="lane")
+    def lane_shown(self, obj: Source) -> str:
+        """The source's lane, or what a blank one means."""
+        return obj.get_lane_display() if obj.lane else "by intake (form: realtime, batch: bulk)"
 
     def get_urls(self) -> list[URLPattern]:
         # try_view checks CSRF itself, after the size check: the middleware reads the POST
@@ -360,6 +369,16 @@ class SourceAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
         return _secrets_page(self, request, shown)
 
 
+class EraseForm(forms.Form):
+    reason = forms.CharField(
+        max_length=500,
+        strip=True,
+        help_text="Why (recorded in the audit log with your name; nothing personal), e.g. "
+        "“GDPR art. 17 request, ticket 4711”.",
+        widget=forms.TextInput(attrs={"size": 60}),
+    )
+
+
 @admin.register(Lead)
 class LeadAdmin(admin.ModelAdmin):
     list_display = (
@@ -375,12 +394,96 @@ class LeadAdmin(admin.ModelAdmin):
     )
     # Enrichment status, attempts, next try and what each provider got (`enrichment`) show
     # read-only on the lead's page with every other field.
-    list_filter = ("status", "enrichment_status", "fetch_status", "source")
+    list_filter = ("status", "lane", "enrichment_status", "fetch_status", "source")
     search_fields = ("email", "company", "last_name")
     list_select_related = ("source",)
     date_hierarchy = "received_at"
     show_full_result_count = False
-    actions = ("reroute", "fetch_again")
+    actions = ("reroute", "fetch_again", "export_person", "erase_person")
+
+    @admin.action(
+        description="Export everything about these leads' people (JSON)", permissions=["export"]
+    )
+    def export_person(self, request: HttpRequest, queryset: QuerySet[Lead]) -> HttpResponse:
+        """Subject access: one JSON file, a document per person (audit.subject_access)."""
+        import json
+
+        from audit.subject_access import person_export  # audit builds on leads
+
+        actor = f"user:{request.user.get_username()}"
+        people: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for lead in queryset.select_related(None).only("id", "email", "phone")[:100]:
+            if str(lead.pk) in seen:
+                continue
+            document = person_export(
+                email=lead.email, phone=lead.phone, actor=actor, lead_ids=[lead.pk]
+            )
+            seen |= {item["id"] for item in document["leads"]}
+            people.append(document)
+        body = people[0] if len(people) == 1 else {"people": people}
+        response = HttpResponse(
+            json.dumps(body, indent=2, ensure_ascii=False, default=str),
+            content_type="application/json; charset=utf-8",
+        )
+        response["Content-Disposition"] = 'attachment; filename="subject-access.json"'
+        response["Cache-Control"] = "no-store"
+        return response
+
+    def has_export_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("leads.export_person")
+
+    @admin.action(description="Erase these leads' people (personal data)", permissions=["erase"])
+    def erase_person(
+        self, request: HttpRequest, queryset: QuerySet[Lead]
+    ) -> TemplateResponse | None:
+        """Each selected lead's person erased (all their leads), after a page asking why."""
+        from routing.erasure import lead_person_erase  # routing builds on leads
+
+        form = EraseForm(request.POST if "apply" in request.POST else None)
+        leads = list(
+            queryset.select_related(None).only("id", "email", "first_name", "last_name", "phone")[
+                :100
+            ]
+        )
+        if form.is_valid():
+            actor = f"user:{request.user.get_username()}"
+            erased, before = set(), 0
+            for lead in leads:
+                if str(lead.pk) in erased:
+                    continue  # erased with an earlier lead of the same person
+                try:
+                    result = lead_person_erase(
+                        lead_id=lead.pk, actor=actor, reason=form.cleaned_data["reason"]
+                    )
+                except Lead.DoesNotExist:
+                    continue
+                if result.leads:
+                    erased |= set(result.lead_ids)
+                else:
+                    before += 1
+            if erased:
+                self.message_user(
+                    request, f"{len(erased)} lead(s) erased, with their people.", messages.SUCCESS
+                )
+            if before:
+                self.message_user(
+                    request, f"{before} lead(s) had been erased before.", messages.INFO
+                )
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Erase these people",
+            "form": form,
+            "leads": leads,
+            "action": "erase_person",
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/leads/lead/erase.html", context)
+
+    def has_erase_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("leads.erase_lead")
 
     @admin.action(
         description="Fetch from Meta again (leads whose fetch failed)", permissions=["reroute"]

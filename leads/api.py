@@ -39,7 +39,7 @@ from leads.intake import (
     records_read,
     vendor_signature_check,
 )
-from leads.models import LeadStatus, Source
+from leads.models import Lane, LeadStatus, Source
 from leads.parsing import (
     IntakeError,
     Limits,
@@ -338,7 +338,10 @@ class IntakeView(APIView):
         if kind.acknowledge is not None and read_by_kind(source, django_request):
             return _reply(kind.acknowledge([str(item.lead_id) for item in accepted]))
         first = accepted[0]
-        link = status_link_make(lead_id=first.lead_id, source=source, now=timezone.now())
+        # Counted from when the lead was received: a replay gets the first answer's URL.
+        link = status_link_make(
+            lead_id=first.lead_id, source=source, now=first.received_at or timezone.now()
+        )
         headers = {"Location": link.url}
         if first.replayed:
             headers["Idempotent-Replayed"] = "true"
@@ -472,10 +475,13 @@ LEAD_SCHEMA: dict[str, Any] = {
         "id": {"type": "string", "format": "uuid"},
         "status": {"type": "string", "enum": list(LeadStatus.values)},
         "source": {"type": "string"},
+        "lane": {"type": "string", "enum": list(Lane.values)},
         "received_at": {"type": "string", "format": "date-time"},
         "processed_at": {"type": "string", "format": "date-time", "nullable": True},
         "fields": {"type": "object", "additionalProperties": True},
         "flags": {"type": "array", "items": {"type": "string"}},
+        "priority": {"type": "string", "nullable": True},
+        "tags": {"type": "array", "items": {"type": "string"}},
         "duplicate_of": {"type": "string", "format": "uuid", "nullable": True},
         "assignment": {"type": "object", "nullable": True, "additionalProperties": True},
         "trace": {"type": "array", "items": {"type": "object"}},
@@ -507,7 +513,8 @@ class LeadDetailView(APIView):
 
 
 class LeadListView(APIView):
-    """Leads, newest first, filtered by status, source, rep, date range and free text."""
+    """Leads, newest first (or by priority), filtered by status, source, rep, dates, priority,
+    tag and free text."""
 
     permission_classes = [CanViewLeads]
 
@@ -524,6 +531,13 @@ class LeadListView(APIView):
             OpenApiParameter("since", OpenApiTypes.DATETIME),
             OpenApiParameter("until", OpenApiTypes.DATETIME),
             OpenApiParameter("q", str, description="e-mail, company or name contains"),
+            OpenApiParameter(
+                "priority", str, description="the priority a tag rule gave (exact); none: without"
+            ),
+            OpenApiParameter("tag", str, description="leads with this tag (exact)"),
+            OpenApiParameter(
+                "ordering", str, enum=[value for value, _ in selectors.LEAD_ORDERINGS]
+            ),
             OpenApiParameter("page", int),
         ],
         responses={

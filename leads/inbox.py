@@ -23,6 +23,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from config.logging import redact
+from leads import lanes
 from leads.models import RefusedPayload, RefusedState, Source
 from leads.parsing import IntakeError
 from leads.sources import kind_get, kinds
@@ -277,6 +278,7 @@ def _reaccept_one(
             record=record if isinstance(record, dict) else {},
             fallback_key=f"refused:{refused.pk}{suffix}",
             actor=actor,
+            path=lanes.OTHER,
             received_data={
                 "reaccepted_from": refused.pk,
                 "refused_at": refused.received_at.isoformat(),

@@ -14,7 +14,9 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from leads.lanes import BULK, LANES, NORMAL, REALTIME
 from leads.normalize import CANONICAL_FIELDS
+from leads.priority import PRIORITY_MAX_LENGTH, TAG_MAX_LENGTH
 
 
 def token_digest(token: str) -> str:
@@ -42,6 +44,17 @@ def validate_kind(value: str) -> None:
 # public face: never an e-mail, a rule or a trace). ``name`` is the rep's display name.
 STATUS_REVEALABLE = ("name", "first_name", "photo_url", "booking_url", "team")
 STATUS_MINUTES_MAX = 24 * 60
+
+
+class Lane(models.TextChoices):
+    """A lead's lane (leads.lanes): which routing queue its work goes to."""
+
+    REALTIME = REALTIME, "Realtime: a form lead, routed before anything else waiting"
+    NORMAL = NORMAL, "Normal"
+    BULK = BULK, "Bulk: uploads and imports, routed when nothing more urgent waits"
+
+
+assert tuple(Lane.values) == LANES  # noqa: S101 - the choices and leads.lanes agree
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
 
 
@@ -114,6 +127,13 @@ class Source(models.Model):
         help_text="What the status URL tells the browser about the lead's owner: any of "
         + ", ".join(f'"{name}"' for name in STATUS_REVEALABLE)
         + ". Empty: only whether the lead has an owner. Never e-mails, rules or traces.",
+    )
+    lane = models.CharField(
+        max_length=16,
+        choices=Lane.choices,
+        blank=True,
+        help_text="Which lane its leads are routed in. Blank: by how they arrive (one lead posted "
+        "on its own: realtime; a batch request or upload, even of one lead: bulk).",
     )
     cors_origins = models.TextField(
         blank=True,
@@ -231,6 +251,29 @@ class FetchStatus(models.TextChoices):
     FAILED = "failed", "Could not be fetched (see the last error; retry from the admin)"
 
 
+class PersonKey(models.Model):
+    """One person's data key, for crypto-shredding (leads/privacy.py, docs/operations.md).
+
+    Found by ``lookup``: an HMAC (``PRIVACY_HASH_KEY``) of the person's normalised e-mail or
+    phone, never the address itself. ``wrapped`` is a random Fernet key encrypted by the master
+    key (``PRIVACY_KEYS``, outside the database); what is sealed with it (personal content of
+    audit events) is unreadable once erasure nulls it. The row stays, so events keep their link.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # NULL once erased: a new lead of the same person gets a new key, and the hash is gone too.
+    lookup = models.CharField(max_length=64, unique=True, null=True, blank=True)
+    wrapped = models.TextField(null=True, blank=True)  # noqa: DJ001
+    created_at = models.DateTimeField(default=timezone.now)
+    erased_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "person key"
+
+    def __str__(self) -> str:
+        return f"person key {self.pk}" + (" (erased)" if self.erased_at else "")
+
+
 class Lead(models.Model):
     """One lead as received (raw payload kept verbatim) and normalised to canonical fields."""
 
@@ -301,6 +344,15 @@ class Lead(models.Model):
         blank=True,
         help_text="While unassigned: when it is next routed again automatically.",
     )
+    person_key = models.ForeignKey(
+        PersonKey,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="leads",
+        help_text="The key its audit events' personal content is sealed with (set when "
+        "normalised, from the e-mail, else the phone).",
+    )
     duplicate_of = models.ForeignKey(
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="duplicates"
     )
@@ -349,6 +401,25 @@ class Lead(models.Model):
         blank=True,
         help_text="The fetch from the vendor's API: its progress, and the record it returned.",
     )
+    # What tag rules set when it was last routed (docs/revops.md, "Tag rules"): the priority
+    # as its rule names it ("hot"), and the tags in the order the rules added them. The tags
+    # are also rows of LeadTag, which is what ?tag= filters on (indexed on every database).
+    priority = models.CharField(
+        max_length=PRIORITY_MAX_LENGTH,
+        blank=True,
+        help_text="The priority a tag rule gave it when it was routed (empty: none).",
+    )
+    tags = models.JSONField(
+        default=list, blank=True, help_text="The tags tag rules gave it when it was routed."
+    )
+
+    lane = models.CharField(
+        max_length=16,
+        choices=Lane.choices,
+        default=NORMAL,
+        help_text="The lane it was accepted in (its source's, else by intake path): the queues "
+        "its routing, enrichment and CRM work go to.",
+    )
 
     class Meta:
         ordering = ("-received_at",)
@@ -356,6 +427,8 @@ class Lead(models.Model):
             ("touch_lead", "Can report a lead's first touch"),
             ("reassign_lead", "Can reassign leads by hand"),
             ("reroute_lead", "Can send leads through routing again"),
+            ("erase_lead", "Can erase a lead's person (all their personal data)"),
+            ("export_person", "Can export everything held about a person (subject access)"),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -370,6 +443,12 @@ class Lead(models.Model):
                 fields=("queued_at",),
                 condition=Q(status="received"),
                 name="lead_queued_idx",
+            ),
+            # The backlog check and /metrics per lane: the oldest lead waiting in each.
+            models.Index(
+                fields=("lane", "queued_at"),
+                condition=Q(status="received"),
+                name="lead_lane_queued_idx",
             ),
             # The sweeper: leads whose worker died mid-way (lease expired).
             models.Index(
@@ -402,6 +481,8 @@ class Lead(models.Model):
             models.Index(fields=("-received_at",), name="lead_received_idx"),
             models.Index(fields=("status", "-received_at"), name="lead_status_idx"),
             models.Index(fields=("source", "-received_at"), name="lead_source_idx"),
+            # ?priority=hot on the history page and the API, newest first.
+            models.Index(fields=("priority", "-received_at"), name="lead_priority_idx"),
         ]
 
     def __str__(self) -> str:
@@ -411,6 +492,28 @@ class Lead(models.Model):
             or f"{self.first_name} {self.last_name}".strip()
             or str(self.id)
         )
+
+
+class LeadTag(models.Model):
+    """One tag of a lead, a row per tag: what ``?tag=`` looks up through its index.
+
+    A JSON list cannot be searched by index on SQLite (and ``contains`` does not exist there);
+    this table is indexed by (tag, lead) on every database. ``Lead.tags`` keeps the same tags
+    in order for display; ``lead_tags_set`` writes both in one transaction.
+    """
+
+    lead = models.ForeignKey(Lead, on_delete=models.CASCADE, related_name="tag_rows")
+    tag = models.CharField(max_length=TAG_MAX_LENGTH)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=("lead", "tag"), name="lead_tag_unique"),
+            models.CheckConstraint(condition=~Q(tag=""), name="lead_tag_not_empty"),
+        ]
+        indexes = [models.Index(fields=("tag", "lead"), name="lead_tag_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.lead_id}: {self.tag}"
 
 
 # The canonical fields (leads.normalize) that the Lead stores as columns: what the worker fills,

@@ -12,10 +12,21 @@ import django_filters
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import (
+    Case,
+    Exists,
+    IntegerField,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
 from django_filters.fields import IsoDateTimeField
 
-from leads.models import CANONICAL_COLUMNS, Lead, LeadStatus, Source
+from leads.models import CANONICAL_COLUMNS, Lead, LeadStatus, LeadTag, Source
+from leads.priority import TAG_MAX_LENGTH, priority_clean
 
 _SLUG = re.compile(r"[-a-zA-Z0-9_]{1,64}")
 _source_cache: dict[str, tuple[float, Source]] = {}
@@ -121,6 +132,8 @@ def _assignment_document(assignment: Any) -> dict[str, Any] | None:
         "assigned_at": _iso(assignment.assigned_at),
         "sla_due_at": _iso(assignment.sla_due_at),
         "touched_at": _iso(assignment.touched_at),
+        "priority": assignment.priority or None,
+        "tags": list(assignment.tags or []),
     }
 
 
@@ -161,10 +174,13 @@ def lead_document(lead: Lead) -> dict[str, Any]:
         "id": str(lead.id),
         "status": lead.status,
         "source": lead.source.slug,
+        "lane": lead.lane,
         "received_at": lead.received_at.isoformat(),
         "processed_at": lead.processed_at.isoformat() if lead.processed_at else None,
         "fields": lead_fields(lead),
         "flags": list(lead.flags or []),
+        "priority": lead.priority or None,
+        "tags": list(lead.tags or []),
         "duplicate_of": str(lead.duplicate_of_id) if lead.duplicate_of_id else None,
         "assignment": _assignment_document(assignment),
         "trace": _trace(assignment, timeline),
@@ -208,6 +224,44 @@ class EmailFilter(django_filters.CharFilter):
     field_class = forms.EmailField
 
 
+LEAD_ORDERINGS = (
+    ("-received", "newest first (the default)"),
+    ("received", "oldest first"),
+    ("priority", "high priorities first (HIGH_PRIORITIES), then by priority, newest first"),
+    ("-priority", "no or low priority first, newest first"),
+)
+
+
+def lead_tagged(tag: str) -> Exists:
+    """The condition "this lead has ``tag``" (exact), as a semi-join on LeadTag."""
+    return Exists(LeadTag.objects.filter(lead=OuterRef("pk"), tag=tag.strip()[:TAG_MAX_LENGTH]))
+
+
+def priority_rank() -> Case:
+    """0 for a high priority (``HIGH_PRIORITIES``, any case), 1 for any other, 2 for none."""
+    high = Q(pk__in=[])
+    for name in settings.HIGH_PRIORITIES:
+        if priority_clean(name):
+            high |= Q(priority__iexact=priority_clean(name))
+    return Case(
+        When(priority="", then=Value(2)),
+        When(high, then=Value(0)),
+        default=Value(1),
+        output_field=IntegerField(),
+    )
+
+
+def lead_ordering(value: str) -> tuple[Any, ...]:
+    """The ``order_by`` of an ``?ordering=`` value (LEAD_ORDERINGS)."""
+    if value == "received":
+        return ("received_at", "id")
+    if value == "priority":
+        return (priority_rank().asc(), "priority", "-received_at", "-id")
+    if value == "-priority":
+        return (priority_rank().desc(), "-priority", "-received_at", "-id")
+    return ("-received_at", "-id")
+
+
 class LeadFilter(django_filters.FilterSet):
     """The list endpoint's filters (api.md)."""
 
@@ -217,10 +271,27 @@ class LeadFilter(django_filters.FilterSet):
     since = UTCDateTimeFilter(field_name="received_at", lookup_expr="gte")
     until = UTCDateTimeFilter(field_name="received_at", lookup_expr="lt")
     q = django_filters.CharFilter(method="search")
+    priority = django_filters.CharFilter(method="by_priority")
+    tag = django_filters.CharFilter(method="by_tag")
+    ordering = django_filters.ChoiceFilter(choices=LEAD_ORDERINGS, method="order")
 
     class Meta:
         model = Lead
         fields: list[str] = []
+
+    def by_priority(self, queryset: QuerySet[Lead], name: str, value: str) -> QuerySet[Lead]:
+        """Leads a tag rule gave this priority, exactly as the rule names it (lead_priority_idx);
+        ``?priority=none`` for leads without one."""
+        if value.strip().lower() == "none":
+            return queryset.filter(priority="")
+        return queryset.filter(priority=priority_clean(value))
+
+    def by_tag(self, queryset: QuerySet[Lead], name: str, value: str) -> QuerySet[Lead]:
+        """Leads with this tag: a semi-join on LeadTag's (tag, lead) index, on every database."""
+        return queryset.filter(lead_tagged(value))
+
+    def order(self, queryset: QuerySet[Lead], name: str, value: str) -> QuerySet[Lead]:
+        return queryset.order_by(*lead_ordering(value))
 
     def by_rep(self, queryset: QuerySet[Lead], name: str, value: str) -> QuerySet[Lead]:
         """Leads whose current owner is the rep with this e-mail (case-insensitive)."""

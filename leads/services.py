@@ -27,6 +27,7 @@ from audit.models import EventType
 from audit.services import event_record, events_record_received
 from config.celery import app as celery_app
 from config.logging import log_context, log_context_add
+from leads import lanes, privacy
 from leads.breaker import CircuitBreaker
 from leads.models import (
     CANONICAL_COLUMNS,
@@ -35,11 +36,13 @@ from leads.models import (
     FetchStatus,
     Lead,
     LeadStatus,
+    LeadTag,
     Source,
     token_digest,
 )
 from leads.normalize import is_a_lead, map_fields, normalize
 from leads.parsing import IntakeError, Limits, check_value
+from leads.priority import priority_clean, tags_clean
 from leads.sources import kind_get, kinds, source_flatten
 
 logger = logging.getLogger(__name__)
@@ -126,6 +129,9 @@ class Accepted:
 
     lead_id: uuid.UUID
     replayed: bool = False
+    # When the lead was received (None: not known here); its status URL's lifetime counts from
+    # it, so a replay is answered with the same status URL as the first request.
+    received_at: datetime | None = None
 
 
 @dataclass
@@ -249,6 +255,7 @@ def _replay(
     existing_record: Any = None,
     *,
     source: Source | None = None,
+    received_at: datetime | None = None,
 ) -> Accepted:
     """The first lead for a repeated key, or 422 when the key came with another body.
 
@@ -266,13 +273,14 @@ def _replay(
             "idempotency_key_reused",
             "This idempotency key was already used with a different body.",
         )
-    return Accepted(lead_id=existing_id, replayed=True)
+    return Accepted(lead_id=existing_id, replayed=True, received_at=received_at)
 
 
-def _new_lead(source: Source, item: _Prepared, now: datetime) -> Lead:
+def _new_lead(source: Source, item: _Prepared, now: datetime, lane: str) -> Lead:
     return Lead(
         id=item.lead_id,
         source=source,
+        lane=lane,
         raw_payload=item.record,
         idempotency_key=item.key,
         request_fingerprint=item.fingerprint,
@@ -289,6 +297,7 @@ def lead_ingest(
     fallback_key: str | None = None,
     actor: str | None = None,
     received_data: dict[str, Any] | None = None,
+    path: str = lanes.SINGLE,
 ) -> Accepted:
     """The kickoff for one record: check it is a lead, store it, enqueue it after commit.
 
@@ -296,10 +305,14 @@ def lead_ingest(
     another body it is refused. Two concurrent requests with one key store one lead: the second
     waits on the unique index and then replays the first. ``fallback_key`` is the key when the
     request and the record name none; ``actor`` and ``received_data`` describe a lead taken in
-    by a person (a re-accepted refusal) in its ``received`` event.
+    by a person (a re-accepted refusal) in its ``received`` event. ``path`` (leads.lanes) is
+    how it arrived, which picks its lane when the source names none.
     """
+    lane = lanes.lane_for(source.lane, path)
     with log_context(source=source.slug):  # every line logged meanwhile names the source
-        return _lead_ingest(source, record, idempotency_key, fallback_key, actor, received_data)
+        return _lead_ingest(
+            source, record, idempotency_key, fallback_key, actor, received_data, lane
+        )
 
 
 def _lead_ingest(
@@ -309,22 +322,23 @@ def _lead_ingest(
     fallback_key: str | None,
     actor: str | None,
     received_data: dict[str, Any] | None,
+    lane: str,
 ) -> Accepted:
     item = _prepare(source, record, idempotency_key, 0, fallback_key=fallback_key)
     if item.key is not None:
         existing = (
             Lead.objects.filter(source=source, idempotency_key=item.key)
-            .values_list("id", "request_fingerprint", "raw_payload")
+            .values_list("id", "request_fingerprint", "raw_payload", "received_at")
             .first()
         )
         if existing is not None:
-            return _replay(item, *existing, source=source)
+            return _replay(item, *existing[:3], source=source, received_at=existing[3])
     log_context_add(lead_id=item.lead_id)  # a new lead (a replay returned above)
     try:
         # The lead and its `received` audit event in one transaction; the enqueue runs once it
         # is committed (at the outer commit if a caller wraps this in a transaction).
         with transaction.atomic():
-            lead = _new_lead(source, item, timezone.now())
+            lead = _new_lead(source, item, timezone.now(), lane)
             lead.save(force_insert=True)
             if actor is None:
                 events_record_received(leads=[lead], actor=f"source:{source.slug}")
@@ -336,36 +350,42 @@ def _lead_ingest(
                     at=lead.received_at,
                     data=received_data or {},
                 )
-        leads_enqueue_after_commit([item.lead_id])
+        leads_enqueue_after_commit([item.lead_id], lane=lane)
     except IntegrityError:
         if item.key is None:
             raise
         winner = (
             Lead.objects.filter(source=source, idempotency_key=item.key)
-            .values_list("id", "request_fingerprint", "raw_payload")
+            .values_list("id", "request_fingerprint", "raw_payload", "received_at")
             .first()
         )
         if winner is None:
             raise
-        return _replay(item, *winner, source=source)
-    return Accepted(lead_id=item.lead_id)
+        return _replay(item, *winner[:3], source=source, received_at=winner[3])
+    return Accepted(lead_id=item.lead_id, received_at=lead.received_at)
 
 
 def lead_ingest_batch(
-    *, source: Source, records: Sequence[Any], limits: Limits | None = None
+    *,
+    source: Source,
+    records: Sequence[Any],
+    limits: Limits | None = None,
+    path: str = lanes.BATCH,
 ) -> list[Accepted | IntakeError]:
     """The kickoff for a batch: each record judged on its own, accepted ones bulk-inserted.
 
     One SELECT finds earlier uses of the batch's idempotency keys, one bulk INSERT stores the new
     leads (conflicting keys are skipped by the database and then resolved as replays), and the
-    new leads are enqueued together after commit.
+    new leads are enqueued together after commit, in the source's lane (else bulk: a batch
+    request is bulk even with one record).
     """
+    lane = lanes.lane_for(source.lane, path)
     with log_context(source=source.slug):  # every line logged meanwhile names the source
-        return _lead_ingest_batch(source, records, limits)
+        return _lead_ingest_batch(source, records, limits, lane)
 
 
 def _lead_ingest_batch(
-    source: Source, records: Sequence[Any], limits: Limits | None
+    source: Source, records: Sequence[Any], limits: Limits | None, lane: str
 ) -> list[Accepted | IntakeError]:
     outcomes: list[Accepted | IntakeError | None] = [None] * len(records)
     prepared: list[_Prepared] = []
@@ -400,13 +420,15 @@ def _lead_ingest_batch(
     inserted: set[uuid.UUID] = set()
     winners: dict[str, tuple[uuid.UUID, str]] = {}
     if to_insert:
-        inserted, winners = _insert_batch(source, to_insert)
+        inserted, winners = _insert_batch(source, to_insert, lane)
         for item in to_insert:
             if item.lead_id in inserted:
                 outcomes[item.index] = Accepted(lead_id=item.lead_id)
             else:  # only keyed rows can conflict
                 outcomes[item.index] = _replay_or_error(item, *winners[str(item.key)])
-        leads_enqueue_after_commit([item.lead_id for item in to_insert if item.lead_id in inserted])
+        leads_enqueue_after_commit(
+            [item.lead_id for item in to_insert if item.lead_id in inserted], lane=lane
+        )
 
     # A key repeated inside the batch replays whichever lead now holds that key.
     for item, first in repeats:
@@ -426,7 +448,7 @@ def _is_retryable(exc: BaseException) -> bool:
 
 
 def _insert_batch(
-    source: Source, to_insert: list[_Prepared]
+    source: Source, to_insert: list[_Prepared], lane: str
 ) -> tuple[set[uuid.UUID], dict[str, tuple[uuid.UUID, str]]]:
     """Bulk-insert; return the ids stored and, for keys a concurrent request took, the winners.
 
@@ -437,7 +459,7 @@ def _insert_batch(
     rows = sorted(to_insert, key=lambda item: (item.key is None, item.key or ""))
     for attempt in range(3):
         try:
-            return _insert_batch_once(source, rows)
+            return _insert_batch_once(source, rows, lane)
         except OperationalError as exc:
             if attempt == 2 or not _is_retryable(exc):
                 raise
@@ -446,12 +468,12 @@ def _insert_batch(
 
 
 def _insert_batch_once(
-    source: Source, rows: list[_Prepared]
+    source: Source, rows: list[_Prepared], lane: str
 ) -> tuple[set[uuid.UUID], dict[str, tuple[uuid.UUID, str]]]:
     now = timezone.now()
     winners: dict[str, tuple[uuid.UUID, str]] = {}
     with transaction.atomic(durable=True):
-        new_leads = [_new_lead(source, item, now) for item in rows]
+        new_leads = [_new_lead(source, item, now, lane) for item in rows]
         Lead.objects.bulk_create(new_leads, batch_size=500, ignore_conflicts=True)
         # A concurrent request may have taken some keys between our SELECT and INSERT: the
         # database skipped those rows; find out which, and replay the winners. Unkeyed rows
@@ -523,17 +545,18 @@ class BackgroundPublisher:
     def __init__(self, maxsize: int = 10_000) -> None:
         self._maxsize = maxsize
         self._lock = threading.Lock()
-        self._queue: queue.Queue[list[uuid.UUID]] = queue.Queue(maxsize)
+        self._queue: queue.Queue[tuple[list[uuid.UUID], str | None]] = queue.Queue(maxsize)
         self._thread: threading.Thread | None = None
         self._pid = 0
 
-    def submit(self, lead_ids: Sequence[uuid.UUID]) -> bool:
-        """Queue these ids for publishing; False (logged) when the queue is full."""
+    def submit(self, lead_ids: Sequence[uuid.UUID], lane: str | None = None) -> bool:
+        """Queue these ids (all in ``lane``, None: look it up) for publishing; False (logged)
+        when the queue is full."""
         if not lead_ids:
             return True
         self._ensure_thread()
         try:
-            self._queue.put_nowait(list(lead_ids))
+            self._queue.put_nowait((list(lead_ids), lane))
         except queue.Full:
             logger.error("publish queue full; %d lead(s) left for the stale sweeper", len(lead_ids))
             return False
@@ -566,9 +589,9 @@ class BackgroundPublisher:
     def _run(self) -> None:
         work = self._queue
         while True:
-            ids = work.get()
+            ids, lane = work.get()
             try:
-                leads_enqueue(ids)
+                leads_enqueue(ids, lane=lane)
             except Exception:  # leads_enqueue does not raise; never let the thread die
                 logger.exception("background publish failed")
             finally:
@@ -579,41 +602,126 @@ publisher = BackgroundPublisher()
 atexit.register(publisher.flush, 2.0)
 
 
-def leads_enqueue_after_commit(lead_ids: Sequence[uuid.UUID]) -> None:
-    """The kickoff's enqueue: in the background (default) or inline (ENQUEUE_IN_BACKGROUND)."""
+def leads_enqueue_after_commit(lead_ids: Sequence[uuid.UUID], *, lane: str | None = None) -> None:
+    """The kickoff's enqueue: in the background (default) or inline (ENQUEUE_IN_BACKGROUND).
+
+    ``lane``: the lane of every one of these leads, when the caller knows it (the kickoff, a
+    re-route); None looks it up when publishing."""
     ids = list(lead_ids)
     if settings.ENQUEUE_IN_BACKGROUND:
-        transaction.on_commit(lambda: publisher.submit(ids), robust=True)
+        transaction.on_commit(lambda: publisher.submit(ids, lane), robust=True)
     else:
-        transaction.on_commit(lambda: leads_enqueue(ids), robust=True)
+        transaction.on_commit(lambda: leads_enqueue(ids, lane=lane), robust=True)
 
 
-def leads_enqueue(lead_ids: Sequence[uuid.UUID]) -> int:
+def lead_lanes(lead_ids: Sequence[uuid.UUID | str]) -> dict[str, str]:
+    """Each id's lane (str(id) → lane), in one query; an id with no row, or a database that
+    does not answer, is normal: the message is only a wake-up call, and a normal-lane one
+    still gets the lead's work done."""
+    try:
+        known = {
+            str(lead_id): lane
+            for lead_id, lane in Lead.objects.filter(id__in=list(lead_ids)).values_list(
+                "id", "lane"
+            )
+        }
+    except Exception as exc:
+        logger.warning("could not read the lanes of %d lead(s) (%s)", len(lead_ids), exc)
+        known = {}
+    return {str(lead_id): lanes.lane_clean(known.get(str(lead_id))) for lead_id in lead_ids}
+
+
+def leads_by_lane(lead_ids: Sequence[uuid.UUID | str]) -> dict[str, list[uuid.UUID | str]]:
+    """These ids grouped by their leads' lanes (``lead_lanes``), in the order given."""
+    known = lead_lanes(lead_ids)
+    groups: dict[str, list[uuid.UUID | str]] = {}
+    for lead_id in lead_ids:
+        groups.setdefault(known[str(lead_id)], []).append(lead_id)
+    return groups
+
+
+class RealtimePeek:
+    """Whether a realtime routing message is waiting in the broker, asked cheaply and often.
+
+    A worker routing a bulk chunk asks between leads (at most every
+    ``ROUTING_CHUNK_PEEK_SECONDS``) and hands the rest of its chunk back when a realtime lead
+    waits, so a form lead waits for the lead in progress, not for the chunk's time slice. Redis
+    only (one ``LLEN`` per priority list of ``routing.realtime``, on a connection of its own
+    kept by the process); on the filesystem broker, or if Redis does not answer, the answer is
+    "no" and the time slice alone applies."""
+
+    def __init__(self) -> None:
+        self._client: Any = None
+        self._keys: list[str] = []
+        self._broken_until = 0.0
+
+    def _connect(self) -> Any:
+        if self._client is None:
+            import redis
+            from kombu.transport.redis import Channel
+
+            self._client = redis.Redis.from_url(
+                settings.CELERY_BROKER_URL,
+                socket_connect_timeout=settings.CELERY_BROKER_CONNECTION_TIMEOUT,
+                socket_timeout=0.5,
+            )
+            name = lanes.routing_queue(lanes.REALTIME)
+            steps = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("priority_steps") or [0, 3, 6, 9]
+            self._keys = [name if step == 0 else f"{name}{Channel.sep}{step}" for step in steps]
+        return self._client
+
+    def waiting(self) -> bool:
+        if settings.BROKER_IS_FILESYSTEM or time.monotonic() < self._broken_until:
+            return False
+        try:
+            client = self._connect()
+            pipe = client.pipeline(transaction=False)
+            for key in self._keys:
+                pipe.llen(key)
+            return any(int(length) for length in pipe.execute())
+        except Exception as exc:  # a hint only: the chunk's time slice still applies
+            self._broken_until = time.monotonic() + settings.BROKER_BREAKER_SECONDS
+            logger.warning("could not see the realtime queue (%s): %s", type(exc).__name__, exc)
+            return False
+
+
+realtime_peek = RealtimePeek()
+
+
+def leads_enqueue(lead_ids: Sequence[uuid.UUID | str], *, lane: str | None = None) -> int:
     """Publish processing tasks for these leads; never raises. Returns how many were published.
 
-    One message for a single lead, one per ``ENQUEUE_CHUNK_SIZE`` ids for a batch. Called after
-    commit. A failure is logged and left to ``leads_requeue_stale``: the lead row is the
-    outbox, the message only a wake-up call. Publishing is tried once, with the broker's short
-    connect timeout: a kickoff must not wait on a broker that is down or hung.
+    Each lead's message goes to its lane's routing queue (``leads.lanes``): ``lane`` when the
+    caller knows it for all of them, else read from their rows. One message for a single lead,
+    one per ``ENQUEUE_CHUNK_SIZE`` ids for a batch. Called after commit. A failure is logged
+    and left to ``leads_requeue_stale``: the lead row is the outbox, the message only a wake-up
+    call. Publishing is tried once, with the broker's short connect timeout: a kickoff must not
+    wait on a broker that is down or hung. What was published is the first ones given, in
+    order, unless the leads span lanes (the stale sweeper passes one lane at a time).
     """
     if not lead_ids:
         return 0
     if not broker_breaker.allows():
         logger.warning("broker marked down; %d lead(s) left for the stale sweeper", len(lead_ids))
         return 0
+    groups = {lanes.lane_clean(lane): list(lead_ids)} if lane else leads_by_lane(lead_ids)
     size = max(1, settings.ENQUEUE_CHUNK_SIZE)
-    chunks = [list(lead_ids[i : i + size]) for i in range(0, len(lead_ids), size)]
     published = 0
     try:
         with celery_app.producer_or_acquire() as producer:
-            for chunk in chunks:
-                args: list[Any]
-                if len(chunk) == 1:
-                    name, args = PROCESS_LEAD_TASK, [str(chunk[0])]
-                else:
-                    name, args = PROCESS_LEADS_TASK, [[str(lead_id) for lead_id in chunk]]
-                celery_app.send_task(name, args=args, producer=producer, retry=False)
-                published += len(chunk)
+            for group_lane, ids in groups.items():
+                queue_name = lanes.routing_queue(group_lane)
+                for i in range(0, len(ids), size):
+                    chunk = ids[i : i + size]
+                    args: list[Any]
+                    if len(chunk) == 1:
+                        name, args = PROCESS_LEAD_TASK, [str(chunk[0])]
+                    else:
+                        name, args = PROCESS_LEADS_TASK, [[str(lead_id) for lead_id in chunk]]
+                    celery_app.send_task(
+                        name, args=args, producer=producer, retry=False, queue=queue_name
+                    )
+                    published += len(chunk)
     except Exception as exc:  # any broker failure: the sweeper re-enqueues what was not published
         broker_breaker.trip(settings.BROKER_BREAKER_SECONDS)
         logger.error(
@@ -630,17 +738,23 @@ def leads_enqueue(lead_ids: Sequence[uuid.UUID]) -> int:
     return published
 
 
-def lead_enqueue_later(lead_id: uuid.UUID, *, delay: float) -> bool:
-    """Publish one lead's processing task to run after ``delay`` seconds; never raises.
+def lead_enqueue_later(lead_id: uuid.UUID, *, delay: float, lane: str | None = None) -> bool:
+    """Publish one lead's processing task to run after ``delay`` seconds, to its lane's queue
+    (``lane``, else read from its row); never raises.
 
     For short delays only (well inside the broker's visibility timeout). A failed publish is
     logged and left to the stale sweeper.
     """
     if not broker_breaker.allows():
         return False
+    lane = lane or next(iter(leads_by_lane([lead_id])))
     try:
         celery_app.send_task(
-            PROCESS_LEAD_TASK, args=[str(lead_id)], countdown=max(0.0, delay), retry=False
+            PROCESS_LEAD_TASK,
+            args=[str(lead_id)],
+            countdown=max(0.0, delay),
+            retry=False,
+            queue=lanes.routing_queue(lane),
         )
     except Exception as exc:
         broker_breaker.trip(settings.BROKER_BREAKER_SECONDS)
@@ -726,12 +840,24 @@ def leads_requeue_stale(
             )
             if connection.features.has_select_for_update_skip_locked:
                 stale = stale.select_for_update(skip_locked=True, no_key=True)
-            ids = list(stale.values_list("id", flat=True)[:batch_size])
+            rows = list(stale.values_list("id", "lane")[:batch_size])
+            ids = [lead_id for lead_id, _ in rows]
             # The rows are old and committed, so publishing inside this transaction is safe;
-            # it lets the stamp cover exactly what reached the broker.
-            published = leads_enqueue(ids) if ids else 0
-            if published:
-                Lead.objects.filter(id__in=ids[:published]).update(requeued_at=now)
+            # it lets the stamp cover exactly what reached the broker. Each lead to its own
+            # lane's queue, a lane at a time (realtime first), so what was published is known.
+            published = 0
+            for lane in lanes.LANES:
+                lane_ids = [
+                    lead_id for lead_id, row_lane in rows if lanes.lane_clean(row_lane) == lane
+                ]
+                if not lane_ids:
+                    continue
+                sent = leads_enqueue(lane_ids, lane=lane)
+                if sent:
+                    Lead.objects.filter(id__in=lane_ids[:sent]).update(requeued_at=now)
+                published += sent
+                if sent < len(lane_ids):
+                    break
         total += published
         if len(ids) < batch_size or published < len(ids):
             break
@@ -776,5 +902,36 @@ def lead_apply_normalization(*, lead: Lead) -> Lead:
         setattr(lead, name, value)
     lead.custom = result.custom
     lead.flags = sorted({*result.flags, *flat.flags})
+    # The key its audit events' personal content is sealed with (leads/privacy.py).
+    lead.person_key_id = privacy.person_key_for(email=lead.email, phone=lead.phone)
     lead.normalized_at = timezone.now()
     return lead
+
+
+def lead_tags_set(*, lead: Lead, priority: str | None, tags: Sequence[str]) -> bool:
+    """Store what tag rules gave ``lead`` (its priority and tags); True when anything changed.
+
+    Call it in the routing transaction. The columns and the ``LeadTag`` rows change together:
+    the rows of tags no longer given are removed, new ones added. Unchanged (most leads: no
+    tag rule matched), it runs no statement at all.
+    """
+    value = priority_clean(priority)
+    kept = tags_clean(tags)
+    if value == lead.priority and kept == list(lead.tags or []):
+        return False
+    with transaction.atomic():
+        _lead_tags_write(lead, value, kept)
+    return True
+
+
+def _lead_tags_write(lead: Lead, value: str, kept: list[str]) -> None:
+    had_tags = bool(lead.tags)
+    lead.priority = value
+    lead.tags = kept
+    Lead.objects.filter(pk=lead.pk).update(priority=value, tags=kept)
+    if had_tags:  # most leads have none: no statement for them
+        LeadTag.objects.filter(lead_id=lead.pk).exclude(tag__in=kept).delete()
+    if kept:
+        LeadTag.objects.bulk_create(
+            [LeadTag(lead_id=lead.pk, tag=tag) for tag in kept], ignore_conflicts=True
+        )

@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -40,10 +42,34 @@ _readers = ThreadPoolExecutor(
 )
 
 
-async def _read_async(lead_uuid: uuid.UUID) -> LeadStatusView | None:
-    return await asyncio.get_running_loop().run_in_executor(
-        _readers, lead_status_read_pooled, lead_uuid
-    )
+class _Reads:
+    """The status process's lead reads, each in one of ``STATUS_READ_THREADS`` threads, and
+    shared: requests that want a lead read no earlier than a moment join a read of that lead
+    started at or after it instead of starting their own (1,000 pages woken for one lead, or
+    answered at the same second, make one read, not 1,000)."""
+
+    def __init__(self) -> None:
+        self._inflight: dict[uuid.UUID, tuple[float, asyncio.Future[LeadStatusView | None]]] = {}
+
+    async def read(self, lead_uuid: uuid.UUID, not_before: float) -> LeadStatusView | None:
+        """The lead's status, read at or after ``not_before`` (the event loop's clock)."""
+        loop = asyncio.get_running_loop()
+        current = self._inflight.get(lead_uuid)
+        if current is not None and current[0] >= not_before and current[1].get_loop() is loop:
+            return await asyncio.shield(current[1])
+        future = loop.run_in_executor(_readers, lead_status_read_pooled, lead_uuid)
+        entry = (loop.time(), future)
+        self._inflight[lead_uuid] = entry
+
+        def _done(_: object) -> None:
+            if self._inflight.get(lead_uuid) is entry:
+                del self._inflight[lead_uuid]
+
+        future.add_done_callback(_done)
+        return await asyncio.shield(future)
+
+
+_reads = _Reads()
 
 
 _read_in_request_thread = sync_to_async(
@@ -51,65 +77,107 @@ _read_in_request_thread = sync_to_async(
 )
 
 
-def _not_found() -> JsonResponse:
+@dataclass(frozen=True)
+class StatusAnswer:
+    """What a status request is answered: its HTTP status, JSON document (None: no body) and
+    headers. Built once for both servers of the URL (the Django view, the ASGI fast path)."""
+
+    status: int
+    document: dict[str, Any] | None
+    headers: dict[str, str]
+
+
+def _not_found() -> StatusAnswer:
     # The same answer for a forged, expired or another lead's token and a lead that is gone.
-    return JsonResponse(
-        error_body("not_found", "No such status, or its link has expired."), status=404
+    return StatusAnswer(
+        404, error_body("not_found", "No such status, or its link has expired."), {}
     )
 
 
-def _with_cors(response: HttpResponse, request: HttpRequest, origins: tuple[str, ...]) -> None:
-    origin = request.headers.get("Origin", "")
+def _cors_headers(origin: str, origins: tuple[str, ...]) -> dict[str, str]:
+    headers = {"Vary": "Origin"}
     if origin and origin in origins:
-        response["Access-Control-Allow-Origin"] = origin
-        response["Access-Control-Allow-Methods"] = "GET, OPTIONS"
-        response["Access-Control-Max-Age"] = "600"
-    response["Vary"] = "Origin"
+        headers["Access-Control-Allow-Origin"] = origin
+        headers["Access-Control-Allow-Methods"] = "GET, OPTIONS"
+        headers["Access-Control-Max-Age"] = "600"
+    return headers
+
+
+async def lead_status_answer(
+    *, method: str, lead_id: str, token: str, wait: str | None, origin: str, can_wait: bool
+) -> StatusAnswer:
+    """The answer to ``method`` (GET, HEAD or OPTIONS) on a lead's status URL.
+
+    ``wait``: the raw ``?wait=`` (clamped to STATUS_WAIT_MAX_SECONDS); honoured only when
+    ``can_wait`` (the ASGI process), else the lead is read at once in the request's thread."""
+    lead_uuid = status_token_valid(lead_id=lead_id, token=token, now=timezone.now())
+    if lead_uuid is None:
+        return _not_found()
+    try:
+        seconds = status_wait_seconds(wait)
+    except ValueError:
+        return StatusAnswer(
+            400,
+            error_body("invalid_wait", "wait must be a number of seconds (at most 10)."),
+            {},
+        )
+    if not can_wait:
+        view = await _read_in_request_thread(lead_uuid)
+    else:
+        view = await _status(lead_uuid, seconds if method == "GET" else 0.0)
+    if view is None:
+        return _not_found()
+    headers = {"Cache-Control": "no-store", **_cors_headers(origin, view.cors_origins)}
+    if method == "OPTIONS":
+        return StatusAnswer(204, None, headers)
+    return StatusAnswer(200, view.document, headers)
 
 
 @require_http_methods(["GET", "HEAD", "OPTIONS"])
 async def lead_status(request: HttpRequest, lead_id: str, token: str) -> HttpResponse:
     """The lead's status for the page that submitted it; ``?wait=N`` holds it until the
-    outcome or N seconds (clamped to STATUS_WAIT_MAX_SECONDS; at once under WSGI)."""
-    lead_uuid = status_token_valid(lead_id=lead_id, token=token, now=timezone.now())
-    if lead_uuid is None:
-        return _not_found()
-    try:
-        wait = status_wait_seconds(request.GET.get("wait"))
-    except ValueError:
-        return JsonResponse(
-            error_body("invalid_wait", "wait must be a number of seconds (at most 10)."),
-            status=400,
-        )
-    if not isinstance(request, ASGIRequest):
-        view = await _read_in_request_thread(lead_uuid)
+    outcome or N seconds (clamped to STATUS_WAIT_MAX_SECONDS; at once under WSGI).
+
+    Under the ASGI process, config.asgi answers this URL before Django's handler
+    (leads.status_asgi) with the same ``lead_status_answer``; this view serves it under WSGI
+    and in Django's test clients."""
+    answer = await lead_status_answer(
+        method=request.method or "GET",
+        lead_id=lead_id,
+        token=token,
+        wait=request.GET.get("wait"),
+        origin=request.headers.get("Origin", ""),
+        can_wait=isinstance(request, ASGIRequest),
+    )
+    response: HttpResponse
+    if answer.document is None:
+        response = HttpResponse(status=answer.status)
     else:
-        view = await _status(lead_uuid, wait if request.method == "GET" else 0.0)
-    if view is None:
-        return _not_found()
-    if request.method == "OPTIONS":
-        response = HttpResponse(status=204)
-    else:
-        response = JsonResponse(view.document)
-    response["Cache-Control"] = "no-store"
-    _with_cors(response, request, view.cors_origins)
+        response = JsonResponse(answer.document, status=answer.status)
+    for name, value in answer.headers.items():
+        response[name] = value
     return response
 
 
 async def _status(lead_uuid: uuid.UUID, wait: float) -> LeadStatusView | None:
-    if wait <= 0:
-        return await _read_async(lead_uuid)
     loop = asyncio.get_running_loop()
+    if wait <= 0:
+        return await _reads.read(lead_uuid, loop.time())
     deadline = loop.time() + wait
     woken = status_waiters.register(lead_uuid)
+    registered_at = loop.time()
     try:
         await status_waiters.listening(timeout=min(1.0, wait))
-        view = await _read_async(lead_uuid)
+        view = await _reads.read(lead_uuid, registered_at)
         if view is None or view.final:
             return view
+        # Woken: a read begun once the announcement was heard sees the outcome, so the pages
+        # woken by one announcement share one read. Not woken by the end of the wait: nothing
+        # was announced since this page registered, and any read begun since then will do.
+        not_before = registered_at
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(woken, max(0.0, deadline - loop.time()))
-        return await _read_async(lead_uuid)
+            not_before = await asyncio.wait_for(woken, max(0.0, deadline - loop.time()))
+        return await _reads.read(lead_uuid, not_before)
     finally:
         status_waiters.unregister(lead_uuid, woken)
 

@@ -112,7 +112,7 @@ class StatusWaiters:
     them (started by the first waiter, in the running event loop)."""
 
     def __init__(self) -> None:
-        self._waiting: dict[str, set[asyncio.Future[None]]] = {}
+        self._waiting: dict[str, set[asyncio.Future[float]]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listening: asyncio.Event | None = None
@@ -129,14 +129,15 @@ class StatusWaiters:
             await asyncio.wait_for(self._listening.wait(), timeout)
         return self._listening.is_set()
 
-    def register(self, lead_id: uuid.UUID) -> asyncio.Future[None]:
-        """A future done when ``lead_id`` is announced (register before reading the lead)."""
+    def register(self, lead_id: uuid.UUID) -> asyncio.Future[float]:
+        """A future done when ``lead_id`` is announced, with the event loop's time it was heard
+        (register before reading the lead; a read begun after that time sees the outcome)."""
         self._ensure_listener()
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(str(lead_id), set()).add(future)
         return future
 
-    def unregister(self, lead_id: uuid.UUID, future: asyncio.Future[None]) -> None:
+    def unregister(self, lead_id: uuid.UUID, future: asyncio.Future[float]) -> None:
         key = str(lead_id)
         futures = self._waiting.get(key)
         if futures is not None:
@@ -150,9 +151,13 @@ class StatusWaiters:
         return sum(len(futures) for futures in self._waiting.values())
 
     def wake(self, lead_id: str) -> None:
-        for future in self._waiting.get(lead_id, ()):
+        futures = self._waiting.get(lead_id)
+        if not futures:
+            return
+        heard_at = next(iter(futures)).get_loop().time()
+        for future in futures:
             if not future.done():
-                future.set_result(None)
+                future.set_result(heard_at)
 
     def _heard(self, listening: bool) -> None:
         if self._listening is not None:

@@ -19,7 +19,6 @@ from django.forms import BaseInlineFormSet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from audit.config_changes import (
@@ -50,6 +49,13 @@ from routing.models import (
 )
 from routing.rules_io import AlreadyPublished, ruleset_add_draft
 from routing.selectors import names_in_use
+from routing.timeoff.admin import RepAbsenceInline
+from routing.timeoff.services import (
+    AwayReroute,
+    rep_lock_for_absences,
+    reps_available,
+    reps_away_reroute,
+)
 from routing.versions import (
     TestCasesFailing,
     reps_deactivate,
@@ -92,6 +98,30 @@ class RepAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse,
     autocomplete_fields = ("user",)
     readonly_fields = ("last_assigned_at", "created_at", "updated_at")
     actions = ("set_out_of_office", "deactivate", "reroute_open_leads")
+    inlines = (RepAbsenceInline,)
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: Any = None,
+    ) -> HttpResponse:
+        if request.method != "POST" or object_id is None or not object_id.isdigit():
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        with transaction.atomic():
+            # The rep's row locked before the form checks its absences for overlaps (another
+            # save of this rep's absences waits), as rep_absence_save does.
+            rep_lock_for_absences(rep_id=int(object_id))
+            # Available before the save (the form, its absences): re-route if no longer after.
+            request.__dict__["_rep_was_available"] = bool(reps_available(rep_ids=[int(object_id)]))
+            return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        rep = form.instance
+        if request.__dict__.get("_rep_was_available") and not reps_available(rep_ids=[rep.pk]):
+            self._report(request, rep.name, self._away(request, [rep], "became unavailable"))
 
     @admin.action(description="Set out of office until ...", permissions=["change"])
     def set_out_of_office(
@@ -102,13 +132,18 @@ class RepAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse,
             reps = list(queryset)
             until = form.cleaned_data["until"]
             before = {rep.pk: values_of(rep) for rep in reps}
+            was = reps_available(rep_ids=before)
             count = reps_set_out_of_office(reps=reps, until=until)
             config_changes_record(
                 actor=actor_of(request), objects=reps, action="set_out_of_office", before=before
             )
             self.message_user(request, f"{count} rep(s) out of office.", messages.SUCCESS)
-            if settings.REROUTE_OPEN_LEADS_ON_ABSENCE and until > timezone.now():
-                self._reroute(request, reps, f"out of office until {until:%Y-%m-%d %H:%M}")
+            lost = [rep for rep in reps if rep.pk in was - reps_available(rep_ids=was)]
+            if lost:
+                why = f"out of office until {until:%Y-%m-%d %H:%M}"
+                self._report(
+                    request, ", ".join(r.name for r in lost), self._away(request, lost, why)
+                )
             return None
         context = {
             **self.admin_site.each_context(request),
@@ -125,12 +160,16 @@ class RepAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse,
     def deactivate(self, request: HttpRequest, queryset: QuerySet[Rep]) -> None:
         reps = list(queryset)
         before = {rep.pk: values_of(rep) for rep in reps}
+        was = reps_available(rep_ids=before)
         count = reps_deactivate(reps=reps)
         config_changes_record(
             actor=actor_of(request), objects=reps, action="deactivate", before=before
         )
         if settings.REROUTE_OPEN_LEADS_ON_ABSENCE:
-            self._reroute(request, reps, "deactivated")
+            lost = [rep for rep in reps if rep.pk in was]
+            if lost:
+                names = ", ".join(rep.name for rep in lost)
+                self._report(request, names, self._away(request, lost, "deactivated"))
             return
         self.message_user(
             request,
@@ -149,13 +188,41 @@ class RepAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse,
         actor = f"user:{request.user.get_username()}"
         for rep in reps:
             report = rep_reroute_open_leads(rep_id=rep.pk, actor=actor, reason=f"{rep.name} {why}")
+            self._report(request, rep.name, AwayReroute(moved=report.moved, kept=report.kept))
+
+    def _away(self, request: HttpRequest, reps: list[Rep], why: str) -> AwayReroute:
+        """Re-route the untouched leads of reps who became unavailable (now or as a job)."""
+        names = ", ".join(rep.name for rep in reps)
+        return reps_away_reroute(
+            rep_ids=[rep.pk for rep in reps],
+            actor=actor_of(request),
+            reason=f"{names} {why}",
+            requested_by=request.user if request.user.is_authenticated else None,
+        )
+
+    def _report(self, request: HttpRequest, names: str, report: AwayReroute) -> None:
+        if report.disabled:
+            return
+        if report.job is not None:
+            url = reverse("admin:routing_adminjob_progress", args=[report.job.pk])
             self.message_user(
                 request,
-                f"{rep.name}: {report.moved} open lead(s) routed to someone else"
-                + (f", {report.kept} kept (no other eligible owner)" if report.kept else "")
-                + ".",
-                messages.SUCCESS if not report.kept else messages.WARNING,
+                format_html(
+                    '{}: {} open lead(s) are being routed again: <a href="{}">progress</a>.',
+                    names,
+                    report.job.progress_total,
+                    url,
+                ),
+                messages.SUCCESS,
             )
+            return
+        self.message_user(
+            request,
+            f"{names}: {report.moved} open lead(s) routed to someone else"
+            + (f", {report.kept} kept (no other eligible owner)" if report.kept else "")
+            + ".",
+            messages.SUCCESS if not report.kept else messages.WARNING,
+        )
 
 
 class TeamMembershipFormSet(BaseInlineFormSet):
@@ -688,3 +755,4 @@ class QueueHeartbeatAdmin(admin.ModelAdmin):
 from routing.crm import admin as crm_admin  # noqa: E402,F401
 from routing.delivery import admin as delivery_admin  # noqa: E402,F401
 from routing.monitoring import admin as monitoring_admin  # noqa: E402,F401
+from routing.timeoff import admin as timeoff_admin  # noqa: E402,F401

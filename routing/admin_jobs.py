@@ -188,6 +188,25 @@ def _run_import(job: AdminJob) -> None:
         logger.warning("admin job %s was claimed again while it ran; this run gave way", job.pk)
 
 
+def _run_reroute_away(job: AdminJob) -> None:
+    from routing.timeoff.services import reps_away_reroute_run
+
+    moved, kept = reps_away_reroute_run(
+        rep_ids=[int(rep_id) for rep_id in job.params.get("rep_ids", [])],
+        actor=str(job.params.get("actor") or "system"),
+        reason=str(job.params.get("reason") or "unavailable"),
+        progress=_progress(job, "routing leads again"),
+    )
+    _finish(
+        job,
+        status=AdminJobStatus.DONE,
+        phase="",
+        progress_done=moved + kept,
+        progress_total=moved + kept,
+        result={"moved": moved, "kept": kept},
+    )
+
+
 def admin_job_run(*, job_id: int) -> None:
     """Claim and run one admin job; a job finished or running elsewhere is left alone."""
     job = _claim(job_id)
@@ -197,6 +216,8 @@ def admin_job_run(*, job_id: int) -> None:
     try:
         if job.kind == AdminJobKind.REPLAY:
             _run_replay(job)
+        elif job.kind == AdminJobKind.REROUTE_AWAY:
+            _run_reroute_away(job)
         else:
             _run_import(job)
     except SoftTimeLimitExceeded:

@@ -332,3 +332,85 @@ class LeadRerouteView(_LeadActionView):
         if response.status_code == 200:
             response.status_code = 202
         return response
+
+
+ERASE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": 500}},
+    "required": ["reason"],
+}
+
+ERASED_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "already_erased": {
+            "type": "boolean",
+            "description": "The lead's person was erased before: nothing was written again.",
+        },
+        "leads": {
+            "type": "array",
+            "items": {"type": "string", "format": "uuid"},
+            "description": "Every lead of the person erased now (this one included).",
+        },
+        "erased": {
+            "type": "object",
+            "additionalProperties": {"type": "integer"},
+            "description": "What was cleared: leads, person keys, assignments' traces, "
+            "deliveries, delivery attempts, refused inbox rows.",
+        },
+        "message": {"type": "string"},
+    },
+    "required": ["id", "already_erased", "leads", "erased", "message"],
+}
+
+
+class LeadEraseView(_LeadActionView):
+    """Erase the lead's person: this lead and every other of theirs (``leads.erase_lead``).
+
+    Their personal data is overwritten and their person keys destroyed; the decisions (which
+    rule, which rep, when) and a verifiable audit log remain, with an ``erased`` event per lead
+    saying who, when and why (docs/operations.md, "Privacy")."""
+
+    @extend_schema(
+        operation_id="lead_erase",
+        request={"application/json": ERASE_SCHEMA},
+        responses={
+            200: OpenApiResponse(ERASED_SCHEMA),
+            **error_responses(400, 401, 403, 404),
+        },
+    )
+    def post(self, request: Request, lead_id: str) -> Response:
+        from routing.erasure import lead_person_erase
+
+        if not request.user.has_perm("leads.erase_lead"):
+            raise ApiError(code="forbidden", message="You may not erase people.", status_code=403)
+        body = request.data
+        if not isinstance(body, dict):
+            raise ApiError(code="invalid_body", message="Send a JSON object.")
+        reason = body.get("reason")
+        if not isinstance(reason, str) or not reason.strip() or len(reason) > 500:
+            raise ApiError(
+                code="invalid_body",
+                message="Say why this person is erased (at most 500 characters).",
+                fields={"reason": ["Why (recorded in the audit log; nothing personal)."]},
+            )
+        lead = self._lead_or_404(lead_id)
+        try:
+            result = lead_person_erase(
+                lead_id=lead.pk, actor=_actor(request), reason=reason.strip()
+            )
+        except Lead.DoesNotExist:
+            raise ApiError(code="not_found", message="No such lead.", status_code=404) from None
+        already = not result.leads and bool(result.already_erased)
+        return Response(
+            {
+                "id": str(lead.pk),
+                "already_erased": already,
+                "leads": result.lead_ids if not already else [],
+                "erased": result.counts(),
+                "message": "this lead's person was erased before; nothing was written again"
+                if already
+                else result.sentence(),
+            }
+        )

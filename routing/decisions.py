@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, time, timedelta
 from decimal import Decimal
@@ -30,6 +30,8 @@ from django.utils import timezone
 
 from leads.models import CANONICAL_COLUMNS, Lead, LeadStatus, Source
 from leads.normalize import FLAG_FREE_EMAIL, FLAG_INVALID_EMAIL, is_free_email_domain, normalize
+from leads.priority import priority_clean, tags_clean
+from leads.services import lead_tags_set
 from leads.sources import source_flatten
 from routing.crm.facts import crm_account
 from routing.engine import (
@@ -73,6 +75,7 @@ from routing.models import (
     Territory,
     ValueList,
 )
+from routing.timeoff.facts import rep_time_off, time_off_facts
 
 logger = logging.getLogger(__name__)
 
@@ -86,11 +89,13 @@ __all__ = [
     "account_for_domain",
     "assignment_first_touch",
     "clear_live_config_cache",
+    "config_compile",
     "lead_facts",
     "live_config",
     "local_midnight",
     "route_lead",
     "simulate",
+    "simulate_with",
 ]
 
 # How many times route_lead re-decides under its locks before giving up (each retry means a
@@ -127,11 +132,19 @@ def _domain_candidates(domain: str) -> list[str]:
     return [".".join(labels[i:]) for i in range(len(labels) - 1)]
 
 
-def account_for_domain(domain: str | None) -> AccountFacts | None:
-    """The account whose domain is ``domain`` or its nearest parent (one query, or none)."""
+def account_for_domain(
+    domain: str | None, accounts: Mapping[str, AccountFacts] | None = None
+) -> AccountFacts | None:
+    """The account whose domain is ``domain`` or its nearest parent (one query, or none).
+
+    ``accounts`` (domain -> account), when given, is looked in instead of the table: a
+    configuration document's accounts (``routing.configuration``).
+    """
     candidates = _domain_candidates(domain) if domain else []
     if not candidates:
         return None
+    if accounts is not None:
+        return next((accounts[c] for c in candidates if c in accounts), None)
     rows = list(
         Account.objects.filter(domain__in=candidates).values("domain", "name", "tier", "owner_id")
     )
@@ -147,7 +160,11 @@ def account_for_domain(domain: str | None) -> AccountFacts | None:
 
 
 def _facts(
-    fields: Mapping[str, Any], custom: Mapping[str, Any], source: str | None, free: bool
+    fields: Mapping[str, Any],
+    custom: Mapping[str, Any],
+    source: str | None,
+    free: bool,
+    accounts: Mapping[str, AccountFacts] | None = None,
 ) -> LeadFacts:
     clean = {
         name: _plain(value) for name, value in fields.items() if value is not None and value != ""
@@ -158,15 +175,16 @@ def _facts(
         custom=dict(custom) if isinstance(custom, Mapping) else {},
         source=source,
         is_free_email=free,
-        account=account_for_domain(domain if isinstance(domain, str) else None),
+        account=account_for_domain(domain if isinstance(domain, str) else None, accounts),
     )
 
 
-def lead_facts(lead: Lead) -> LeadFacts:
+def lead_facts(lead: Lead, *, accounts: Mapping[str, AccountFacts] | None = None) -> LeadFacts:
     """The engine's view of a stored (normalised) lead; one query for the account match.
 
     The source slug is read through ``lead.source`` (select it with the lead to save a query).
-    A CRM company's owner found by the lead's CRM lookup is the account's owner.
+    A CRM company's owner found by the lead's CRM lookup is the account's owner. ``accounts``:
+    see ``account_for_domain``.
     """
     email_domain = lead.email_domain or ""
     free = FLAG_FREE_EMAIL in (lead.flags or []) or (
@@ -177,6 +195,7 @@ def lead_facts(lead: Lead) -> LeadFacts:
         lead.custom or {},
         lead.source.slug if lead.source_id is not None else None,
         free,
+        accounts,
     )
     if lead.crm:
         # What a CRM lookup found (stored on the lead: replay reads the same answer).
@@ -313,17 +332,49 @@ def _load_config(ruleset_id: int, version: int, status: str) -> LiveConfig:
         "team_id", "position", "id"
     ).values_list("team_id", "rep_id", "weight"):
         memberships.setdefault(team_id, []).append((rep_id, weight))
-    reps = list(Rep.objects.values_list("email", "id", "timezone"))
-    value_lists = dict(ValueList.objects.values_list("name", "values"))
+    return config_compile(
+        ruleset_id=ruleset_id,
+        version=version,
+        status=status,
+        name=name,
+        rules=[{"id": rule.id, **rule.to_data()} for rule in rules],
+        teams=teams,
+        memberships=memberships,
+        rep_ids=dict(Rep.objects.values_list("email", "id")),
+        value_lists=dict(ValueList.objects.values_list("name", "values")),
+        territories=Territory.objects.values(
+            "id", "name", "countries", "regions", "postal_prefixes", "team_id", "rep_id"
+        ),
+    )
+
+
+def config_compile(
+    *,
+    ruleset_id: int,
+    version: int,
+    status: str,
+    name: str,
+    rules: Sequence[Mapping[str, Any]],
+    teams: Sequence[Mapping[str, Any]],
+    memberships: Mapping[int, Sequence[tuple[int, int]]],
+    rep_ids: Mapping[str, int],
+    value_lists: Mapping[str, Any],
+    territories: Iterable[Mapping[str, Any]],
+) -> LiveConfig:
+    """A LiveConfig from plain rows: the tables' (``_load_config``) or a configuration
+    document's (``routing.configuration``), so both decide with the same construction.
+
+    ``rules`` in the rules-as-code shape, each with an ``id``; ``teams`` rows with ``id``,
+    ``name``, ``strategy``, ``respect_working_hours`` and ``sla_minutes``; ``memberships``
+    team id -> (rep id, weight) in rotation order; ``rep_ids`` e-mail -> id; ``territories``
+    rows with ``id``, ``name``, ``countries``, ``regions``, ``postal_prefixes``, ``team_id``
+    and ``rep_id``.
+    """
     compiled, broken = _compile_what_still_compiles(
-        {
-            "name": name,
-            "version": version,
-            "rules": [{"id": rule.id, **rule.to_data()} for rule in rules],
-        },
+        {"name": name, "version": version, "rules": [dict(rule) for rule in rules]},
         value_lists=value_lists,
         known_teams={team["name"]: team["id"] for team in teams},
-        known_reps={email: rep_id for email, rep_id, _tz in reps},
+        known_reps=rep_ids,
     )
     team_specs = {
         team["id"]: TeamSpec(
@@ -336,7 +387,7 @@ def _load_config(ruleset_id: int, version: int, status: str) -> LiveConfig:
         )
         for team in teams
     }
-    territories = TerritoryIndex(
+    territory_index = TerritoryIndex(
         TerritorySpec(
             id=row["id"],
             name=row["name"],
@@ -346,9 +397,7 @@ def _load_config(ruleset_id: int, version: int, status: str) -> LiveConfig:
             team_id=row["team_id"],
             rep_id=row["rep_id"],
         )
-        for row in Territory.objects.values(
-            "id", "name", "countries", "regions", "postal_prefixes", "team_id", "rep_id"
-        )
+        for row in territories
     )
     ignores = {
         rule.id: rule.action.ignore_caps
@@ -361,7 +410,7 @@ def _load_config(ruleset_id: int, version: int, status: str) -> LiveConfig:
         status=status,
         ruleset=compiled,
         teams=team_specs,
-        territories=territories,
+        territories=territory_index,
         rep_action_ignores_caps=ignores,
         broken_rules=broken,
     )
@@ -436,8 +485,9 @@ class _Snapshot:
 
 
 def _snapshot(config: LiveConfig, now: datetime) -> _Snapshot:
-    """Every rep with its load counters (one query: a row a rep, whatever they hold) and every
-    team's turn (one query). A rep whose counters were kept in another time zone than theirs
+    """Every rep with its load counters (one query: a row a rep, whatever they hold), their
+    time off (one query; two more when holiday calendars exist) and every team's turn (one
+    query). A rep whose counters were kept in another time zone than theirs
     (just changed) has their day counted, one more query each (``routing.loads``)."""
     reps = {}
     midnights: dict[str, datetime] = {}
@@ -446,6 +496,13 @@ def _snapshot(config: LiveConfig, now: datetime) -> _Snapshot:
         load = load_from_row(row)
         open_count, today = load_counts(row["id"], zone_name, load, now, midnights)
         reps[row["id"]] = _rep_state(row, open_count, today)
+    members = {
+        team_id: [rep_id for rep_id, _weight in team.members]
+        for team_id, team in config.teams.items()
+    }
+    for rep_id, off in time_off_facts(now=now, team_members=members).items():
+        if rep_id in reps:
+            reps[rep_id] = replace(reps[rep_id], absences=off.absences, holidays=off.holidays)
     rotation = {
         team_id: RotationState.from_json(team_id, state)
         for team_id, state in Team.objects.order_by().values_list("id", "rotation_state")
@@ -566,6 +623,8 @@ def _apply_owner(
         sla_minutes=sla,
         sla_due=_sla_due(now, sla, rep, team),
         now=now,
+        priority=decision.priority,
+        tags=decision.tags,
     )
 
 
@@ -580,7 +639,15 @@ def assignment_sla_due(
         row = Rep.objects.filter(pk=rep_id).values("working_hours", "timezone").first()
         if row is not None:
             hours = _working_hours(row["working_hours"])
-            return sla_due_at(now, minutes, hours, row["timezone"] or "UTC")
+            off = rep_time_off(rep_id=rep_id, now=now)
+            return sla_due_at(
+                now,
+                minutes,
+                hours,
+                row["timezone"] or "UTC",
+                holidays=off.holidays.keys(),
+                absences=off.absences,
+            )
     return now + timedelta(minutes=minutes)
 
 
@@ -604,6 +671,8 @@ def assignment_create(
     rule_name: str = "",
     ruleset_version: int | None = None,
     trace: list[dict[str, Any]] | None = None,
+    priority: str | None = None,
+    tags: Sequence[str] | None = None,
 ) -> Assignment:
     """Give ``lead`` to a rep: the one way an assignment is made (routing, sticky duplicates,
     manual and SLA reassignment). Call it in the transaction that holds the lead's lock.
@@ -612,6 +681,8 @@ def assignment_create(
     ``last_assigned_at`` moves to ``now``; names are kept as snapshot strings, so history reads
     right after renames. The SLA due time is computed in the rep's working hours when the team
     respects them, unless the caller passes one (``sla_due``) it already worked out.
+    ``priority`` and ``tags`` are a routing decision's; without them (a duplicate, a
+    reassignment) the assignment carries the lead's.
 
     The reps' load counters change in the same transaction (``routing.loads``): the rep's row
     is locked first (by the update of ``last_assigned_at``, unless the caller holds it), then
@@ -648,6 +719,8 @@ def assignment_create(
         sla_due_at=sla_due,
         assigned_at=now,
         active=True,
+        priority=priority_clean(lead.priority if priority is None else priority),
+        tags=tags_clean((lead.tags or []) if tags is None else tags),
     )
     load_assigned(rep_id=rep_id, zone_name=zone_name, now=now, released_rep_id=released_rep_id)
     return assignment
@@ -689,7 +762,14 @@ def _sla_due(
     if not sla:
         return None
     if team is not None and team.respect_working_hours:
-        return sla_due_at(now, sla, rep.working_hours, rep.timezone)
+        return sla_due_at(
+            now,
+            sla,
+            rep.working_hours,
+            rep.timezone,
+            holidays=rep.holidays.keys(),
+            absences=rep.absences,
+        )
     return now + timedelta(minutes=sla)
 
 
@@ -712,6 +792,9 @@ def _try_owner(
     fresh = _lock_rep(config, decision.rep_id, now)
     if fresh is None:
         raise _Retry
+    seen = snap.reps.get(fresh.id)
+    if seen is not None:  # time off is not locked: as the snapshot read it
+        fresh = replace(fresh, absences=seen.absences, holidays=seen.holidays)
     snap.reps[fresh.id] = fresh
     team = config.teams.get(decision.team_id) if decision.team_id is not None else None
     ignore_caps = config.rep_action_ignores_caps.get(decision.rule_id or -1, False)
@@ -818,6 +901,7 @@ def route_lead(
                 snap = _snapshot(config, now)
                 decision = _decide(facts, config, snap, now)
                 continue
+            lead_tags_set(lead=lead, priority=decision.priority, tags=decision.tags)
             if supersede is None or lead.status != LeadStatus.DUPLICATE:
                 _set_status(lead, LeadStatus.ASSIGNED, now)
             return RouteResult(decision=decision, status=LeadStatus.ASSIGNED, assignment=assignment)
@@ -829,6 +913,7 @@ def route_lead(
             # Routing again a lead that has an owner: no one else now, so it stays theirs.
             return RouteResult(decision=decision, status=lead.status)
         status = _STATUS.get(decision.outcome, LeadStatus.UNASSIGNED)
+        lead_tags_set(lead=lead, priority=decision.priority, tags=decision.tags)
         _set_status(lead, status, now)
         return RouteResult(decision=decision, status=status)
 
@@ -853,17 +938,35 @@ def simulate(
 
     Raises RulesetNotFound, SourceNotFound, or RuleErrors when the rules no longer compile.
     """
-    field_map: Mapping[str, str] | None = None
-    flat_data: Mapping[str, Any] = lead_data
+    source: Source | None = None
     if source_slug is not None:
         source = Source.objects.filter(slug=source_slug).first()
         if source is None:
             raise SourceNotFound(f'No source "{source_slug}".')
+    config = live_config(version)
+    now = timezone.now()
+    return simulate_with(
+        lead_data=lead_data, source=source, config=config, snap=_snapshot(config, now), now=now
+    )
+
+
+def simulate_with(
+    *,
+    lead_data: Mapping[str, Any],
+    source: Source | None,
+    config: LiveConfig,
+    snap: _Snapshot,
+    now: datetime,
+    accounts: Mapping[str, AccountFacts] | None = None,
+) -> Simulation:
+    """``simulate`` with the configuration, the reps' state and (optionally) the accounts given:
+    a configuration document's (``routing.configuration``); ``source`` need not be saved."""
+    field_map: Mapping[str, str] | None = None
+    flat_data: Mapping[str, Any] = lead_data
+    if source is not None:
         field_map = source.field_map or None
         # Read as the worker reads that source's leads: its kind, options and paths.
         flat_data = source_flatten(source, dict(lead_data)).record
-    config = live_config(version)
-    now = timezone.now()
     normalized = normalize(flat_data, field_map)
     # Exactly the facts the worker has: the stored columns (no `website`, no `external_id`)
     # and the same free-mail rule as lead_facts().
@@ -872,8 +975,9 @@ def simulate(
     free = FLAG_FREE_EMAIL in normalized.flags or (
         isinstance(email_domain, str) and bool(email_domain) and is_free_email_domain(email_domain)
     )
-    facts = _facts(fields, normalized.custom, source_slug, free)
-    snap = _snapshot(config, now)
+    facts = _facts(
+        fields, normalized.custom, source.slug if source is not None else None, free, accounts
+    )
     decision = _decide(facts, config, snap, now)
     decision = replace(decision, rotation_update=None)
     rep = snap.reps.get(decision.rep_id) if decision.rep_id is not None else None

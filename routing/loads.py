@@ -53,6 +53,7 @@ __all__ = [
     "LOAD_COLUMNS",
     "Load",
     "ReconcileReport",
+    "assigned_since_local_midnight",
     "load_assigned",
     "load_from_row",
     "load_locked",
@@ -322,6 +323,23 @@ class ReconcileReport:
     drift_today: int
 
 
+def assigned_since_local_midnight(*, now: datetime, zones: set[str]) -> dict[int, int]:
+    """Assignments per rep since the rep's own local midnight of ``now``, counted from the
+    assignments (one grouped query per time zone in ``zones``; a rep in another zone is not
+    counted). The definition of "today" the caps use, for the pages and the reconciliation."""
+    today: dict[int, int] = {}
+    for zone_name in sorted(zones):
+        today.update(
+            Assignment.objects.filter(
+                rep__timezone=zone_name, assigned_at__gte=local_midnight(now, zone_name or "UTC")
+            )
+            .order_by()
+            .values_list("rep_id")
+            .annotate(n=Count("id"))
+        )
+    return today
+
+
 def _suspects(now: datetime) -> tuple[int, list[int]]:
     """(reps, the ids whose counters differ from the assignments), read without locks: grouped
     counts (open per rep; today's per rep, one query per time zone in use) and the rows. A
@@ -333,16 +351,7 @@ def _suspects(now: datetime) -> tuple[int, list[int]]:
         .values_list("rep_id")
         .annotate(n=Count("id"))
     )
-    today_true: dict[int, int] = {}
-    for zone_name in sorted({row["timezone"] for row in reps}):
-        today_true.update(
-            Assignment.objects.filter(
-                rep__timezone=zone_name, assigned_at__gte=local_midnight(now, zone_name or "UTC")
-            )
-            .order_by()
-            .values_list("rep_id")
-            .annotate(n=Count("id"))
-        )
+    today_true = assigned_since_local_midnight(now=now, zones={row["timezone"] for row in reps})
     suspects = []
     for row in reps:
         zone_name = row["timezone"] or "UTC"

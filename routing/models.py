@@ -24,6 +24,7 @@ from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone as dj_timezone
 
+from leads.priority import PRIORITY_MAX_LENGTH
 from routing.engine.strategies import MAX_MEMBER_WEIGHT
 
 # --- Validation shared by clean() and the rules-as-code import --------------------------------
@@ -225,6 +226,11 @@ class Rep(models.Model):
         validators=[URLValidator(schemes=["https", "http"])],
         help_text="Where prospects book a meeting with this rep (https://...).",
     )
+    email_notifications = models.BooleanField(
+        default=True,
+        help_text="E-mail this rep about new leads, SLAs about to breach and leads reassigned "
+        "away (Slack and Teams: Notification channels).",
+    )
     last_assigned_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -289,6 +295,11 @@ class Team(models.Model):
     sla_minutes = models.PositiveIntegerField(
         null=True, blank=True, help_text="Default first-touch SLA for this team's leads."
     )
+    keep_leads_when_rep_away = models.BooleanField(
+        default=False,
+        help_text="When a member becomes unavailable (deactivated, out of office, on leave), "
+        "leave their untouched leads of this team with them instead of routing them again.",
+    )
     # A user, not a rep: managers log in to watch SLAs and reassign, and need not take leads.
     manager = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -296,6 +307,11 @@ class Team(models.Model):
         null=True,
         blank=True,
         related_name="managed_teams",
+    )
+    email_notifications = models.BooleanField(
+        default=True,
+        help_text="E-mail the members about leads of this team (off: none of this team's "
+        "notices go by e-mail, whatever the rep's own setting).",
     )
     # The engine's RotationState.to_json(); written only under this row's lock by route_lead.
     rotation_state = models.JSONField(default=dict, blank=True, editable=False)
@@ -767,6 +783,10 @@ class Assignment(models.Model):
         related_name="superseded_by",
     )
     active = models.BooleanField(default=True, help_text="The lead's current owner.")
+    # The lead's priority and tags when it was given to this rep (snapshots, like the names):
+    # what the rep was told, and what their queue ordered it by.
+    priority = models.CharField(max_length=PRIORITY_MAX_LENGTH, blank=True)
+    tags = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ("-assigned_at", "-id")
@@ -803,6 +823,8 @@ class Assignment(models.Model):
             ),
             # Assigned today per rep (max_per_day).
             models.Index(fields=("rep", "assigned_at"), name="assignment_rep_day_idx"),
+            # The dashboard's reports: a window of assignments over every rep (up to 90 days).
+            models.Index(fields=("assigned_at",), name="assignment_assigned_at_idx"),
             # The SLA check, every minute: current, untouched, not yet handled, by due time.
             models.Index(
                 fields=("sla_due_at", "id"),
@@ -814,6 +836,8 @@ class Assignment(models.Model):
                 ),
                 name="assignment_sla_due_idx",
             ),
+            # A rep's or team's hot leads (reports, filters): by priority, newest first.
+            models.Index(fields=("priority", "-assigned_at"), name="assignment_priority_idx"),
         ]
 
     def __str__(self) -> str:
@@ -889,6 +913,7 @@ class AdminJobKind(models.TextChoices):
     REPLAY = "replay", "Replay"
     TERRITORIES_IMPORT = "territories_import", "Territories import"
     ACCOUNTS_IMPORT = "accounts_import", "Accounts import"
+    REROUTE_AWAY = "reroute_away", "Re-route an unavailable rep's leads"
 
 
 class AdminJobStatus(models.TextChoices):
@@ -1055,3 +1080,4 @@ class RoutingTestCase(models.Model):
 from routing.crm.models import *  # noqa: E402,F403
 from routing.delivery.models import *  # noqa: E402,F403
 from routing.monitoring.models import *  # noqa: E402,F403
+from routing.timeoff.models import *  # noqa: E402,F403

@@ -7,10 +7,16 @@ Import contract:
   its path (``reps[2].email: ...``) in one :class:`RulesFileErrors`, and nothing is written.
   References may point at objects defined in the same file or already in the database.
 - Objects are upserted by natural key: source slug, rep e-mail (ignoring case), team name,
-  territory name, account domain, value-list name. A key present in an entry sets that field; a
-  key left out leaves an existing object's field as it is (a new object gets the default), so
-  operational state such as ``out_of_office_until`` survives a file that does not mention it.
-  Nothing is deleted. A team's ``members``, when given, replace its memberships in file order.
+  territory name, account domain, value-list name, test case name. A key present in an entry
+  sets that field; a key left out leaves an existing object's field as it is (a new object gets
+  the default), so operational state such as ``out_of_office_until`` survives a file that does
+  not mention it. A team's ``members``, when given, replace its memberships in file order.
+- Time off (``reps[].absences``, ``holiday_calendars``) is validated here and written and
+  exported by ``routing.timeoff.file``: a rep's absences, when given, replace those not yet over.
+- Nothing is deleted, unless pruned (``rules_plan(prune=True)`` then ``rules_prune``): then in
+  every section the file has, what it does not name is deleted, refusing (with the reason,
+  nothing deleted) what live leads or live rules still need; references must then point at
+  objects the file itself defines.
 - A new source gets the file's ``token`` or a fresh one (returned once, in
   ``ImportResult.source_tokens``). An existing source's token is not changed by an import
   (rotate it in the admin) unless it has none.
@@ -18,17 +24,22 @@ Import contract:
   published version or to the latest version while that is a draft: then that version is
   reused, so importing one file twice creates one version. ``publish=True`` publishes it.
 
-Export writes every key of every object in a fixed order (sources by slug, reps by e-mail,
+Export writes every key of every object (but a rep's live state, ``active`` and
+``out_of_office_until``, which a file may set but an export never carries) in a fixed order
+(sources by slug, reps by e-mail,
 teams by name, territories by id, which is their tie-break order, accounts by domain, value
-lists by name, rules by priority) and never a token, so export -> import -> export is identical.
+lists by name, rules by priority, test cases by name) and never a token, so export -> import ->
+export is identical.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -58,9 +69,12 @@ from routing.models import (
     POSTAL_PREFIX_MAX_LENGTH,
     REGION_MAX_LENGTH,
     Account,
+    Assignment,
+    ExpectedStatus,
     OnSlaBreach,
     Problems,
     Rep,
+    RoutingTestCase,
     Rule,
     RuleSet,
     RuleSetStatus,
@@ -88,7 +102,27 @@ if TYPE_CHECKING:
 
     Actor = AbstractBaseUser | None
 
-SECTIONS = ("sources", "reps", "teams", "territories", "accounts", "value_lists", "ruleset")
+SECTIONS = (
+    "sources",
+    "reps",
+    "teams",
+    "holiday_calendars",
+    "territories",
+    "accounts",
+    "value_lists",
+    "ruleset",
+    "test_cases",
+)
+# The sections --prune manages: in each one the file has, what it no longer names is deleted.
+PRUNED_SECTIONS = (
+    "test_cases",
+    "accounts",
+    "territories",
+    "teams",
+    "reps",
+    "value_lists",
+    "sources",
+)
 _INT_MAX = 2**31 - 1  # IntegerField on every supported database
 _MIN_TOKEN_LENGTH = 16
 _VERSION_ATTEMPTS = 5
@@ -105,6 +139,7 @@ class ImportResult:
     ruleset: RuleSet
     created: bool  # False when an identical existing version was reused
     source_tokens: dict[str, str] = field(default_factory=dict)  # new source slug -> token
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # section -> created...
 
 
 # --- Reading files ------------------------------------------------------------------------------
@@ -215,9 +250,14 @@ _KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {  # section -> (allow
                 "working_hours",
                 "max_open",
                 "max_per_day",
+                "absences",
             }
         ),
         frozenset({"email", "name"}),
+    ),
+    "holiday_calendars": (
+        frozenset({"name", "country", "subdivision", "reps", "teams", "days"}),
+        frozenset({"name"}),
     ),
     "teams": (
         frozenset({"name", "strategy", "respect_working_hours", "sla_minutes", "members"}),
@@ -229,6 +269,10 @@ _KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {  # section -> (allow
     ),
     "accounts": (frozenset({"domain", "name", "owner", "tier"}), frozenset({"domain"})),
     "value_lists": (frozenset({"name", "values"}), frozenset({"name", "values"})),
+    "test_cases": (
+        frozenset({"name", "lead", "source", "expected_status", "expected_rep", "expected_team"}),
+        frozenset({"name", "lead", "expected_status"}),
+    ),
 }
 
 
@@ -247,20 +291,29 @@ class _Plan:
     ruleset_name: str
     rules: list[dict[str, Any]]  # in the stored shape, by priority
     new_source_tokens: dict[str, str | None]  # new source slug -> file token (None = generate)
+    present: frozenset[str] = frozenset()  # the sections the file has
+    prune: bool = False  # references resolve within the file's own sections (``--prune``)
 
 
 class _Checker:
-    def __init__(self, data: Mapping[str, Any]) -> None:
+    def __init__(self, data: Mapping[str, Any], *, prune: bool = False) -> None:
         self.data = data
+        self.prune = prune
         self.errors: list[RuleError] = []
-        self.rep_ids = {
-            email.lower(): rep_id for email, rep_id in Rep.objects.values_list("email", "id")
-        }
-        self.team_ids = dict(Team.objects.values_list("name", "id"))
+        # Under --prune, a section the file has is the whole of it: what it does not define is
+        # deleted, so a reference must point at an object the file itself defines.
+        kept = {section for section in SECTIONS if not (prune and section in data)}
+        self.rep_ids = (
+            {email.lower(): rep_id for email, rep_id in Rep.objects.values_list("email", "id")}
+            if "reps" in kept
+            else {}
+        )
+        self.team_ids = dict(Team.objects.values_list("name", "id")) if "teams" in kept else {}
         self.territory_names = set(Territory.objects.values_list("name", flat=True))
         self.source_tokens = dict(Source.objects.values_list("slug", "token_hash"))
-        self.value_lists: dict[str, list[str]] = dict(
-            ValueList.objects.values_list("name", "values")
+        self.source_slugs = set(self.source_tokens) if "sources" in kept else set()
+        self.value_lists: dict[str, list[str]] = (
+            dict(ValueList.objects.values_list("name", "values")) if "value_lists" in kept else {}
         )
 
     def error(self, path: str, message: str) -> None:
@@ -478,9 +531,127 @@ class _Checker:
                 "max_per_day": self.positive,
             },
         )
-        if values is None or "email" not in values:
+        absences = self.absences(raw["absences"], f"{path}.absences") if "absences" in raw else None
+        if values is None or "email" not in values or absences is _ABSENT:
             return None
-        return _Entry(values["email"], values)
+        entry = _Entry(values["email"], values)
+        if absences is not None:
+            entry.refs["absences"] = absences
+        return entry
+
+    def absences(self, value: Any, path: str) -> Any:
+        """A rep's planned absences: ``[{from, to, note}]``, ISO date-times with an offset."""
+        if not isinstance(value, list):
+            self.error(path, f"must be a list of {{from, to, note}}, got {_shown(value)}")
+            return _ABSENT
+        before = len(self.errors)
+        spans: list[tuple[datetime, datetime, str, int]] = []
+        for i, raw in enumerate(value):
+            at = f"{path}[{i}]"
+            if not isinstance(raw, Mapping):
+                self.error(at, f"must be an object {{from, to, note}}, got {_shown(raw)}")
+                continue
+            for key in raw:
+                if key not in {"from", "to", "note"}:
+                    self.error(f"{at}.{key}", f'unknown key "{key}"')
+            for key in ("from", "to"):
+                if raw.get(key) is None:
+                    self.error(f"{at}.{key}", "is required")
+            if raw.get("from") is None or raw.get("to") is None:
+                continue
+            start = self.moment(raw["from"], f"{at}.from")
+            end = self.moment(raw["to"], f"{at}.to")
+            note = self.text(raw.get("note", ""), f"{at}.note", max_length=200, blank=True)
+            if _ABSENT in (start, end, note):
+                continue
+            if end <= start:
+                self.error(f"{at}.to", "must be after from (the end is exclusive)")
+                continue
+            spans.append((start, end, note, i))
+        for first, second in itertools.pairwise(sorted(spans)):
+            if second[0] < first[1]:
+                self.error(
+                    f"{path}[{second[3]}]",
+                    f"overlaps {path}[{first[3]}]: make one absence that covers both",
+                )
+        if len(self.errors) != before:
+            return _ABSENT
+        return [(start, end, note) for start, end, note, _i in sorted(spans)]
+
+    def holiday_calendar(self, path: str, raw: Mapping[str, Any]) -> _Entry | None:
+        from routing.timeoff.file import parse_day
+        from routing.timeoff.models import holiday_country_errors
+
+        def code(value: Any, at: str) -> Any:
+            if not isinstance(value, str) or len(value.strip()) > 16:
+                self.error(at, f"must be a code (text), got {_shown(value)}")
+                return _ABSENT
+            return value.strip().upper()
+
+        values = self.fields(
+            path,
+            raw,
+            {
+                "name": lambda v, at: self.text(v, at, max_length=200),
+                "country": code,
+                "subdivision": code,
+            },
+        )
+        if values is not None:
+            country, subdivision = values.get("country", ""), values.get("subdivision", "")
+            if subdivision and not country:
+                self.error(f"{path}.subdivision", "a subdivision needs a country")
+                values = None
+            elif country:
+                for key, message in holiday_country_errors(country, subdivision).items():
+                    self.error(f"{path}.{key}", message)
+                    values = None
+        refs: dict[str, Any] = {}
+        for key, check in (("reps", self.rep_ref), ("teams", self.team_ref)):
+            if key not in raw:
+                continue
+            items = raw[key]
+            if not isinstance(items, list):
+                self.error(f"{path}.{key}", f"must be a list, got {_shown(items)}")
+                refs[key] = _ABSENT
+                continue
+            found = [check(item, f"{path}.{key}[{i}]") for i, item in enumerate(items)]
+            refs[key] = _ABSENT if _ABSENT in found else found
+        if "days" in raw:
+            refs["days"] = self.calendar_days(raw["days"], f"{path}.days", parse_day)
+        if values is None or "name" not in values or _ABSENT in refs.values():
+            return None
+        return _Entry(values.pop("name"), values, refs)
+
+    def calendar_days(self, value: Any, path: str, parse_day: Callable[[Any], Any]) -> Any:
+        if not isinstance(value, list):
+            self.error(path, f"must be a list of {{date, name}}, got {_shown(value)}")
+            return _ABSENT
+        before = len(self.errors)
+        days: dict[Any, str] = {}
+        seen: dict[Any, int] = {}
+        for i, raw in enumerate(value):
+            at = f"{path}[{i}]"
+            if not isinstance(raw, Mapping):
+                self.error(at, f"must be an object {{date, name}}, got {_shown(raw)}")
+                continue
+            for key in raw:
+                if key not in {"date", "name"}:
+                    self.error(f"{at}.{key}", f'unknown key "{key}"')
+            day = parse_day(raw.get("date"))
+            if day is None:
+                self.error(
+                    f"{at}.date", f"must be a date YYYY-MM-DD, got {_shown(raw.get('date'))}"
+                )
+            name = self.text(raw.get("name"), f"{at}.name", max_length=200)
+            if day is None or name is _ABSENT:
+                continue
+            earlier = seen.setdefault(day, i)
+            if earlier != i:
+                self.error(f"{at}.date", f"{day} is already a day of it ({path}[{earlier}])")
+                continue
+            days[day] = name
+        return days if len(self.errors) == before else _ABSENT
 
     def team(self, path: str, raw: Mapping[str, Any]) -> _Entry | None:
         values = self.fields(
@@ -628,6 +799,51 @@ class _Checker:
             return None
         return _Entry(values.pop("name"), values)
 
+    def test_case(self, path: str, raw: Mapping[str, Any]) -> _Entry | None:
+        def lead(value: Any, at: str) -> Any:
+            if not isinstance(value, Mapping) or not value:
+                self.error(
+                    at, f"must be the lead as a source sends it (an object), got {_shown(value)}"
+                )
+                return _ABSENT
+            return dict(value)
+
+        def source(value: Any, at: str) -> Any:
+            if value is None:
+                return None
+            if not isinstance(value, str) or value.strip() not in self.source_slugs:
+                self.error(at, f"unknown source {_shown(value)}")
+                return _ABSENT
+            return value.strip()
+
+        values = self.fields(
+            path,
+            raw,
+            {
+                "name": lambda v, at: self.text(v, at, max_length=200),
+                "lead": lead,
+                "source": source,
+                "expected_status": lambda v, at: self.choice(v, at, ExpectedStatus.values),
+            },
+        )
+        refs: dict[str, Any] = {}
+        for key, check in (("expected_rep", self.rep_ref), ("expected_team", self.team_ref)):
+            if raw.get(key) is not None:
+                refs[key] = check(raw[key], f"{path}.{key}")
+            elif key in raw:
+                refs[key] = None
+        status = values.get("expected_status") if values is not None else None
+        if status not in (None, ExpectedStatus.ASSIGNED):
+            for key in ("expected_rep", "expected_team"):
+                if refs.get(key) not in (None, _ABSENT):
+                    self.error(f"{path}.{key}", f"only an assigned lead has one (it is {status})")
+                    refs[key] = _ABSENT
+                else:
+                    refs.setdefault(key, None)
+        if values is None or "name" not in values or _ABSENT in refs.values():
+            return None
+        return _Entry(values.pop("name"), values, refs)
+
     def names(self, section: str, key: str) -> Iterable[str]:
         """The names the file defines in ``section``, even in entries with other errors."""
         raw = self.data.get(section)
@@ -648,13 +864,16 @@ class _Checker:
             self.rep_ids.setdefault(email.lower(), placeholder)
         for name in self.names("teams", "name"):
             self.team_ids.setdefault(name, placeholder)
+        self.source_slugs.update(self.names("sources", "slug"))
         sections = {
             "sources": self.collect("sources", self.source),
             "reps": self.collect("reps", self.rep, fold=str.lower),
             "teams": self.collect("teams", self.team),
+            "holiday_calendars": self.collect("holiday_calendars", self.holiday_calendar),
             "territories": self.collect("territories", self.territory),
             "accounts": self.collect("accounts", self.account),
             "value_lists": self.collect("value_lists", self.value_list),
+            "test_cases": self.collect("test_cases", self.test_case),
         }
         raw_lists = self.data.get("value_lists")
         for entry in raw_lists if isinstance(raw_lists, list) else []:
@@ -671,7 +890,8 @@ class _Checker:
                 tokens[entry.key] = token  # None: a fresh one is generated
             elif token is not None and not self.source_tokens[entry.key]:
                 tokens[entry.key] = token  # an existing source without a token takes it
-        return _Plan(sections, name, rules, tokens)
+        present = frozenset(section for section in SECTIONS if section in self.data)
+        return _Plan(sections, name, rules, tokens, present=present, prune=self.prune)
 
     def ruleset(self, raw: Any) -> tuple[str, list[dict[str, Any]]]:
         if raw is _ABSENT:
@@ -713,10 +933,15 @@ def _stored_rule(raw: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _rules_plan(data: Any) -> _Plan:
+def rules_plan(data: Any, *, prune: bool = False) -> _Plan:
+    """Validate a whole rules document against the database; raises RulesFileErrors.
+
+    With ``prune``, every section the file has is the whole of that section: its references
+    must point at objects the file itself defines.
+    """
     if not isinstance(data, Mapping):
         raise RulesFileErrors([RuleError("", f"must be an object, got {_shown(data)}")])
-    checker = _Checker(data)
+    checker = _Checker(data, prune=prune)
     plan = checker.plan()
     if checker.errors:
         raise RulesFileErrors(checker.errors)
@@ -728,8 +953,15 @@ def _rules_plan(data: Any) -> _Plan:
 _M = TypeVar("_M", bound=models.Model)
 
 
+Counts = dict[str, dict[str, int]]  # section -> {"created": n, "updated": n, "deleted": n}
+
+
 def _upsert(
-    model: type[_M], existing: Mapping[str, _M], rows: Iterable[tuple[str, dict[str, Any]]]
+    model: type[_M],
+    existing: Mapping[str, _M],
+    rows: Iterable[tuple[str, dict[str, Any]]],
+    counts: Counts | None = None,
+    section: str = "",
 ) -> None:
     """Create the rows whose key is new, update the changed fields of the others; bulk."""
     created: list[_M] = []
@@ -752,18 +984,24 @@ def _upsert(
         for obj in changed:
             obj.updated_at = now  # type: ignore[attr-defined]  # every upserted model has it
         model._default_manager.bulk_update(changed, [*sorted(changed_fields), "updated_at"])
+    if counts is not None:
+        tally = counts.setdefault(section, {"created": 0, "updated": 0, "deleted": 0})
+        tally["created"] += len(created)
+        tally["updated"] += len(changed)
 
 
 def _rep_ids() -> dict[str, int]:
     return {email.lower(): rep_id for email, rep_id in Rep.objects.values_list("email", "id")}
 
 
-def _apply_sections(plan: _Plan) -> dict[str, str]:
+def _apply_sections(plan: _Plan, counts: Counts) -> dict[str, str]:
     sections = plan.sections
     _upsert(
         ValueList,
         ValueList.objects.in_bulk([e.key for e in sections["value_lists"]], field_name="name"),
         ((e.key, {"name": e.key, **e.fields}) for e in sections["value_lists"]),
+        counts,
+        "value_lists",
     )
 
     keys = [e.key.lower() for e in sections["reps"]]
@@ -771,11 +1009,17 @@ def _apply_sections(plan: _Plan) -> dict[str, str]:
         rep.email.lower(): rep
         for rep in Rep.objects.annotate(email_lower=Lower("email")).filter(email_lower__in=keys)
     }
-    _upsert(Rep, reps, ((e.key.lower(), e.fields) for e in sections["reps"]))
+    _upsert(Rep, reps, ((e.key.lower(), e.fields) for e in sections["reps"]), counts, "reps")
     rep_ids = _rep_ids()
 
     teams = Team.objects.in_bulk([e.key for e in sections["teams"]], field_name="name")
-    _upsert(Team, teams, ((e.key, {"name": e.key, **e.fields}) for e in sections["teams"]))
+    _upsert(
+        Team,
+        teams,
+        ((e.key, {"name": e.key, **e.fields}) for e in sections["teams"]),
+        counts,
+        "teams",
+    )
     team_ids = dict(Team.objects.values_list("name", "id"))
     _replace_members(
         {
@@ -784,7 +1028,25 @@ def _apply_sections(plan: _Plan) -> dict[str, str]:
             ]
             for e in sections["teams"]
             if "members" in e.refs
-        }
+        },
+        counts,
+    )
+
+    from routing.timeoff.file import absences_apply, calendars_apply
+
+    absences_apply(
+        {
+            rep_ids[e.key.lower()]: e.refs["absences"]
+            for e in sections["reps"]
+            if "absences" in e.refs
+        },
+        counts,
+    )
+    calendars_apply(
+        ((e.key, e.fields, e.refs) for e in sections["holiday_calendars"]),
+        rep_ids,
+        team_ids,
+        counts,
     )
 
     def territory_fields(entry: _Entry) -> dict[str, Any]:
@@ -799,6 +1061,8 @@ def _apply_sections(plan: _Plan) -> dict[str, str]:
         Territory,
         Territory.objects.in_bulk([e.key for e in sections["territories"]], field_name="name"),
         ((e.key, territory_fields(e)) for e in sections["territories"]),
+        counts,
+        "territories",
     )
 
     def account_fields(entry: _Entry) -> dict[str, Any]:
@@ -812,17 +1076,52 @@ def _apply_sections(plan: _Plan) -> dict[str, str]:
         Account,
         Account.objects.in_bulk([e.key for e in sections["accounts"]], field_name="domain"),
         ((e.key, account_fields(e)) for e in sections["accounts"]),
+        counts,
+        "accounts",
     )
-    return _apply_sources(plan)
+    tokens = _apply_sources(plan, counts)
+    _apply_test_cases(plan, counts, rep_ids, team_ids)
+    return tokens
 
 
-def _replace_members(wanted: Mapping[int, list[tuple[int, int]]]) -> None:
+def _apply_test_cases(
+    plan: _Plan, counts: Counts, rep_ids: Mapping[str, int], team_ids: Mapping[str, int]
+) -> None:
+    entries = plan.sections["test_cases"]
+    source_ids = dict(Source.objects.values_list("slug", "id"))
+
+    def case_fields(entry: _Entry) -> dict[str, Any]:
+        values = {"name": entry.key, **entry.fields}
+        if "source" in values:
+            slug = values.pop("source")
+            values["source_id"] = None if slug is None else source_ids[slug]
+        if "expected_rep" in entry.refs:
+            rep = entry.refs["expected_rep"]
+            values["expected_rep_id"] = None if rep is None else rep_ids[rep.lower()]
+        if "expected_team" in entry.refs:
+            team = entry.refs["expected_team"]
+            values["expected_team_id"] = None if team is None else team_ids[team]
+        return values
+
+    _upsert(
+        RoutingTestCase,
+        RoutingTestCase.objects.in_bulk([e.key for e in entries], field_name="name"),
+        ((e.key, case_fields(e)) for e in entries),
+        counts,
+        "test_cases",
+    )
+
+
+def _replace_members(wanted: Mapping[int, list[tuple[int, int]]], counts: Counts) -> None:
     current: dict[int, list[tuple[int, int]]] = {team_id: [] for team_id in wanted}
     for team_id, rep_id, weight in TeamMembership.objects.filter(
         team_id__in=list(wanted)
     ).values_list("team_id", "rep_id", "weight"):
         current[team_id].append((rep_id, weight))  # Meta.ordering: by position
     stale = [team_id for team_id, members in wanted.items() if current[team_id] != members]
+    if stale:
+        tally = counts.setdefault("members", {"created": 0, "updated": 0, "deleted": 0})
+        tally["updated"] += len(stale)  # teams whose members changed
     TeamMembership.objects.filter(team_id__in=stale).delete()
     TeamMembership.objects.bulk_create(
         TeamMembership(team_id=team_id, rep_id=rep_id, weight=weight, position=position)
@@ -838,7 +1137,7 @@ def _public_options(source: Source) -> dict[str, Any]:
     return {key: value for key, value in options.items() if key not in secret}
 
 
-def _apply_sources(plan: _Plan) -> dict[str, str]:
+def _apply_sources(plan: _Plan, counts: Counts) -> dict[str, str]:
     entries = plan.sections["sources"]
     sources = Source.objects.in_bulk([e.key for e in entries], field_name="slug")
     for entry in entries:
@@ -850,7 +1149,9 @@ def _apply_sources(plan: _Plan) -> dict[str, str]:
             for name in kind.secret_options:
                 if name not in entry.fields["kind_options"] and name in kept:
                     entry.fields["kind_options"][name] = kept[name]
-    _upsert(Source, sources, ((e.key, {"slug": e.key, **e.fields}) for e in entries))
+    _upsert(
+        Source, sources, ((e.key, {"slug": e.key, **e.fields}) for e in entries), counts, "sources"
+    )
     shown: dict[str, str] = {}
     for slug, file_token in plan.new_source_tokens.items():
         token = file_token or new_token()
@@ -900,7 +1201,7 @@ def rules_check(data: Any) -> CheckResult:
 
     Raises RulesFileErrors with every problem. For a pull request's check of a file kept in git.
     """
-    plan = _rules_plan(data)
+    plan = rules_plan(data)
     published = ruleset_published()
     same = published is not None and _stored_content(published) == _content(
         plan.ruleset_name, plan.rules
@@ -916,10 +1217,29 @@ def rules_import(data: Any, *, publish: bool, actor: Actor = None) -> ImportResu
     """Validate a whole rules document, then upsert it and store its ruleset as a version.
 
     Raises RulesFileErrors (every problem, with its path) and writes nothing when anything is
-    wrong. See the module docstring for the contract.
+    wrong. See the module docstring for the contract. ``publish`` publishes without running the
+    saved test cases: ``routing.configuration.configuration_import`` (the command's path) runs
+    them first.
     """
-    plan = _rules_plan(data)
-    tokens = _apply_sections(plan)
+    result = rules_apply(plan=rules_plan(data), actor=actor)
+    if publish and result.ruleset.status == RuleSetStatus.DRAFT:
+        result = replace(result, ruleset=ruleset_publish(ruleset=result.ruleset, actor=actor))
+    return result
+
+
+@transaction.atomic
+def rules_apply(*, plan: _Plan, actor: Actor = None) -> ImportResult:
+    """Write a checked plan: upsert its sections, store its ruleset as a draft (or reuse an
+    identical version). Deletes nothing (``rules_prune``) and publishes nothing."""
+    counts: Counts = {}
+    from routing.timeoff.services import reps_became_unavailable_after
+
+    with reps_became_unavailable_after(
+        emails=[entry.key for entry in plan.sections["reps"]],
+        actor=f"user:{actor.get_username()}" if actor is not None else "import",
+        why="unavailable after a rules-file import",
+    ):
+        tokens = _apply_sections(plan, counts)
     wanted = _content(plan.ruleset_name, plan.rules)
     ruleset: RuleSet | None = None
     published, latest = ruleset_published(), ruleset_latest()
@@ -938,9 +1258,158 @@ def rules_import(data: Any, *, publish: bool, actor: Actor = None) -> ImportResu
             actor=actor,
         )
         Rule.objects.bulk_create(Rule(ruleset=ruleset, **rule) for rule in plan.rules)
-    if publish and ruleset.status == RuleSetStatus.DRAFT:
-        ruleset = ruleset_publish(ruleset=ruleset, actor=actor)
-    return ImportResult(ruleset=ruleset, created=created, source_tokens=tokens)
+    return ImportResult(ruleset=ruleset, created=created, source_tokens=tokens, counts=counts)
+
+
+# --- Pruning ------------------------------------------------------------------------------------
+
+
+class PruneRefused(RulesFileErrors):
+    """Objects the file no longer names that cannot be deleted (live leads need them)."""
+
+
+def _named_by_rules(rules: Iterable[Mapping[str, Any]]) -> tuple[set[str], set[str], set[str]]:
+    """(team names, lower-cased rep e-mails, value-list names) that ``rules`` refer to."""
+    teams: set[str] = set()
+    reps: set[str] = set()
+    lists: set[str] = set()
+    for rule in rules:
+        raw = rule.get("action")
+        action: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        for key in ("team", "fallback_team"):
+            if isinstance(action.get(key), str):
+                teams.add(action[key])
+        if action.get("type") == "rep" and isinstance(action.get("rep"), str):
+            reps.add(action["rep"].strip().lower())
+        _lists_in(rule.get("when"), lists)
+    return teams, reps, lists
+
+
+def _lists_in(node: Any, found: set[str]) -> None:
+    if isinstance(node, dict):
+        if node.get("op") in ("in_list", "not_in_list") and isinstance(node.get("value"), str):
+            found.add(node["value"])
+        for key in ("all", "any"):
+            for child in node.get(key) or []:
+                _lists_in(child, found)
+        _lists_in(node.get("not"), found)
+
+
+def _few(names: Iterable[str]) -> str:
+    shown = sorted(names)
+    text = ", ".join(f'"{name}"' for name in shown[:3])
+    return text + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
+
+
+@transaction.atomic
+def rules_prune(*, plan: _Plan, live_rules: Sequence[Mapping[str, Any]]) -> Counts:
+    """Delete, in every section the file has, what it no longer names; all or nothing.
+
+    ``live_rules`` are the rules that will be live afterwards (the file's when it is published,
+    else the published version's). Raises PruneRefused, deleting nothing, when a live lead or
+    a live rule still needs an object: a rep who owns open leads or has lead history, a team, rep
+    or value list a live rule names, a source with leads, or a row a kept object points at.
+    """
+    present = plan.present
+    errors: list[RuleError] = []
+    named = {
+        section: {e.key.lower() if section == "reps" else e.key for e in plan.sections[section]}
+        for section in PRUNED_SECTIONS
+    }
+    gone: dict[str, dict[int, str]] = {section: {} for section in PRUNED_SECTIONS}
+    listing: dict[str, Any] = {
+        "test_cases": RoutingTestCase.objects.values_list("id", "name"),
+        "accounts": Account.objects.values_list("id", "domain"),
+        "territories": Territory.objects.values_list("id", "name"),
+        "teams": Team.objects.values_list("id", "name"),
+        "reps": Rep.objects.values_list("id", "email"),
+        "value_lists": ValueList.objects.values_list("id", "name"),
+        "sources": Source.objects.values_list("id", "slug"),
+    }
+    for section in PRUNED_SECTIONS:
+        if section not in present:
+            continue
+        for pk, key in listing[section]:
+            if (key.lower() if section == "reps" else key) not in named[section]:
+                gone[section][pk] = key
+
+    def refuse(section: str, key: str, why: str) -> None:
+        errors.append(RuleError(section, f'"{key}" is not in the file but {why}'))
+
+    live_teams, live_reps, live_lists = _named_by_rules(live_rules)
+    for name in gone["teams"].values():
+        if name in live_teams:
+            refuse("teams", name, "a live rule sends leads to it: publish the file's rules too")
+    for name in gone["value_lists"].values():
+        if name in live_lists:
+            refuse("value_lists", name, "a live rule uses it: publish the file's rules too")
+    reps_gone = gone["reps"]
+    if reps_gone:
+        open_leads: Counter[int] = Counter()
+        history: Counter[int] = Counter()
+        for rep_id, active in Assignment.objects.filter(rep_id__in=list(reps_gone)).values_list(
+            "rep_id", "active"
+        ):
+            (open_leads if active else history)[rep_id] += 1
+        for pk, email in reps_gone.items():
+            if pk in open_leads:
+                refuse("reps", email, f"owns {open_leads[pk]} open lead(s): reassign them first")
+            elif pk in history:
+                refuse(
+                    "reps",
+                    email,
+                    f"has {history[pk]} assignment(s) in the lead history, which keeps them: "
+                    "keep the rep in the file (deactivate them in the admin)",
+                )
+            elif email.lower() in live_reps:
+                refuse("reps", email, "a live rule sends leads to them: publish the file's rules")
+    sources_gone = gone["sources"]
+    if sources_gone:
+        with_leads = set(
+            Source.objects.filter(pk__in=list(sources_gone), leads__isnull=False).values_list(
+                "pk", flat=True
+            )
+        )
+        for pk in sorted(with_leads):
+            refuse("sources", sources_gone[pk], "leads came from it: keep it in the file")
+    # Rows the file keeps (or a section it does not have) must not point at a deleted one.
+    kept_refs = (
+        ("territories", Territory, "team_id", "teams", "territory"),
+        ("territories", Territory, "rep_id", "reps", "territory"),
+        ("accounts", Account, "owner_id", "reps", "account"),
+        ("test_cases", RoutingTestCase, "expected_rep_id", "reps", "test case"),
+        ("test_cases", RoutingTestCase, "expected_team_id", "teams", "test case"),
+    )
+    for section, model, column, target, what in kept_refs:
+        if not gone[target]:
+            continue
+        label = "domain" if model is Account else "name"
+        rows = model.objects.filter(**{f"{column}__in": list(gone[target])}).exclude(
+            pk__in=list(gone[section])
+        )
+        for key, ref in rows.values_list(label, column):
+            refuse(target, gone[target][ref], f'{what} "{key}" (kept) points at it')
+    if errors:
+        raise PruneRefused(errors)
+    counts: Counts = {}
+    if "holiday_calendars" in present:
+        from routing.timeoff.file import calendars_prune
+
+        calendars_prune((e.key for e in plan.sections["holiday_calendars"]), counts)
+    models_of: dict[str, type[models.Model]] = {
+        "test_cases": RoutingTestCase,
+        "accounts": Account,
+        "territories": Territory,
+        "teams": Team,
+        "reps": Rep,
+        "value_lists": ValueList,
+        "sources": Source,
+    }
+    for section in PRUNED_SECTIONS:  # dependants first: nothing PROTECTed is left pointing
+        if gone[section]:
+            models_of[section]._default_manager.filter(pk__in=list(gone[section])).delete()
+            counts[section] = {"created": 0, "updated": 0, "deleted": len(gone[section])}
+    return counts
 
 
 # --- Ruleset versions ---------------------------------------------------------------------------
@@ -1019,8 +1488,17 @@ class AlreadyPublished(RuleErrors):
 
 
 @transaction.atomic
-def ruleset_publish(*, ruleset: RuleSet, actor: Actor = None, note: str = "") -> RuleSet:
+def ruleset_publish(
+    *,
+    ruleset: RuleSet,
+    actor: Actor = None,
+    note: str = "",
+    failing_cases: Sequence[str] = (),
+) -> RuleSet:
     """Make a draft the live version, archiving the one published before; returns it.
+
+    ``failing_cases`` (the saved test cases that failed and that someone chose to publish over)
+    are recorded in the audit event.
 
     ``note``, when given, is added to the version's note as its last line. Raises
     AlreadyPublished (a RuleErrors) when it is no longer a draft, and RuleErrors when its rules
@@ -1062,6 +1540,7 @@ def ruleset_publish(*, ruleset: RuleSet, actor: Actor = None, note: str = "") ->
             "replaced_version": replaced[0] if replaced else None,
             "note": locked.note,
             "rules": locked.rules.count(),
+            **({"failing_test_cases": list(failing_cases)} if failing_cases else {}),
         },
     )
     return locked
@@ -1086,8 +1565,11 @@ def rules_export(version: int | None = None) -> dict[str, Any]:
         raise RuleSet.DoesNotExist(
             "no published ruleset" if version is None else f"no ruleset version {version}"
         )
+    from routing.timeoff.file import absences_export, calendars_export
+
     reps = sorted(Rep.objects.all(), key=lambda rep: (rep.email.lower(), rep.email))
     emails = {rep.id: rep.email for rep in reps}
+    absences = absences_export(reps)
     teams = sorted(Team.objects.prefetch_related("memberships"), key=lambda team: team.name)
     team_names = {team.id: team.name for team in teams}
     return {
@@ -1107,12 +1589,13 @@ def rules_export(version: int | None = None) -> dict[str, Any]:
             {
                 "email": rep.email,
                 "name": rep.name,
-                "active": rep.active,
-                "out_of_office_until": _moment(rep.out_of_office_until),
+                # Not active / out_of_office_until: live facts about people, not design (an
+                # import of this file later must not reset who is away). A file may set them.
                 "timezone": rep.timezone,
                 "working_hours": rep.working_hours,
                 "max_open": rep.max_open,
                 "max_per_day": rep.max_per_day,
+                "absences": absences[rep.id],
             }
             for rep in reps
         ],
@@ -1129,6 +1612,7 @@ def rules_export(version: int | None = None) -> dict[str, Any]:
             }
             for team in teams
         ],
+        "holiday_calendars": calendars_export(emails, team_names),
         "territories": [
             {
                 "name": territory.name,
@@ -1160,4 +1644,21 @@ def rules_export(version: int | None = None) -> dict[str, Any]:
             "name": ruleset.name,
             "rules": [rule.to_data() for rule in ruleset.rules.all()],
         },
+        "test_cases": [
+            {
+                "name": case.name,
+                "lead": case.lead,
+                "source": case.source.slug if case.source is not None else None,
+                "expected_status": case.expected_status,
+                "expected_rep": None
+                if case.expected_rep_id is None
+                else emails[case.expected_rep_id],
+                "expected_team": (
+                    None if case.expected_team_id is None else team_names[case.expected_team_id]
+                ),
+            }
+            for case in sorted(
+                RoutingTestCase.objects.select_related("source"), key=lambda case: case.name
+            )
+        ],
     }

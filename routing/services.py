@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -23,7 +24,9 @@ from leads.services import (
     BACK_FROM_ENRICHMENT,
     lead_apply_normalization,
     lead_enqueue_later,
+    leads_enqueue,
     leads_enqueue_after_commit,
+    realtime_peek,
 )
 from leads.status_wake import lead_status_announce
 from routing.crm.facts import CrmOwnerFound, crm_person_owner, crm_trace_notes
@@ -55,6 +58,7 @@ from routing.models import (
     TeamMembership,
     TouchSource,
 )
+from routing.timeoff.availability import rep_unavailable_reason
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +70,56 @@ def heartbeat_record(*, queue: str, worker: str) -> QueueHeartbeat:
         queue=queue, defaults={"last_seen_at": timezone.now(), "worker": worker[:255]}
     )
     return heartbeat
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkOutcome:
+    """What one ``routing.process_leads`` message did: leads tried, failed, handed back."""
+
+    processed: int
+    failures: int
+    handed_back: int
+
+
+def leads_process_chunk(*, lead_ids: list[str], slice_seconds: float | None = None) -> ChunkOutcome:
+    """Run the pipeline for a chunk of a batch; one lead's failure does not stop the others.
+
+    A chunk holds a worker process for as long as its leads take (seconds for 100): a realtime
+    lead arriving meanwhile would wait for it. So once the chunk has run ``slice_seconds``
+    (``ROUTING_CHUNK_SLICE_SECONDS``; 0: never), the leads not reached are published again, to
+    the back of their lane's queue, and the process is free: the worker's next message is the
+    most urgent one waiting (leads.lanes). On Redis the chunk also hands back early, as soon as
+    a realtime routing message waits (``leads.services.RealtimePeek``, asked at most every
+    ``ROUTING_CHUNK_PEEK_SECONDS``). Should that publish fail, the chunk simply carries on
+    (a lead published twice is processed once: the second message finds it taken or done).
+    ``SoftTimeLimitExceeded`` is raised through: the leads not reached wait for the sweeper.
+    """
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    budget = settings.ROUTING_CHUNK_SLICE_SECONDS if slice_seconds is None else slice_seconds
+    peek_every = settings.ROUTING_CHUNK_PEEK_SECONDS
+    started = last_peek = time.monotonic()
+    failures = 0
+    sliced = budget > 0
+    for index, lead_id in enumerate(lead_ids):
+        if sliced and index:
+            now = time.monotonic()
+            due = now - started >= budget
+            if not due and peek_every > 0 and now - last_peek >= peek_every:
+                last_peek = now
+                due = realtime_peek.waiting()  # a form lead waits: let it go first
+            if due:
+                rest = lead_ids[index:]
+                if leads_enqueue(rest) == len(rest):
+                    return ChunkOutcome(index, failures, len(rest))
+                sliced = False  # the broker did not take them all: finish them here
+        try:
+            lead_process(lead_id=lead_id)
+        except SoftTimeLimitExceeded:
+            raise
+        except Exception:  # recorded on the lead by lead_process; the sweeper retries it
+            failures += 1
+    return ChunkOutcome(len(lead_ids), failures, 0)
 
 
 def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
@@ -239,22 +293,19 @@ def _assign_sticky(lead: Lead, now: datetime) -> Assignment | None:
 
 
 def _crm_owner(lead: Lead, now: datetime) -> tuple[CrmOwnerFound | None, list[str]]:
-    """The CRM owner (an active rep, not out of office) who already has this lead's person,
-    and the trace lines of the lookup (why an owner found was not used, too)."""
+    """The CRM owner (a rep who can take a lead now: active, not away) who already has this
+    lead's person, and the trace lines of the lookup (why an owner found was not used, too)."""
     notes = crm_trace_notes(lead)
     found, owner_notes = crm_person_owner(lead, log=True)
     notes += owner_notes
     if found is None:
         return None, notes
-    rep = Rep.objects.filter(pk=found.rep_id).only("id", "name", "active", "out_of_office_until")
-    row = rep.first()
-    if row is None or not row.active:
-        notes.append(f"{found.reason}, who is not active: routed by the rules")
+    why = rep_unavailable_reason(rep_id=found.rep_id, now=now)
+    if why is not None:
+        notes.append(f"{found.reason}, who cannot take leads now ({why}): routed by the rules")
         return None, notes
-    if row.out_of_office_until is not None and row.out_of_office_until > now:
-        notes.append(f"{found.reason}, who is out of office: routed by the rules")
-        return None, notes
-    return CrmOwnerFound(found.kind, row.pk, row.name, found.person), notes
+    name = Rep.objects.filter(pk=found.rep_id).values_list("name", flat=True).first()
+    return CrmOwnerFound(found.kind, found.rep_id, name or found.rep_name, found.person), notes
 
 
 def _assign_crm_owner(
@@ -698,7 +749,7 @@ def lead_reroute(*, lead_id: uuid.UUID | str, actor: str) -> Lead:
         event_record(
             type=EventType.REROUTE_REQUESTED, lead=lead, actor=actor, data={"was": previous}
         )
-        leads_enqueue_after_commit([lead.pk])
+        leads_enqueue_after_commit([lead.pk], lane=lead.lane)
     return lead
 
 
@@ -738,7 +789,7 @@ def lead_retry_unassigned(*, lead_id: uuid.UUID | str, now: datetime | None = No
                 "unassigned_retry_at",
             ]
         )
-        leads_enqueue_after_commit([lead.pk])
+        leads_enqueue_after_commit([lead.pk], lane=lead.lane)
     return lead
 
 
@@ -751,22 +802,30 @@ class RerouteReport:
 
 
 def rep_reroute_open_leads(
-    *, rep_id: int, actor: str, reason: str, limit: int = 500, now: datetime | None = None
+    *,
+    rep_id: int,
+    actor: str,
+    reason: str,
+    limit: int | None = 500,
+    now: datetime | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> RerouteReport:
     """Route again the leads a rep holds untouched (deactivated, out of office).
 
     Each lead in its own transaction, under its lock: the rules decide again with today's
     state (the rep, now ineligible, is skipped like any other), and a new owner supersedes the
     rep with a `reassigned` event and the usual deliveries. A lead for which the rules find no
-    other owner stays with the rep (``kept``).
+    other owner stays with the rep (``kept``). Leads of a team that keeps an away rep's leads
+    (``Team.keep_leads_when_rep_away``) are not touched.
     """
+    from routing.timeoff.services import untouched_leads_to_move
+
     moved = kept = 0
-    lead_ids = list(
-        Assignment.objects.filter(rep_id=rep_id, active=True, touched_at__isnull=True)
-        .order_by("assigned_at")
-        .values_list("lead_id", flat=True)[:limit]
-    )
-    for lead_id in lead_ids:
+    found = untouched_leads_to_move(rep_id)
+    lead_ids = list(found if limit is None else found[:limit])
+    for done, lead_id in enumerate(lead_ids):
+        if progress is not None and done % 20 == 0:
+            progress(done, len(lead_ids))
         with transaction.atomic():
             lead = (
                 Lead.objects.select_for_update(of=("self",), no_key=True)

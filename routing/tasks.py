@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 
 from celery import Task, shared_task
-from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
 from routing.admin_jobs import admin_job_run
-from routing.services import heartbeat_record, lead_process
+from routing.services import heartbeat_record, lead_process, leads_process_chunk
 
 logger = logging.getLogger(__name__)
 
@@ -41,20 +40,14 @@ def process_lead(lead_id: str) -> None:
 def process_leads(lead_ids: list[str]) -> None:
     """Run the pipeline for a chunk of a batch; one lead's failure does not stop the others.
 
-    Every id is processed (the kickoff sends chunks of at most 100; nothing is dropped). The soft
-    time limit does stop the chunk: the leads not reached are still waiting, and the sweeper
-    requeues them.
+    Every id is processed here or handed back to its queue after ``ROUTING_CHUNK_SLICE_SECONDS``
+    (``leads_process_chunk``: so a realtime lead does not wait for the whole chunk); nothing is
+    dropped. The soft time limit does stop the chunk: the leads not reached are still waiting,
+    and the sweeper requeues them.
     """
-    failures = 0
-    for lead_id in lead_ids:
-        try:
-            lead_process(lead_id=lead_id)
-        except SoftTimeLimitExceeded:
-            raise
-        except Exception:  # recorded on the lead by lead_process; the sweeper retries it
-            failures += 1
-    if failures:
-        logger.warning("%d of %d lead(s) in a chunk failed", failures, len(lead_ids))
+    outcome = leads_process_chunk(lead_ids=list(lead_ids))
+    if outcome.failures:
+        logger.warning("%d of %d lead(s) in a chunk failed", outcome.failures, outcome.processed)
 
 
 from routing.delivery import tasks as delivery_tasks  # noqa: E402,F401

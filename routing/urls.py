@@ -10,5 +10,6 @@ urlpatterns = [
     path("leads/<str:lead_id>/touch/", api.LeadTouchView.as_view(), name="lead-touch"),
     path("leads/<str:lead_id>/reassign/", api.LeadReassignView.as_view(), name="lead-reassign"),
     path("leads/<str:lead_id>/reroute/", api.LeadRerouteView.as_view(), name="lead-reroute"),
+    path("leads/<str:lead_id>/erase/", api.LeadEraseView.as_view(), name="lead-erase"),
     path("alerts/", monitoring_api.AlertListView.as_view(), name="alert-list"),
 ]

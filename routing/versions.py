@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -29,6 +29,7 @@ from routing.crm.facts import crm_person_owner
 from routing.decisions import (
     LiveConfig,
     RulesetNotFound,
+    Simulation,
     SourceNotFound,
     _decide,
     _Snapshot,
@@ -38,7 +39,14 @@ from routing.decisions import (
     local_midnight,
     simulate,
 )
-from routing.engine import RepState, RotationState, RuleErrors, TeamSpec, choose_member
+from routing.engine import (
+    AccountFacts,
+    RepState,
+    RotationState,
+    RuleErrors,
+    TeamSpec,
+    choose_member,
+)
 from routing.engine.describe import describe_action, describe_condition
 from routing.models import (
     Assignment,
@@ -53,6 +61,7 @@ from routing.models import (
 )
 from routing.rules_io import ruleset_copy, ruleset_publish
 from routing.selectors import ruleset_published
+from routing.timeoff.availability import rep_unavailable_reason
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -372,6 +381,24 @@ def outcome_simulated(
         return Outcome(status="", error=str(exc))
     except RuleErrors as exc:
         return Outcome(status="", error=f"The rules do not compile: {exc}")
+    return outcome_of(simulation)
+
+
+def outcome_changes(before: Outcome, after: Outcome) -> tuple[str, ...]:
+    """What differs between two decisions of one lead: "owner", "team", "status" (in that order)."""
+    return tuple(
+        what
+        for what, a, b in (
+            ("owner", before.rep.casefold(), after.rep.casefold()),
+            ("team", before.team, after.team),
+            ("status", before.status, after.status),
+        )
+        if a != b
+    )
+
+
+def outcome_of(simulation: Simulation) -> Outcome:
+    """A simulated decision as the Outcome RevOps compare."""
     decision = simulation.decision
     return Outcome(
         status=_OUTCOME_STATUS.get(decision.outcome, LeadStatus.UNASSIGNED),
@@ -465,16 +492,14 @@ def _before(lead: Lead, active: Assignment | None) -> Outcome:
 
 
 def _crm_owner_after(config: LiveConfig, lead: Lead, snap: Any, now: datetime) -> Outcome | None:
-    """A lead its CRM lookup found owned by an active rep goes to that rep, as routing does
-    (from the stored answer: a replay never calls the CRM)."""
+    """A lead its CRM lookup found owned by a rep who can take it now (active, not away) goes
+    to that rep, as routing does (from the stored answer: a replay never calls the CRM)."""
     if not lead.crm:
         return None
     found, _notes = crm_person_owner(lead)
-    rep = snap.reps.get(found.rep_id) if found is not None else None
-    if found is None or rep is None or not rep.active:
+    if found is None or rep_unavailable_reason(rep_id=found.rep_id, now=now, reps=snap.reps):
         return None
-    if rep.out_of_office_until is not None and rep.out_of_office_until > now:
-        return None
+    rep = snap.reps[found.rep_id]
     # The rep's first team, as routing picks it for a lead owned in the CRM.
     teams = [
         spec
@@ -491,11 +516,17 @@ def _crm_owner_after(config: LiveConfig, lead: Lead, snap: Any, now: datetime) -
     )
 
 
-def _after(config: LiveConfig, lead: Lead, snap: Any, now: datetime) -> Outcome:
+def _after(
+    config: LiveConfig,
+    lead: Lead,
+    snap: Any,
+    now: datetime,
+    accounts: Mapping[str, AccountFacts] | None = None,
+) -> Outcome:
     owned = _crm_owner_after(config, lead, snap, now)
     if owned is not None:
         return owned
-    decision = _decide(lead_facts(lead), config, snap, now)
+    decision = _decide(lead_facts(lead, accounts=accounts), config, snap, now)
     if decision.rotation_update is not None:
         # Carry turns forward in memory, as routing these leads one after another would.
         snap.rotation[decision.rotation_update.team_id] = decision.rotation_update
@@ -557,6 +588,18 @@ def _replayed_leads(ids: Sequence[Any]) -> list[Lead]:
     return [by_id[pk] for pk in ids if pk in by_id]
 
 
+def replay_lead_ids(limit: int) -> list[Any]:
+    """The ids of the last ``limit`` processed leads, oldest first (turns rotate in arrival
+    order)."""
+    ids = list(
+        Lead.objects.filter(status__in=_PROCESSED, processed_at__isnull=False)
+        .order_by("-processed_at", "-received_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    ids.reverse()
+    return ids
+
+
 def ruleset_replay(
     *,
     ruleset: RuleSet,
@@ -574,12 +617,7 @@ def ruleset_replay(
     config = live_config(ruleset.version)
     now = timezone.now()
     snap = _snapshot(config, now)
-    ids = list(
-        Lead.objects.filter(status__in=_PROCESSED, processed_at__isnull=False)
-        .order_by("-processed_at", "-received_at")
-        .values_list("pk", flat=True)[:limit]
-    )
-    ids.reverse()  # oldest first, so turns rotate in arrival order
+    ids = replay_lead_ids(limit)
     rows: deque[ReplayRow] = deque(maxlen=REPLAY_ROWS_KEPT)  # the newest changes
     changed_count = considered = 0
     before_counts: Counter[str] = Counter()
@@ -598,15 +636,7 @@ def ruleset_replay(
                 before_counts[before.owner_label] += 1
             if after.rep:
                 after_counts[after.owner_label] += 1
-            changed = tuple(
-                what
-                for what, a, b in (
-                    ("owner", before.rep.casefold(), after.rep.casefold()),
-                    ("team", before.team, after.team),
-                    ("status", before.status, after.status),
-                )
-                if a != b
-            )
+            changed = outcome_changes(before, after)
             if changed:
                 changed_count += 1
                 rows.append(ReplayRow(lead=lead, before=before, after=after, changed=changed))

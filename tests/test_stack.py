@@ -129,7 +129,17 @@ def test_web_worker_and_beat_run_together_and_stop_on_ctrl_c(tmp_path, settings)
         assert len(running) >= 4, f"too few stack processes:\n{_describe(running)}"
         for what, words in {
             "web": ("gunicorn",),
-            "worker": ("celery", "worker"),
+            "worker": (
+                "celery",
+                "worker",
+                "routing.realtime,maintenance,routing,routing.bulk",
+            ),
+            "io worker": (
+                "celery",
+                "worker",
+                "enrichment.realtime,crm.realtime,enrichment,crm,delivery",
+                "--pool threads",
+            ),
             "beat": ("celery", "beat"),
         }.items():
             assert any(all(w in cmd for w in words) for cmd in running.values()), (

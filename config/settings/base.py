@@ -7,12 +7,15 @@ filesystem Celery broker under ``var/``, no servers needed.
 
 from __future__ import annotations
 
+import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import environ
 from celery.schedules import crontab
+from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Exchange, Queue
 
@@ -74,6 +77,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Pages show times in the user's zone, else the browser's, else TIME_ZONE (audit.timezones).
+    "audit.timezones.UserTimeZoneMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -83,6 +88,7 @@ MIDDLEWARE = [
 ASGI_PROCESS = env.bool("LEADROUTER_ASGI_PROCESS", default=False)
 if ASGI_PROCESS:
     MIDDLEWARE.remove("whitenoise.middleware.WhiteNoiseMiddleware")
+    MIDDLEWARE.remove("audit.timezones.UserTimeZoneMiddleware")  # sync-only; no pages there
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -149,6 +155,9 @@ LOGOUT_REDIRECT_URL = "login"
 # When on, a user who is neither a superuser nor allowed to change teams (RevOps) sees only the
 # leads currently owned within the teams they manage (Team.manager).
 HISTORY_SCOPE_TO_MANAGED_TEAMS = env.bool("HISTORY_SCOPE_TO_MANAGED_TEAMS", default=False)
+# The zone pages show times in for a user who chose none and whose browser said none (an IANA
+# name). Stored times and the API stay UTC whatever it says.
+PAGES_TIME_ZONE = env.str("PAGES_TIME_ZONE", default="UTC")
 # --- end Pages
 
 LANGUAGE_CODE = "en-us"
@@ -187,6 +196,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The lead status URL is a plain async view (leads.status_api): its operations are added.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "leads.openapi.status_paths_add",
+    ],
 }
 
 # --- Celery ---------------------------------------------------------------------------------
@@ -231,6 +245,10 @@ else:
         "socket_timeout": env.float("BROKER_SOCKET_TIMEOUT", default=2.0),
         "retry_on_timeout": False,
         "health_check_interval": 30,
+        # A worker takes its queues in the order its -Q lists them (the first with a message
+        # wins), not in turn: realtime lanes first (leads.lanes, docs/operations.md, "Queues
+        # and workers"). kombu's default, round_robin, would take a bulk message as often.
+        "queue_order_strategy": env.str("BROKER_QUEUE_ORDER", default="priority"),
     }
 
 CELERY_TASK_SERIALIZER = "json"
@@ -259,11 +277,24 @@ CELERY_TIMEZONE = "UTC"
 # Celery closes Django's connection around every task unless told to reuse it (3x slower).
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 
-# Every queue the project uses; `celery -A config worker` with no -Q consumes all of them.
-# Separate queues keep slow enrichment or delivery from stalling routing.
+# Every queue the project uses; `celery -A config worker` with no -Q consumes all of them, in
+# this order (on Redis the first queue with a message wins: see BROKER_QUEUE_ORDER). Separate
+# queues keep slow enrichment or delivery from stalling routing, and the lanes (leads.lanes)
+# keep a bulk backlog from holding up a realtime lead: routing.realtime, routing (normal) and
+# routing.bulk; enrichment.realtime and crm.realtime beside enrichment and crm.
 CELERY_TASK_QUEUES = tuple(
     Queue(name, Exchange(name, type="direct"), routing_key=name)
-    for name in ("routing", "enrichment", "crm", "delivery", "maintenance")
+    for name in (
+        "routing.realtime",
+        "enrichment.realtime",
+        "crm.realtime",
+        "maintenance",
+        "delivery",
+        "routing",
+        "enrichment",
+        "crm",
+        "routing.bulk",
+    )
 )
 CELERY_TASK_DEFAULT_QUEUE = "routing"
 CELERY_TASK_ROUTES = {
@@ -394,6 +425,13 @@ REQUEUE_STALE_BATCH_SIZE = env.int("REQUEUE_STALE_BATCH_SIZE", default=500)
 BROKER_BREAKER_SECONDS = env.float("BROKER_BREAKER_SECONDS", default=30.0)
 # Lead ids per message when a batch is enqueued (one publish per chunk, not per lead).
 ENQUEUE_CHUNK_SIZE = env.int("ENQUEUE_CHUNK_SIZE", default=100)
+# A worker working on a chunk for this long hands the leads it has not reached back to their
+# lane's queue (at its back), so a realtime lead waits for at most this, not a whole chunk
+# (leads.lanes; docs/operations.md, "Queues and workers"). 0: a chunk runs to its end.
+ROUTING_CHUNK_SLICE_SECONDS = env.float("ROUTING_CHUNK_SLICE_SECONDS", default=1.0)
+# On Redis, a chunk also asks this often whether a realtime routing message waits, and hands
+# the rest back at once when one does (leads.services.RealtimePeek). 0: the time slice only.
+ROUTING_CHUNK_PEEK_SECONDS = env.float("ROUTING_CHUNK_PEEK_SECONDS", default=0.1)
 # The kickoff hands committed lead ids to a publisher thread and answers at once, so a down,
 # hung or slow broker never delays a request. False publishes inline, after commit.
 ENQUEUE_IN_BACKGROUND = env.bool("ENQUEUE_IN_BACKGROUND", default=True)
@@ -443,8 +481,18 @@ AUDIT_ALLOW_FLUSH = False
 # Routing: duplicates are matched against leads of the last DEDUP_WINDOW_DAYS; an assignment
 # whose rule, tag rule and team name no SLA gets DEFAULT_SLA_MINUTES.
 DEDUP_WINDOW_DAYS = env.int("DEDUP_WINDOW_DAYS", default=90)
-# Deactivating a rep (admin action) also routes their untouched leads to someone else.
+# A rep becoming unavailable (deactivated, out of office, a planned absence starting; from the
+# admin, an import or beat) also routes their untouched leads to someone else: up to
+# REROUTE_INLINE_MAX_LEADS at once, more as a background admin job. Beat looks for absences
+# that have started every ABSENCE_START_INTERVAL_SECONDS.
 REROUTE_OPEN_LEADS_ON_ABSENCE = env.bool("REROUTE_OPEN_LEADS_ON_ABSENCE", default=True)
+REROUTE_INLINE_MAX_LEADS = env.int("REROUTE_INLINE_MAX_LEADS", default=25)
+ABSENCE_START_INTERVAL_SECONDS = env.float("ABSENCE_START_INTERVAL_SECONDS", default=60.0)
+CELERY_BEAT_SCHEDULE["absences-start"] = {
+    "task": "maintenance.absences_start",
+    "schedule": ABSENCE_START_INTERVAL_SECONDS,
+    "options": {"expires": max(30.0, ABSENCE_START_INTERVAL_SECONDS)},
+}
 DEFAULT_SLA_MINUTES = env.int("DEFAULT_SLA_MINUTES", default=60)
 
 # Admin replays and CSV imports: up to the *_SYNC_* size they run while the page loads; larger
@@ -484,6 +532,13 @@ DELIVERY_SWEEP_BATCH_SIZE = env.int("DELIVERY_SWEEP_BATCH_SIZE", default=200)
 DELIVERY_REDISPATCH_SECONDS = env.int("DELIVERY_REDISPATCH_SECONDS", default=60)
 # Base of the link in e-mails to reps (e.g. https://leads.example.com); empty = a bare path.
 DELIVERY_LINK_BASE_URL = env.str("DELIVERY_LINK_BASE_URL", default="")
+# Where slack-sdk's WebClient sends a bot's Web API calls (users.lookupByEmail, chat.postMessage);
+# change it only for a proxy or a test server.
+SLACK_API_BASE_URL = env.str("SLACK_API_BASE_URL", default="https://slack.com/api/")
+# Priorities (as tag rules name them, any case) whose leads are taken first: their deliveries
+# (webhooks, e-mail, CRM write-back) go ahead of others waiting in the delivery queue, on Redis
+# (docs/operations.md, "Priority"). Comma-separated; empty turns the fast lane off.
+HIGH_PRIORITIES: list[str] = env.list("HIGH_PRIORITIES", default=["hot", "urgent", "high"])
 # E-mail: EMAIL_URL such as smtp+tls://user:password@smtp.example.com:587; the default prints
 # mails to the worker's console, so a laptop install does not retry an absent SMTP server.
 vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
@@ -512,6 +567,10 @@ ENRICHMENT_HTTP_RATE_PER_MINUTE = env.int("ENRICHMENT_HTTP_RATE_PER_MINUTE", def
 ENRICHMENT_HTTP_BURST = env.int(
     "ENRICHMENT_HTTP_BURST", default=max(1, ENRICHMENT_HTTP_RATE_PER_MINUTE // 60)
 )
+# The share of each vendor's rate limit (HTTP enrichment, each CRM connection, Meta's fetch)
+# kept for realtime leads (leads.lanes): other leads' calls leave this share of the burst
+# (Redis) or of the minute's budget (cache) untaken, so a bulk backlog cannot use it up.
+REALTIME_RESERVED_SHARE = env.float("REALTIME_RESERVED_SHARE", default=0.2)
 # Tries per lead (5xx, timeouts, 429s), backoff base and cap; past the max wait since its first
 # try a lead is routed without the provider, whatever held it up.
 ENRICHMENT_HTTP_MAX_ATTEMPTS = env.int("ENRICHMENT_HTTP_MAX_ATTEMPTS", default=5)
@@ -535,7 +594,11 @@ ENRICHMENT_SWEEP_INTERVAL_SECONDS = env.float("ENRICHMENT_SWEEP_INTERVAL_SECONDS
 ENRICHMENT_SWEEP_BATCH_SIZE = env.int("ENRICHMENT_SWEEP_BATCH_SIZE", default=200)
 # A finished lead that routing has not taken this long after is handed back again.
 ENRICHMENT_HANDBACK_RETRY_SECONDS = env.int("ENRICHMENT_HANDBACK_RETRY_SECONDS", default=60)
-CELERY_IMPORTS: tuple[str, ...] = ("routing.enrichment.tasks", "routing.crm.tasks")
+CELERY_IMPORTS: tuple[str, ...] = (
+    "routing.enrichment.tasks",
+    "routing.crm.tasks",
+    "routing.timeoff.tasks",
+)
 CELERY_BEAT_SCHEDULE["enrichment-sweep-due"] = {
     "task": "enrichment.sweep_due",
     "schedule": ENRICHMENT_SWEEP_INTERVAL_SECONDS,
@@ -587,16 +650,51 @@ BACKLOG_ALERT_DEPTH = env.int("BACKLOG_ALERT_DEPTH", default=500)
 # A watched condition must stay clear this long before its alert resolves (no flapping).
 ALERT_RESOLVE_AFTER_SECONDS = env.float("ALERT_RESOLVE_AFTER_SECONDS", default=90.0)
 BACKLOG_ALERT_AGE_SECONDS = env.int("BACKLOG_ALERT_AGE_SECONDS", default=300)
+# ... and a realtime-lane lead (leads.lanes: a form's prospect still on the page) this long.
+BACKLOG_ALERT_REALTIME_AGE_SECONDS = env.int("BACKLOG_ALERT_REALTIME_AGE_SECONDS", default=60)
 # A queue whose heartbeat no worker executed for this long gets a `worker` alert (a queue that
 # never had one counts from the first check). With heartbeats every 30 s and checks every 30 s,
 # a worker that stops is reported within two minutes.
 HEARTBEAT_STALE_SECONDS = env.int("HEARTBEAT_STALE_SECONDS", default=90)
-# `enrichment` alert: this many enrichment_failed events within the window, or the breaker open.
+
+
+# --- Personal data (leads/privacy.py; docs/operations.md "Privacy") -----------------------------
+def _var_key(name: str, make: Callable[[], str]) -> str:
+    """A key generated once under ``var/`` (created exclusively: two processes agree on it)."""
+    key_file = VAR_DIR / name
+    try:
+        with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(make())
+    except FileExistsError:
+        pass
+    return key_file.read_text().strip()
+
+
+# The master keys that wrap each person's data key: Fernet keys, comma-separated, newest first
+# (the first wraps, all unwrap; `manage.py privacy_rewrap` moves every person's key to the
+# first). Empty = one generated under var/ on first use. Losing them loses every person's data.
+PRIVACY_KEYS: list[str] = [k for k in env.list("PRIVACY_KEYS", default=[]) if k.strip()] or [
+    _var_key("privacy-key", lambda: Fernet.generate_key().decode())
+]
+# The HMAC key of the lookup hashes that find a person's key by e-mail or phone (never stored
+# plain). Changing it orphans existing keys from their people: set it once.
+PRIVACY_HASH_KEY: str = env.str("PRIVACY_HASH_KEY", default="") or _var_key(
+    "privacy-hash-key", lambda: secrets.token_urlsafe(32)
+)
+# How long a process may keep a person's unwrapped data key to open sealed audit data: one read
+# per lead, not per event. An erasure clears its own process at once; others within this.
+PRIVACY_KEY_CACHE_SECONDS = env.float("PRIVACY_KEY_CACHE_SECONDS", default=5.0)
+
+
 # --- CRM connections (routing/crm/; docs/operations.md "Connecting a CRM") -----------------------
 # Fernet keys for the credentials stored in the database, comma-separated, the first encrypts;
 # empty = a key derived from SECRET_KEY. Rotate: put a new key first, `manage.py crm_rotate_key`.
 CRM_SECRET_KEYS: list[str] = env.list("CRM_SECRET_KEYS", default=[])
+# Each socket operation of a CRM request (the connect, each read)...
 CRM_TIMEOUT_SECONDS = env.float("CRM_TIMEOUT_SECONDS", default=10.0)
+# ...and the whole request, connect to last byte: a CRM trickling its answer is cut off here
+# (routing/deadline.py), so it cannot hold an I/O worker thread for longer.
+CRM_CALL_DEADLINE_SECONDS = env.float("CRM_CALL_DEADLINE_SECONDS", default=CRM_TIMEOUT_SECONDS)
 # A CA file to trust for CRM calls instead of the system's (a TLS-inspecting proxy, a sandbox).
 CRM_CA_BUNDLE: str = env.str("CRM_CA_BUNDLE", default="")
 # The lookup (live dedup and ownership) on the `crm` queue: how long a lead may wait for the CRM
@@ -604,7 +702,7 @@ CRM_CA_BUNDLE: str = env.str("CRM_CA_BUNDLE", default="")
 CRM_LOOKUP_MAX_WAIT_SECONDS = env.float("CRM_LOOKUP_MAX_WAIT_SECONDS", default=120.0)
 CRM_LOOKUP_MAX_ATTEMPTS = env.int("CRM_LOOKUP_MAX_ATTEMPTS", default=4)
 CRM_LOOKUP_BACKOFF_SECONDS = env.float("CRM_LOOKUP_BACKOFF_SECONDS", default=2.0)
-CRM_LEASE_SECONDS = env.int("CRM_LEASE_SECONDS", default=int(CRM_TIMEOUT_SECONDS * 4) + 30)
+CRM_LEASE_SECONDS = env.int("CRM_LEASE_SECONDS", default=int(CRM_CALL_DEADLINE_SECONDS * 4) + 30)
 CRM_SWEEP_INTERVAL_SECONDS = env.float("CRM_SWEEP_INTERVAL_SECONDS", default=5.0)
 CRM_SWEEP_BATCH_SIZE = env.int("CRM_SWEEP_BATCH_SIZE", default=200)
 # A lookup message published this long ago and not run is taken as lost and published again.
@@ -647,6 +745,7 @@ CELERY_BEAT_SCHEDULE["crm-touches"] = {
     "options": {"expires": max(30.0, CRM_TOUCHES_INTERVAL_SECONDS)},
 }
 
+# `enrichment` alert: this many enrichment_failed events within the window, or the breaker open.
 ENRICHMENT_ALERT_FAILURES = env.int("ENRICHMENT_ALERT_FAILURES", default=10)
 ENRICHMENT_ALERT_WINDOW_SECONDS = env.int("ENRICHMENT_ALERT_WINDOW_SECONDS", default=600)
 # Beat runs check_backlog in its own process too, so a dead broker or no worker at all (which
@@ -663,6 +762,9 @@ SLA_CHECK_MAX_SECONDS = env.float("SLA_CHECK_MAX_SECONDS", default=60.0)
 # An assignment whose SLA handling raised is retried after a pause (one interval, doubling, at
 # most an hour) and never blocks the others; after this many failures an `sla` alert opens.
 SLA_CHECK_ALERT_AFTER_FAILURES = env.int("SLA_CHECK_ALERT_AFTER_FAILURES", default=3)
+# A rep is warned (e-mail, Slack, Teams) once when an untouched lead's SLA is this close to
+# running out, or half of its SLA is left if that is shorter; 0 turns the warnings off.
+SLA_WARNING_MINUTES = env.float("SLA_WARNING_MINUTES", default=10.0)
 # An unassigned lead is routed again UNASSIGNED_RETRY_SECONDS after it became unassigned, then
 # after twice as long each time it is still unassigned, at most UNASSIGNED_RETRY_MAX_SECONDS
 # apart. Beat looks for due leads every UNASSIGNED_RETRY_SECONDS.
@@ -699,6 +801,11 @@ CELERY_BEAT_SCHEDULE["monitoring-check-refusals"] = {
 }
 CELERY_BEAT_SCHEDULE["monitoring-check-sla"] = {
     "task": "maintenance.check_sla",
+    "schedule": SLA_CHECK_INTERVAL_SECONDS,
+    "options": {"queue": "maintenance", "expires": SLA_CHECK_INTERVAL_SECONDS},
+}
+CELERY_BEAT_SCHEDULE["monitoring-warn-sla"] = {
+    "task": "maintenance.warn_sla",
     "schedule": SLA_CHECK_INTERVAL_SECONDS,
     "options": {"queue": "maintenance", "expires": SLA_CHECK_INTERVAL_SECONDS},
 }

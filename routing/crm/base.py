@@ -1,7 +1,8 @@
 """The one protocol every CRM module speaks, and the values that cross it. No Django here.
 
 A CRM module (``hubspot``, ``salesforce``) is a class built from a ``CrmSettings`` (where the
-CRM is, its credentials, timeouts, and a ``spend`` callback) that implements ``CrmClient``. It
+CRM is, its credentials, timeouts, a total deadline per request, and a ``spend`` callback) that
+implements ``CrmClient``. It
 calls the vendor through the vendor's own client library and turns every answer into the plain
 values below, or raises ``CrmError`` with one of a few kinds the stages act on. It never touches
 the database, the rate limit's store or the breaker: the stages do (``routing.crm.lookup``,
@@ -82,7 +83,10 @@ class CrmSettings:
     # Not in the repr: an error report's local variables (Sentry captures them) show it.
     secret: str = field(repr=False)
     options: Mapping[str, Any] = field(default_factory=dict)
-    timeout_seconds: float = 10.0
+    timeout_seconds: float = 10.0  # each socket operation (connect, each read)
+    # The whole of one HTTP request, connect to last byte (``routing.deadline``): a server that
+    # trickles its answer cannot hold a thread longer.
+    deadline_seconds: float = 10.0
     ca_bundle: str = ""  # a CA file to trust instead of the system's (a TLS proxy, a test)
     spend: Callable[[int], None] = lambda n: None
     connection_id: int | None = None

@@ -49,6 +49,7 @@ def connection_settings(
         secret=secret,
         options={k: v for k, v in options.items() if v},
         timeout_seconds=settings.CRM_TIMEOUT_SECONDS,
+        deadline_seconds=settings.CRM_CALL_DEADLINE_SECONDS,
         ca_bundle=settings.CRM_CA_BUNDLE,
         spend=spend or (lambda n: None),
         connection_id=connection.pk,

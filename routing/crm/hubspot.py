@@ -22,8 +22,9 @@ Calls (HubSpot CRM API v3, https://developers.hubspot.com/docs/guides/api/crm/):
 
 The client library's own retries are off: every HTTP request spends one token of the shared
 rate limit first (``settings.spend(1)``), so a retry must go through the stages' limit too.
-``settings.timeout_seconds`` applies to each request and ``settings.ca_bundle`` is trusted when
-set.
+``settings.timeout_seconds`` applies to each socket operation, ``settings.deadline_seconds`` to
+the whole of each request (``routing.deadline``: a server trickling its answer is cut off), and
+``settings.ca_bundle`` is trusted when set.
 
 First touch: HubSpot keeps the *latest* time a rep reached the contact: ``notes_last_contacted``
 ("Last contacted": a call, sales e-mail or meeting logged) and
@@ -77,6 +78,7 @@ from routing.crm.base import (
     domain_of,
     owner_is_foreign,
 )
+from routing.deadline import deadline_pools, within
 
 __all__ = ["HubSpotClient", "clear_account_cache"]
 
@@ -227,6 +229,23 @@ def _mapped(exc: Any) -> CrmError:
     return CrmError("rejected", f"HubSpot rejected the request ({said})", status=status)
 
 
+def _classified(exc: Exception) -> CrmError:
+    """A failure of the client library (or of its answer) as the ``CrmError`` it means."""
+    if isinstance(exc, _API_EXCEPTIONS):
+        return _mapped(exc)
+    if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError):
+        return CrmError("unavailable", "HubSpot timed out")
+    if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
+        if isinstance(getattr(exc, "reason", None), urllib3.exceptions.TimeoutError):
+            return CrmError("unavailable", "HubSpot timed out")
+        return CrmError("unavailable", f"HubSpot unreachable ({type(exc).__name__})")
+    if isinstance(exc, ValueError | TypeError | KeyError | AttributeError | IndexError):
+        return CrmError(
+            "malformed", f"HubSpot answered what it does not document ({type(exc).__name__})"
+        )
+    raise exc
+
+
 def _properties(obj: Any) -> dict[str, Any]:
     properties = getattr(obj, "properties", None)
     if not isinstance(properties, Mapping):
@@ -265,6 +284,14 @@ class HubSpotClient:
         self._contacts_batch = api.crm.contacts.batch_api
         self._companies_search = api.crm.companies.search_api
         self._owners = api.crm.owners.owners_api
+        for endpoint in (
+            self._contacts_search,
+            self._contacts_basic,
+            self._contacts_batch,
+            self._companies_search,
+            self._owners,
+        ):
+            deadline_pools(endpoint.api_client.rest_client.pool_manager)
         self._timeout = settings.timeout_seconds
         digest = hashlib.sha256(settings.secret.encode()).hexdigest()
         self._account_key = (settings.connection_id, self.base_url, digest)
@@ -274,23 +301,18 @@ class HubSpotClient:
     def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """One HTTP request through the client library, every failure mapped to ``CrmError``."""
         self.settings.spend(1)
-        try:
-            return fn(*args, _request_timeout=self._timeout, **kwargs)
-        except CrmError:
-            raise
-        except _API_EXCEPTIONS as exc:
-            raise _mapped(exc) from None
-        except (urllib3.exceptions.TimeoutError, TimeoutError):
-            raise CrmError("unavailable", "HubSpot timed out") from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            reason = getattr(exc, "reason", None)
-            if isinstance(reason, urllib3.exceptions.TimeoutError):
-                raise CrmError("unavailable", "HubSpot timed out") from None
-            raise CrmError("unavailable", f"HubSpot unreachable ({type(exc).__name__})") from None
-        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
-            raise CrmError(
-                "malformed", f"HubSpot answered what it does not document ({type(exc).__name__})"
-            ) from None
+        with within(self.settings.deadline_seconds) as deadline:
+            try:
+                return fn(*args, _request_timeout=self._timeout, **kwargs)
+            except CrmError:
+                raise
+            except Exception as exc:
+                if deadline.passed:
+                    raise CrmError(
+                        "unavailable",
+                        f"HubSpot gave no complete answer within {deadline.seconds:g} s",
+                    ) from None
+                raise _classified(exc) from None
 
     def _results(self, answer: Any) -> list[Any]:
         results = getattr(answer, "results", None)

@@ -23,6 +23,7 @@ from routing.enrichment.ratelimit import (
     Grant,
     RateLimiter,
     RedisTokenBucket,
+    realtime_keep,
 )
 from routing.enrichment.store import redis_client
 
@@ -45,8 +46,8 @@ WRITE_REQUESTS_LONGEST = {HUBSPOT: 4, SALESFORCE: 8}
 def writeback_lease_seconds() -> float:
     """How long one write-back attempt holds its delivery: every request of its longest path
     (``WRITE_REQUESTS_LONGEST``, plus a token request, a refresh and the retried call) at
-    ``CRM_TIMEOUT_SECONDS`` each, so a slow send is never taken over and sent a second time."""
-    return (max(WRITE_REQUESTS_LONGEST.values()) + 3) * float(settings.CRM_TIMEOUT_SECONDS)
+    ``CRM_CALL_DEADLINE_SECONDS`` each, so a slow send is never taken over and sent twice."""
+    return (max(WRITE_REQUESTS_LONGEST.values()) + 3) * float(settings.CRM_CALL_DEADLINE_SECONDS)
 
 
 def _prefix(connection: CrmConnection) -> str:
@@ -79,7 +80,11 @@ def crm_breaker(connection: CrmConnection) -> Breaker:
 
 
 def spender(
-    connection: CrmConnection, *, wait_seconds: float = 0.0, reserve: int = 1
+    connection: CrmConnection,
+    *,
+    wait_seconds: float = 0.0,
+    reserve: int = 1,
+    lane: str | None = None,
 ) -> Callable[[int], None]:
     """``spend(n)``: take ``n`` tokens from the connection's budget, or raise rate_limited.
 
@@ -91,15 +96,18 @@ def spender(
     waits before its first request instead of half-way, and no request is wasted on an answer
     that cannot be finished. Tokens a stage reserved and did not need are not given back.
     Without a usable shared store nothing is sent: the vendor's quota is not ours to risk.
+    ``lane``: the lead's (leads.lanes); anything but realtime (a bulk lead, a batch job) leaves
+    ``REALTIME_RESERVED_SHARE`` of the budget to realtime leads (``realtime_keep``).
     """
     limiter = crm_rate_limiter(connection)
+    keep = realtime_keep(limiter, lane)
     budget = [max(0.0, wait_seconds)]
     prepaid = [0]
     first = [True]
 
     def take(n: int) -> Grant:
         while True:
-            grant = limiter.take(n)
+            grant = limiter.take(n, keep=keep)
             if grant.granted or grant.wait_seconds > budget[0]:
                 return grant
             pause = max(0.01, grant.wait_seconds)

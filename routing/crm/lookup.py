@@ -41,9 +41,10 @@ from audit.models import EventType
 from audit.services import event_record
 from config.celery import app as celery_app
 from config.logging import log_context
+from leads.lanes import stage_queue
 from leads.models import CrmLookupStatus, Lead, LeadStatus
 from leads.normalize import FLAG_FREE_EMAIL, is_free_email_domain
-from leads.services import broker_breaker, leads_enqueue
+from leads.services import broker_breaker, lead_lanes, leads_enqueue
 from routing.crm.base import CrmError
 from routing.crm.connections import crm_client
 from routing.crm.facts import crm_label
@@ -140,6 +141,7 @@ def crm_enqueue(
         logger.warning("broker marked down; %d CRM lookup(s) left for the sweeper", len(lead_ids))
         return 0
     published = 0
+    lead_lane = lead_lanes(lead_ids)  # realtime leads to the realtime queue (leads.lanes)
     try:
         with celery_app.producer_or_acquire() as producer:
             for i, lead_id in enumerate(lead_ids):
@@ -150,7 +152,12 @@ def crm_enqueue(
                 if expires_seconds:
                     options["expires"] = countdown + expires_seconds
                 celery_app.send_task(
-                    LOOKUP_TASK, args=[str(lead_id)], producer=producer, retry=False, **options
+                    LOOKUP_TASK,
+                    args=[str(lead_id)],
+                    producer=producer,
+                    retry=False,
+                    queue=stage_queue("crm", lead_lane[str(lead_id)]),
+                    **options,
                 )
                 published += 1
     except Exception as exc:  # any broker failure: the sweeper re-sends what was not published
@@ -358,7 +365,9 @@ def _lookup_one(
     for half in todo:
         try:
             if client is None:
-                client = crm_client(connection, spend=spender(connection, reserve=reserve))
+                client = crm_client(
+                    connection, spend=spender(connection, reserve=reserve, lane=lead.lane)
+                )
             if half == "person":
                 value: Any = client.find_person(wanted["person"])
             else:

@@ -6,11 +6,15 @@ login helpers only reach ``https://<domain>.salesforce.com``. The access token i
 process (keyed by connection id, My Domain, consumer key and a hash of the secret) and replaced
 at 80% of its lifetime (``expires_in`` when the answer has it, else the ``session_seconds``
 option, default 7200 s: the org's session timeout), and at once on a 401 INVALID_SESSION_ID,
-after which the call is retried once. Data calls go to the configured My Domain URL.
+after which the call is retried once. Logins are single-flight per connection within a
+process: threads that find the token missing, due or refused wait for the one that logs in and
+take its token. Data calls go to the configured My Domain URL.
 
 Every HTTP request, the token request included, goes through one ``requests.Session`` that
 spends a rate-limit token first (``settings.spend(1)``), applies ``settings.timeout_seconds``
-and trusts ``settings.ca_bundle`` when set.
+to each socket operation and ``settings.deadline_seconds`` to the whole request
+(``routing.deadline``: a server trickling its answer is cut off), and trusts
+``settings.ca_bundle`` when set.
 
 First touch (``activity``), in order of precision:
 1. the earliest Task or Event on the person (``WhoId``) created after ``since``: an exact time
@@ -46,6 +50,7 @@ from urllib.parse import quote
 
 import jwt
 import requests
+from requests.adapters import HTTPAdapter
 from simple_salesforce import Salesforce, SFType
 from simple_salesforce.exceptions import (
     SalesforceError,
@@ -72,6 +77,7 @@ from routing.crm.base import (
     domain_of,
     owner_is_foreign,
 )
+from routing.deadline import deadline_pools, within
 
 __all__ = ["SalesforceClient", "clear_token_cache"]
 
@@ -116,20 +122,43 @@ _tokens: dict[tuple[Any, ...], _Token] = {}
 _tokens_lock = threading.Lock()
 
 
+_login_locks: dict[tuple[Any, ...], threading.Lock] = {}
+
+
+def _login_lock(key: tuple[Any, ...]) -> threading.Lock:
+    """The lock one connection's logins queue on (one per cache key, made once)."""
+    with _tokens_lock:
+        return _login_locks.setdefault(key, threading.Lock())
+
+
 def clear_token_cache() -> None:
     """Forget every cached access token (tests; a rotated credential is a new key anyway)."""
     with _tokens_lock:
         _tokens.clear()
 
 
-class _Session(requests.Session):
-    """Spends a rate-limit token before every request; a default timeout and CA file."""
+class _DeadlineAdapter(HTTPAdapter):
+    """requests' adapter whose connections join the call's deadline (``routing.deadline``)."""
 
-    def __init__(self, spend: Callable[[int], None], timeout: float, ca_bundle: str) -> None:
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        deadline_pools(self.poolmanager)
+
+
+class _Session(requests.Session):
+    """Spends a rate-limit token before every request; a default timeout and CA file, and a
+    total deadline for each request."""
+
+    def __init__(
+        self, spend: Callable[[int], None], timeout: float, ca_bundle: str, deadline: float
+    ) -> None:
         super().__init__()
         self._spend = spend
         self._timeout = timeout
         self._ca_bundle = ca_bundle
+        self._deadline = deadline
+        self.mount("https://", _DeadlineAdapter())
+        self.mount("http://", _DeadlineAdapter())
 
     def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("timeout", self._timeout)
@@ -138,7 +167,15 @@ class _Session(requests.Session):
             kwargs.setdefault("verify", self._ca_bundle)
         kwargs.setdefault("allow_redirects", False)
         self._spend(1)
-        return super().request(method, url, *args, **kwargs)
+        with within(self._deadline) as deadline:
+            try:
+                return super().request(method, url, *args, **kwargs)
+            except requests.RequestException:
+                if deadline.passed:
+                    raise requests.Timeout(
+                        f"no complete answer within {deadline.seconds:g} s"
+                    ) from None
+                raise
 
 
 def _text(value: Any) -> str:
@@ -194,7 +231,9 @@ class SalesforceClient:
         self.default_lead_status = str(options.get("default_lead_status") or DEFAULT_LEAD_STATUS)
         self.session_seconds = float(options.get("session_seconds") or DEFAULT_SESSION_SECONDS)
         self.jwt_audience = str(options.get("jwt_audience") or self._default_audience())
-        self.session = _Session(settings.spend, settings.timeout_seconds, settings.ca_bundle)
+        self.session = _Session(
+            settings.spend, settings.timeout_seconds, settings.ca_bundle, settings.deadline_seconds
+        )
         digest = hashlib.sha256(settings.secret.encode()).hexdigest()
         self._cache_key = (settings.connection_id, self.base_url, self.client_id, digest)
 
@@ -236,11 +275,31 @@ class SalesforceClient:
             "client_secret": self.settings.secret,
         }
 
-    def _token(self, *, fresh: bool = False) -> str:
+    def _token(self, *, stale: str = "") -> str:
+        """The cached access token, or a new one; ``stale``: the token the org just refused.
+
+        Single-flight per connection within the process: the I/O worker runs many calls of
+        one connection at once, and every one of them seeing an expired session (or no token
+        yet) must not log in on its own. They queue on the connection's lock; the first logs
+        in, the others find its token in the cache when they get the lock.
+        """
+        cached = self._cached(stale)
+        if cached is not None:
+            return cached
+        with _login_lock(self._cache_key):
+            cached = self._cached(stale)
+            if cached is not None:
+                return cached
+            return self._login()
+
+    def _cached(self, stale: str) -> str | None:
         with _tokens_lock:
             cached = _tokens.get(self._cache_key)
-        if cached is not None and not fresh and time.time() < cached.refresh_at:
-            return cached.access_token
+        if cached is None or cached.access_token == stale or time.time() >= cached.refresh_at:
+            return None
+        return cached.access_token
+
+    def _login(self) -> str:
         form = self._token_form()
         url = f"{self.base_url}/services/oauth2/token"
         try:
@@ -277,10 +336,6 @@ class SalesforceClient:
             _tokens[self._cache_key] = entry
         return token
 
-    def _forget_token(self) -> None:
-        with _tokens_lock:
-            _tokens.pop(self._cache_key, None)
-
     def _api(self, token: str) -> Salesforce:
         return Salesforce(
             instance_url=self.base_url,
@@ -296,8 +351,7 @@ class SalesforceClient:
             try:
                 return fn(self._api(token))
             except SalesforceExpiredSession:
-                self._forget_token()
-                token = self._token(fresh=True)
+                token = self._token(stale=token)
                 return fn(self._api(token))
         except CrmError:
             raise

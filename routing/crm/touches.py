@@ -170,7 +170,7 @@ def crm_owner_changed(
         if owner_id and owner_id == rep_owner_id(kind, current.rep_id):
             return "unchanged"
         mapped = owner_reps(kind, [owner_id]).get(owner_id) if owner_id else None
-        # A rep who could not take a lead (inactive, out of office, CRM user deactivated) is
+        # A rep who could not take a lead (inactive, away, CRM user deactivated) is
         # recorded as an owner who is no rep: the lead is worked outside LeadRouter's reps.
         unable = _why_not_eligible(mapped, now) if mapped is not None else ""
         if (
@@ -261,18 +261,15 @@ def crm_owner_changed(
 
 
 def _why_not_eligible(mapped: Any, now: datetime) -> str:
-    """Why the owner's rep could not take a lead ("" when it could, or the owner is no rep)."""
-    from routing.models import Rep
+    """Why the owner's rep could not take a lead ("" when it could, or the owner is no rep):
+    inactive, out of office, on leave, a holiday, or their CRM user deactivated."""
+    from routing.timeoff.availability import rep_unavailable_reason
 
     if mapped.rep_id is None:
         return ""
-    rep = Rep.objects.filter(pk=mapped.rep_id).only("active", "out_of_office_until").first()
-    if rep is None:
-        return ""
-    if not rep.active:
-        return "inactive"
-    if rep.out_of_office_until is not None and rep.out_of_office_until > now:
-        return "out of office"
+    why = rep_unavailable_reason(rep_id=mapped.rep_id, now=now)
+    if why is not None:
+        return why
     if not mapped.active_in_crm:
         return "deactivated in the CRM"
     return ""

@@ -50,6 +50,7 @@ from routing.crm.health import crm_record_error, crm_record_ok
 from routing.crm.limits import WRITE_REQUESTS, crm_pause, spender
 from routing.crm.models import CrmConnection, CrmOwner
 from routing.crm.roster import rep_owner_id
+from routing.timeoff.availability import rep_unavailable_reason
 
 logger = logging.getLogger(__name__)
 
@@ -150,18 +151,19 @@ def _remember(lead_id: Any, kind: str, written: dict[str, Any]) -> None:
 
 
 def _owner_is_no_eligible_rep(kind: str, owner_id: str, now: datetime) -> bool:
-    """Is ``owner_id`` a rep the lookup would pass over (not active, out of office, or the CRM
-    user deactivated)? An owner who is no rep at all is not: the lead is worked outside."""
+    """Is ``owner_id`` a rep the lookup would pass over (inactive, out of office, on leave, on
+    a holiday, or the CRM user deactivated)? An owner who is no rep at all is not: the lead is
+    worked outside."""
     row = (
         CrmOwner.objects.filter(kind=kind, owner_id=owner_id, rep__isnull=False)
-        .select_related("rep")
+        .only("rep_id", "active_in_crm")
         .first()
     )
-    if row is None or row.rep is None:
+    if row is None or row.rep_id is None:
         return False
-    rep = row.rep
-    away = rep.out_of_office_until is not None and rep.out_of_office_until > now
-    return not rep.active or away or not row.active_in_crm
+    if not row.active_in_crm:
+        return True
+    return rep_unavailable_reason(rep_id=row.rep_id, now=now) is not None
 
 
 def crm_write_owner(*, delivery: Any, now: datetime) -> WriteOutcome:
@@ -237,7 +239,7 @@ def _write_owner(connection: CrmConnection, assignment_id: int, now: datetime) -
         )
     try:
         reserve = WRITE_REQUESTS.get(connection.kind, 2)
-        client = crm_client(connection, spend=spender(connection, reserve=reserve))
+        client = crm_client(connection, spend=spender(connection, reserve=reserve, lane=lead.lane))
 
         def still_current() -> None:
             if not Assignment.objects.filter(pk=assignment_id, active=True).exists():
@@ -253,8 +255,8 @@ def _write_owner(connection: CrmConnection, assignment_id: int, now: datetime) -
             )
         ):
             # The owner LeadRouter had not seen is not to be followed (the connection does not
-            # honour CRM owners) or is a rep who could not take the lead (inactive, out of
-            # office, deactivated in the CRM): replaced by the rules' rep, as it is when the
+            # honour CRM owners) or is a rep who could not take the lead (inactive, away,
+            # deactivated in the CRM): replaced by the rules' rep, as it is when the
             # lookup sees it, not given the lead.
             known_owner = result.person.owner_id
             result = client.write_owner(

@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 
 from audit.config_changes import (
     AuditedConfigAdmin,
@@ -17,11 +18,18 @@ from audit.config_changes import (
     values_of,
 )
 from config.json_input import BoundedJsonAdmin
+from routing.crm.secrets import secret_hint, secret_seal
 from routing.delivery.models import (
+    SLACK_BOT_TOKEN_PREFIX,
+    WEBHOOK_EVENTS,
     Delivery,
     DeliveryAttempt,
     DeliveryEvent,
+    NoticeEvent,
+    NotificationChannel,
+    NotificationKind,
     WebhookEndpoint,
+    url_errors,
 )
 from routing.delivery.services import deliveries_retry, endpoint_send_test
 
@@ -35,9 +43,9 @@ class WebhookEndpointForm(forms.ModelForm):
         help_text=WebhookEndpoint._meta.get_field("url").help_text,
     )
     events = forms.MultipleChoiceField(
-        choices=DeliveryEvent.choices,
+        choices=[(value, DeliveryEvent(value).label) for value in WEBHOOK_EVENTS],
         widget=forms.CheckboxSelectMultiple,
-        initial=list(DeliveryEvent.values),
+        initial=list(WEBHOOK_EVENTS),
     )
 
     class Meta:
@@ -161,3 +169,71 @@ class DeliveryAdmin(admin.ModelAdmin):
                 f"{skipped} skipped: delivered, cancelled, or to a disabled endpoint.",
                 messages.WARNING,
             )
+
+
+class NotificationChannelForm(forms.ModelForm):
+    new_secret = forms.CharField(
+        required=False,
+        label="Webhook URL or bot token",
+        strip=True,
+        max_length=2000,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Slack or Teams incoming webhook: its URL. Slack bot: the bot token (xoxb-…, "
+        "scopes chat:write and users:read.email). Stored encrypted and never shown again; "
+        "leave blank to keep the current one, enter a new one to replace it.",
+    )
+    events = forms.MultipleChoiceField(
+        choices=NoticeEvent.choices,
+        widget=forms.CheckboxSelectMultiple,
+        initial=list(NoticeEvent.values),
+    )
+
+    class Meta:
+        model = NotificationChannel
+        fields = ("name", "kind", "rep", "team", "events", "active")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        secret = data.get("new_secret") or ""
+        if not secret and not (self.instance.pk and self.instance.secret_encrypted):
+            self.add_error("new_secret", "Enter the webhook URL or the bot token.")
+        if self.instance.pk and "kind" in self.changed_data and not secret:
+            self.add_error("new_secret", "Changing the kind needs the URL or token entered again.")
+        kind = data.get("kind")
+        if secret and kind == NotificationKind.SLACK_BOT:
+            if not secret.startswith(SLACK_BOT_TOKEN_PREFIX) or " " in secret:
+                self.add_error("new_secret", "A Slack bot token starts with xoxb-.")
+        elif secret:
+            problems = url_errors(secret)
+            if not secret.startswith(("https://", "http://")):
+                problems = ["Enter the webhook's https:// URL.", *problems]
+            for problem in problems:
+                self.add_error("new_secret", problem)
+        return data
+
+    def save(self, commit: bool = True) -> NotificationChannel:
+        secret = self.cleaned_data.get("new_secret")
+        if secret:
+            self.instance.secret_encrypted = secret_seal(secret)
+            self.instance.secret_hint = secret_hint(secret)
+            self.instance.secret_changed_at = timezone.now()
+        saved: NotificationChannel = super().save(commit=commit)
+        return saved
+
+
+@admin.register(NotificationChannel)
+class NotificationChannelAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
+    """Slack and Teams for a rep or a team: the credential is write-only (a hint is shown)."""
+
+    form = NotificationChannelForm
+    list_display = ("name", "kind", "rep", "team", "events", "active", "secret_hint")
+    list_filter = ("kind", "active")
+    search_fields = ("name", "rep__email", "rep__name", "team__name")
+    autocomplete_fields = ("rep", "team")
+    list_select_related = ("rep", "team")
+    readonly_fields = ("secret_hint", "secret_changed_at", "created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("name", "kind", "rep", "team", "events", "active")}),
+        ("Credential", {"fields": ("new_secret", "secret_hint", "secret_changed_at")}),
+        ("Record", {"fields": ("created_at", "updated_at")}),
+    )

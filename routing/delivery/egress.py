@@ -5,7 +5,9 @@ resolved and every address they resolve to must be public, unless
 ``DELIVERY_ALLOW_PRIVATE_URLS`` is on. The request then connects to the address that was
 checked (with the original host name in ``Host`` and for TLS), so a DNS answer that changes
 between the check and the connection cannot send it into the private network. Redirects are
-never followed.
+never followed. The whole answer, status line and headers included, must come within the
+timeout (``routing.deadline``): deliveries run on the I/O worker's threads, and a receiver that
+trickles its answer must not hold one.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import http.client
 import ipaddress
 import socket
 import ssl
-import time
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
+
+from routing.deadline import Deadline, DeadlinePassed, within
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -171,34 +174,57 @@ def post(
     host_header = f"[{host}]" if ":" in host else host
     if parts.port:
         host_header += f":{parts.port}"
-    deadline = time.monotonic() + timeout
-    try:
-        connection.request(
-            "POST",
-            path,
-            body=body,
-            headers={
-                "Host": host_header,
-                "Content-Type": "application/json",
-                "User-Agent": "LeadRouter-Webhooks/1",
-                **headers,
-            },
-        )
-        response = connection.getresponse()
-        # A server trickling its body must not hold the worker past the timeout.
-        chunks: list[bytes] = []
-        read = 0
-        while read < _MAX_READ_BYTES and time.monotonic() < deadline:
+    with within(timeout) as deadline:
+        try:
+            deadline.join(connection)
+            return _exchange(connection, path, host_header, body, headers, deadline)
+        except (OSError, http.client.HTTPException):
+            if deadline.passed:
+                raise DeadlinePassed(f"no complete answer within {timeout:g} s") from None
+            raise
+        finally:
+            connection.close()
+
+
+def _exchange(
+    connection: http.client.HTTPConnection,
+    path: str,
+    host_header: str,
+    body: bytes,
+    headers: dict[str, str],
+    deadline: Deadline,
+) -> Response:
+    """Send the request and read the answer within ``deadline``: its watchdog shuts the socket
+    down when it passes, so a receiver trickling its status line or headers cannot hold the
+    thread; a body still arriving then is cut where it is (the status is what counts)."""
+    connection.request(
+        "POST",
+        path,
+        body=body,
+        headers={
+            "Host": host_header,
+            "Content-Type": "application/json",
+            "User-Agent": "LeadRouter-Webhooks/1",
+            **headers,
+        },
+    )
+    response = connection.getresponse()
+    chunks: list[bytes] = []
+    read = 0
+    while read < _MAX_READ_BYTES and not deadline.passed:
+        try:
             chunk = response.read1(8192) if hasattr(response, "read1") else response.read(8192)
-            if not chunk:
+        except (OSError, http.client.HTTPException):
+            if deadline.passed:
                 break
-            chunks.append(chunk)
-            read += len(chunk)
-        text = b"".join(chunks).decode("utf-8", errors="replace")
-        return Response(
-            status=response.status,
-            headers={k.lower(): v for k, v in response.getheaders()},
-            excerpt=text[:RESPONSE_EXCERPT_CHARS],
-        )
-    finally:
-        connection.close()
+            raise
+        if not chunk:
+            break
+        chunks.append(chunk)
+        read += len(chunk)
+    text = b"".join(chunks).decode("utf-8", errors="replace")
+    return Response(
+        status=response.status,
+        headers={k.lower(): v for k, v in response.getheaders()},
+        excerpt=text[:RESPONSE_EXCERPT_CHARS],
+    )

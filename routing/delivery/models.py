@@ -23,6 +23,9 @@ __all__ = [
     "DeliveryChannel",
     "DeliveryEvent",
     "DeliveryStatus",
+    "NoticeEvent",
+    "NotificationChannel",
+    "NotificationKind",
     "WebhookEndpoint",
 ]
 
@@ -30,10 +33,17 @@ __all__ = [
 class DeliveryEvent(models.TextChoices):
     ASSIGNED = "lead.assigned", "Lead assigned (first assignment, or duplicate to its owner)"
     REASSIGNED = "lead.reassigned", "Lead reassigned"
+    # Notices to a rep only (e-mail, Slack, Teams), never sent to webhook endpoints.
+    SLA_WARNING = "lead.sla_warning", "SLA about to breach (to the rep)"
+    REASSIGNED_AWAY = "lead.reassigned_away", "Lead reassigned away (to its former rep)"
+
+
+# What a webhook endpoint may subscribe to: the assignment events, not the rep's notices.
+WEBHOOK_EVENTS = (DeliveryEvent.ASSIGNED.value, DeliveryEvent.REASSIGNED.value)
 
 
 def _all_events() -> list[str]:
-    return list(DeliveryEvent.values)
+    return list(WEBHOOK_EVENTS)
 
 
 def url_errors(url: str) -> list[str]:
@@ -60,7 +70,7 @@ class WebhookEndpoint(models.Model):
     active = models.BooleanField(default=True)
     events = models.JSONField(
         default=_all_events,
-        help_text=f"Event types sent to this endpoint: {', '.join(DeliveryEvent.values)}.",
+        help_text=f"Event types sent to this endpoint: {', '.join(WEBHOOK_EVENTS)}.",
     )
     disabled_at = models.DateTimeField(null=True, blank=True, editable=False)
     disabled_reason = models.TextField(blank=True, editable=False)
@@ -92,9 +102,9 @@ class WebhookEndpoint(models.Model):
         if (
             not isinstance(self.events, list)
             or not self.events
-            or any(event not in DeliveryEvent.values for event in self.events)
+            or any(event not in WEBHOOK_EVENTS for event in self.events)
         ):
-            errors["events"] = [f"choose one or more of: {', '.join(DeliveryEvent.values)}"]
+            errors["events"] = [f"choose one or more of: {', '.join(WEBHOOK_EVENTS)}"]
         try:
             if len(secret_bytes(self.secret or "")) < 24 or not self.secret.startswith(
                 SECRET_PREFIX
@@ -113,6 +123,119 @@ class DeliveryChannel(models.TextChoices):
     WEBHOOK = "webhook", "Webhook"
     EMAIL = "email", "E-mail to the rep"
     CRM = "crm", "Owner written to the CRM"
+    SLACK = "slack", "Slack message"
+    TEAMS = "teams", "Microsoft Teams message"
+
+
+CHAT_CHANNELS = (DeliveryChannel.SLACK.value, DeliveryChannel.TEAMS.value)
+
+
+class NoticeEvent(models.TextChoices):
+    """What a rep is told about, as a notification channel subscribes to it."""
+
+    ASSIGNED = "assigned", "New lead assigned (or reassigned) to the rep"
+    SLA_WARNING = "sla_warning", "SLA about to breach"
+    REASSIGNED_AWAY = "reassigned_away", "Lead reassigned away from the rep"
+
+
+def _all_notice_events() -> list[str]:
+    return list(NoticeEvent.values)
+
+
+def notice_event_for(event: str) -> str:
+    """The notice a delivery event is to its rep (``lead.reassigned`` is a new lead to them)."""
+    return {
+        DeliveryEvent.SLA_WARNING.value: NoticeEvent.SLA_WARNING.value,
+        DeliveryEvent.REASSIGNED_AWAY.value: NoticeEvent.REASSIGNED_AWAY.value,
+    }.get(event, NoticeEvent.ASSIGNED.value)
+
+
+class NotificationKind(models.TextChoices):
+    SLACK_WEBHOOK = "slack_webhook", "Slack incoming webhook (posts to one channel)"
+    SLACK_BOT = "slack_bot", "Slack bot (a direct message to the rep, found by e-mail)"
+    TEAMS_WEBHOOK = "teams_webhook", "Microsoft Teams incoming webhook (posts to one channel)"
+
+
+SLACK_BOT_TOKEN_PREFIX = "xoxb-"  # noqa: S105 (a prefix, not a secret)
+
+
+class NotificationChannel(models.Model):
+    """Where a rep, or every member of a team, is told about their leads in Slack or Teams.
+
+    The credential (a webhook URL or a bot token) is stored encrypted (``routing.crm.secrets``)
+    and shown back only as a hint. A rep's channel covers their notices; a team's covers the
+    notices about its leads: a webhook posts them to the team's channel, a bot sends each one
+    to the rep concerned as a direct message.
+    """
+
+    name = models.CharField(max_length=200, help_text="What it is, e.g. '#emea-sdr' or 'Rita DM'.")
+    kind = models.CharField(max_length=16, choices=NotificationKind.choices)
+    rep = models.ForeignKey(
+        "routing.Rep",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="notification_channels",
+    )
+    team = models.ForeignKey(
+        "routing.Team",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="notification_channels",
+    )
+    events = models.JSONField(
+        default=_all_notice_events,
+        help_text=f"What to send: {', '.join(NoticeEvent.values)}.",
+    )
+    active = models.BooleanField(default=True)
+    secret_encrypted = models.TextField(blank=True, editable=False)
+    secret_hint = models.CharField(max_length=100, blank=True, editable=False)
+    secret_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("name", "id")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(rep__isnull=False, team__isnull=True)
+                | Q(rep__isnull=True, team__isnull=False),
+                name="notification_channel_rep_xor_team",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=NotificationKind.values),
+                name="notification_channel_kind_valid",
+            ),
+            models.CheckConstraint(
+                condition=~Q(name=""), name="notification_channel_name_not_empty"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def delivery_channel(self) -> str:
+        if self.kind == NotificationKind.TEAMS_WEBHOOK:
+            return DeliveryChannel.TEAMS.value
+        return DeliveryChannel.SLACK.value
+
+    def subscribes_to(self, notice: str) -> bool:
+        return isinstance(self.events, list) and notice in self.events
+
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+        if (self.rep_id is None) == (self.team_id is None):
+            errors["rep"] = ["choose a rep or a team (exactly one)"]
+        if (
+            not isinstance(self.events, list)
+            or not self.events
+            or any(event not in NoticeEvent.values for event in self.events)
+        ):
+            errors["events"] = [f"choose one or more of: {', '.join(NoticeEvent.values)}"]
+        if errors:
+            raise ValidationError(errors)
 
 
 class DeliveryStatus(models.TextChoices):
@@ -143,6 +266,14 @@ class Delivery(models.Model):
         blank=True,
         related_name="deliveries",
     )
+    notification_channel = models.ForeignKey(
+        NotificationChannel,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="deliveries",
+        help_text="The Slack or Teams channel a chat message goes to.",
+    )
     crm_connection = models.ForeignKey(
         "routing.CrmConnection",
         on_delete=models.PROTECT,
@@ -153,7 +284,8 @@ class Delivery(models.Model):
     )
     recipient = models.CharField(
         max_length=2000,
-        help_text="The rep's e-mail address, the endpoint's URL, or the CRM's name, when created.",
+        help_text="The rep's e-mail address, the endpoint's URL, the CRM's name, or the chat "
+        "channel's name and the rep (never a webhook URL), when created.",
     )
     assignment = models.ForeignKey(
         "routing.Assignment", on_delete=models.PROTECT, related_name="deliveries"
@@ -195,10 +327,20 @@ class Delivery(models.Model):
                 condition=Q(channel="crm"),
                 name="delivery_one_crm_write_per_assignment_event",
             ),
+            models.UniqueConstraint(
+                fields=("assignment", "notification_channel", "event"),
+                condition=Q(channel__in=CHAT_CHANNELS),
+                name="delivery_one_chat_per_assignment_channel_event",
+            ),
             models.CheckConstraint(
                 condition=Q(channel="webhook", endpoint__isnull=False)
-                | Q(channel__in=("email", "crm"), endpoint__isnull=True),
+                | Q(channel__in=("email", "crm", *CHAT_CHANNELS), endpoint__isnull=True),
                 name="delivery_endpoint_iff_webhook",
+            ),
+            models.CheckConstraint(
+                condition=Q(channel__in=CHAT_CHANNELS, notification_channel__isnull=False)
+                | (~Q(channel__in=CHAT_CHANNELS) & Q(notification_channel__isnull=True)),
+                name="delivery_notification_channel_iff_chat",
             ),
             models.CheckConstraint(
                 condition=Q(channel="crm", crm_connection__isnull=False)

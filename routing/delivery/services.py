@@ -11,18 +11,20 @@ Nothing here touches the assignment: a delivery that fails never undoes it.
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.mail import send_mail
+from django.core.cache import cache
+from django.core.mail import EmailMultiAlternatives
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.db.models import Case, DateTimeField, F, Q, Value, When
@@ -32,28 +34,46 @@ from audit.models import EventType
 from audit.services import event_record_for_assignment
 from config.celery import app as celery_app
 from config.logging import log_context
+from leads.priority import priority_is_high
 from leads.selectors import lead_fields
 from leads.services import broker_breaker
 from routing.crm.facts import crm_label
 from routing.crm.limits import writeback_lease_seconds
 from routing.crm.models import CrmConnection
 from routing.crm.roster import rep_crm_user_deactivated
+from routing.crm.secrets import SecretUnreadable, secret_open
 from routing.crm.writeback import crm_write_owner
-from routing.delivery import backoff, egress, signing
+from routing.delivery import backoff, chat, egress, signing
+from routing.delivery.messages import email_parts, zone_of
 from routing.delivery.models import (
+    WEBHOOK_EVENTS,
     Delivery,
     DeliveryAttempt,
     DeliveryChannel,
     DeliveryEvent,
     DeliveryStatus,
+    NotificationChannel,
+    NotificationKind,
     WebhookEndpoint,
     message_id_for,
+    notice_event_for,
 )
-from routing.models import Assignment, AssignmentKind
+from routing.models import Assignment, AssignmentKind, Rep, Team
 
 logger = logging.getLogger(__name__)
 
 DELIVER_TASK = "delivery.deliver"
+# Redis takes a queue's messages by priority step, lowest first (kombu's priority_steps 0, 3, 6,
+# 9): deliveries about a high-priority lead at 0, all others at 3, so the first are taken first.
+MESSAGE_PRIORITY_HIGH = 0
+MESSAGE_PRIORITY_NORMAL = 3
+
+
+def message_priority(high: bool) -> int:
+    """The broker priority of a delivery message (lower is taken first on Redis)."""
+    return MESSAGE_PRIORITY_HIGH if high else MESSAGE_PRIORITY_NORMAL
+
+
 _rng = random.SystemRandom()
 
 _EVENT_ALIASES = {
@@ -62,6 +82,7 @@ _EVENT_ALIASES = {
     "initial": DeliveryEvent.ASSIGNED,
     "reassigned": DeliveryEvent.REASSIGNED,
     "reassignment": DeliveryEvent.REASSIGNED,
+    "sla_warning": DeliveryEvent.SLA_WARNING,
 }
 
 
@@ -98,6 +119,8 @@ def delivery_payload(*, assignment: Assignment, event: str, at: datetime) -> dic
                 "source": lead.source.slug,
                 "received_at": _iso(lead.received_at),
                 "duplicate_of": str(lead.duplicate_of_id) if lead.duplicate_of_id else None,
+                "priority": lead.priority or None,
+                "tags": list(lead.tags or []),
             },
             "assignment": {
                 "id": assignment.pk,
@@ -118,6 +141,8 @@ def delivery_payload(*, assignment: Assignment, event: str, at: datetime) -> dic
                 "assigned_at": _iso(assignment.assigned_at),
                 "sla_due_at": _iso(assignment.sla_due_at),
                 "supersedes": assignment.supersedes_id,
+                "priority": assignment.priority or None,
+                "tags": list(assignment.tags or []),
             },
         },
     }
@@ -134,6 +159,70 @@ def payload_body(payload: dict[str, Any]) -> bytes:
 # --- Scheduling --------------------------------------------------------------------------------
 
 
+def _notice(*, assignment: Assignment, rep: Rep, event: str, now_with: str = "") -> dict[str, Any]:
+    """The ``notice`` part of a rep's message: who it is for, their zone, the lead page."""
+    return {
+        "event": event,
+        "rep": {"id": rep.pk, "name": rep.name, "email": rep.email},
+        "timezone": zone_of(rep.timezone).key,
+        "link": _link(str(assignment.lead_id)),
+        **({"now_with": now_with} if now_with else {}),
+    }
+
+
+@dataclass(frozen=True)
+class _Notice:
+    """One rep to tell about one assignment: who, through which team's settings, what event."""
+
+    rep: Rep
+    team: Team | None
+    event: str
+    now_with: str = ""
+
+
+def _notices_for(assignment: Assignment, event: str) -> list[_Notice]:
+    """Whom an event tells: the assignment's rep, and on a reassignment the rep it left."""
+    notices = [_Notice(rep=assignment.rep, team=assignment.team, event=event)]
+    if event == DeliveryEvent.REASSIGNED and assignment.supersedes_id is not None:
+        before = (
+            Assignment.objects.select_related("rep", "team")
+            .filter(pk=assignment.supersedes_id)
+            .first()
+        )
+        if before is not None and before.rep_id != assignment.rep_id:
+            notices.append(
+                _Notice(
+                    rep=before.rep,
+                    team=before.team,
+                    event=DeliveryEvent.REASSIGNED_AWAY.value,
+                    now_with=assignment.rep_name or assignment.rep.name,
+                )
+            )
+    return notices
+
+
+def _chat_channels(notice: _Notice) -> list[NotificationChannel]:
+    """The active Slack/Teams channels of the notice's rep and team that want its event."""
+    scope = Q(rep_id=notice.rep.pk)
+    if notice.team is not None:
+        scope |= Q(team_id=notice.team.pk)
+    wanted = notice_event_for(notice.event)
+    return [
+        channel
+        for channel in NotificationChannel.objects.filter(scope, active=True).order_by("id")
+        if channel.subscribes_to(wanted)
+    ]
+
+
+def _emails_wanted(notice: _Notice) -> bool:
+    return (
+        settings.DELIVERY_EMAIL_ENABLED
+        and bool(notice.rep.email)
+        and notice.rep.email_notifications
+        and (notice.team is None or notice.team.email_notifications)
+    )
+
+
 @transaction.atomic
 def deliveries_schedule(
     *, assignment: Assignment, event: str | None = None, crm: bool = True
@@ -141,36 +230,62 @@ def deliveries_schedule(
     """Write the outbox rows for ``event`` about ``assignment`` and publish them after commit.
 
     Call it inside the assignment's transaction. One row per active endpoint subscribed to the
-    event, plus an e-mail to the rep (``DELIVERY_EMAIL_ENABLED``). Calling it again for the same
-    assignment and event creates nothing new (rows are unique per recipient) and returns the
-    existing ones. ``crm=False`` leaves the CRM write-backs out (a change the CRM made itself).
-    ``event`` defaults to the one the assignment's kind announces; the short
-    forms ``assigned`` and ``reassigned`` are accepted.
+    event, one per CRM write-back, and the rep's notices: an e-mail (``DELIVERY_EMAIL_ENABLED``
+    and the rep's and team's ``email_notifications``) and a message per Slack/Teams channel of
+    the rep or their team; a reassignment also tells the rep it left (``lead.reassigned_away``).
+    Calling it again for the same assignment and event creates nothing new (rows are unique per
+    recipient) and returns the existing ones. ``crm=False`` leaves the CRM write-backs out (a
+    change the CRM made itself). ``event`` defaults to the one the assignment's kind announces;
+    the short forms ``assigned`` and ``reassigned`` are accepted, and ``lead.sla_warning``
+    (the rep's notices only).
     """
     event = _event_name(event) if event else delivery_event_for(assignment)
     now = timezone.now()
     give_up_at = now + timedelta(seconds=settings.DELIVERY_MAX_AGE_SECONDS)
-    existing = list(Delivery.objects.filter(assignment=assignment, event=event))
+    notices = _notices_for(assignment, event)
+    events = {event} | {notice.event for notice in notices}
+    existing = list(Delivery.objects.filter(assignment=assignment, event__in=events))
     have_endpoints = {row.endpoint_id for row in existing if row.endpoint_id is not None}
-    have_email = any(row.channel == DeliveryChannel.EMAIL for row in existing)
-    payload: dict[str, Any] | None = None
+    have_email = {row.event for row in existing if row.channel == DeliveryChannel.EMAIL}
+    have_chat = {
+        (row.notification_channel_id, row.event)
+        for row in existing
+        if row.notification_channel_id is not None
+    }
+    base: dict[str, Any] | None = None
     new: list[Delivery] = []
 
     def row(
-        channel: str, endpoint: WebhookEndpoint | None, recipient: str, key: str = ""
+        channel: str,
+        endpoint: WebhookEndpoint | None,
+        recipient: str,
+        key: str = "",
+        *,
+        notice: _Notice | None = None,
     ) -> Delivery:
-        nonlocal payload
-        if payload is None:
-            payload = delivery_payload(assignment=assignment, event=event, at=now)
+        nonlocal base
+        if base is None:
+            base = delivery_payload(assignment=assignment, event=event, at=now)
+        payload = base
+        row_event = event
+        if notice is not None:
+            row_event = notice.event
+            extra = _notice(
+                assignment=assignment, rep=notice.rep, event=notice.event, now_with=notice.now_with
+            )
+            payload = {**base, "notice": extra}
         key = key or (f"endpoint-{endpoint.pk}" if endpoint is not None else "email")
         return Delivery(
             channel=channel,
             endpoint=endpoint,
             recipient=recipient,
             assignment=assignment,
-            event=event,
+            event=row_event,
             message_id=message_id_for(
-                lead_id=assignment.lead_id, assignment_id=assignment.pk, recipient=key, event=event
+                lead_id=assignment.lead_id,
+                assignment_id=assignment.pk,
+                recipient=key,
+                event=row_event,
             ),
             payload=payload,
             status=DeliveryStatus.PENDING,
@@ -180,30 +295,51 @@ def deliveries_schedule(
             created_at=now,
         )
 
-    for endpoint in WebhookEndpoint.objects.filter(active=True).order_by("id"):
-        if endpoint.subscribes_to(event) and endpoint.pk not in have_endpoints:
-            new.append(row(DeliveryChannel.WEBHOOK, endpoint, endpoint.url))
+    if event in WEBHOOK_EVENTS:
+        for endpoint in WebhookEndpoint.objects.filter(active=True).order_by("id"):
+            if endpoint.subscribes_to(event) and endpoint.pk not in have_endpoints:
+                new.append(row(DeliveryChannel.WEBHOOK, endpoint, endpoint.url))
     have_crms = {row.crm_connection_id for row in existing if row.crm_connection_id is not None}
     writebacks = CrmConnection.objects.filter(active=True, writeback_enabled=True)
-    for target in writebacks.order_by("id") if crm else []:
+    for target in writebacks.order_by("id") if crm and event in WEBHOOK_EVENTS else []:
         if target.pk not in have_crms:
             write = row(DeliveryChannel.CRM, None, target.name, key=f"crm-{target.pk}")
             write.crm_connection = target
             new.append(write)
-    if settings.DELIVERY_EMAIL_ENABLED and not have_email and assignment.rep.email:
-        new.append(row(DeliveryChannel.EMAIL, None, assignment.rep.email))
+    for notice in notices:
+        if _emails_wanted(notice) and notice.event not in have_email:
+            # The key of the first e-mail stays "email", so its message id is as it was.
+            key = "email" if notice.rep.pk == assignment.rep_id else f"email-{notice.rep.pk}"
+            new.append(row(DeliveryChannel.EMAIL, None, notice.rep.email, key, notice=notice))
+        for chat_target in _chat_channels(notice):
+            if (chat_target.pk, notice.event) in have_chat:
+                continue
+            message = row(
+                chat_target.delivery_channel,
+                None,
+                f"{chat_target.name} → {notice.rep.email}"[:2000],
+                f"chat-{chat_target.pk}-{notice.rep.pk}",
+                notice=notice,
+            )
+            message.notification_channel = chat_target
+            new.append(message)
     if new:
         Delivery.objects.bulk_create(new)
         ids = [delivery.pk for delivery in new]
-        transaction.on_commit(lambda: deliveries_enqueue(ids), robust=True)
+        high = ids if priority_is_high(assignment.priority, settings.HIGH_PRIORITIES) else ()
+        transaction.on_commit(lambda: deliveries_enqueue(ids, high=high), robust=True)
     return existing + new
 
 
-def deliveries_enqueue(delivery_ids: Sequence[int], *, countdown: float = 0.0) -> int:
+def deliveries_enqueue(
+    delivery_ids: Sequence[int], *, countdown: float = 0.0, high: Collection[int] = ()
+) -> int:
     """Publish a ``delivery.deliver`` task per id; never raises. Returns how many were published.
 
-    ``countdown``: seconds before a worker runs them (a deferred write-back's wait). A failure
-    is logged and left to ``deliveries_sweep_due``: the row is the outbox.
+    ``countdown``: seconds before a worker runs them (a deferred write-back's wait). ``high``:
+    the ids about a high-priority lead, published at ``MESSAGE_PRIORITY_HIGH`` so that a worker
+    takes them before the others waiting in the queue (Redis; docs/operations.md, "Priority").
+    A failure is logged and left to ``deliveries_sweep_due``: the row is the outbox.
     """
     if not delivery_ids:
         return 0
@@ -218,7 +354,12 @@ def deliveries_enqueue(delivery_ids: Sequence[int], *, countdown: float = 0.0) -
         with celery_app.producer_or_acquire() as producer:
             for delivery_id in delivery_ids:
                 celery_app.send_task(
-                    DELIVER_TASK, args=[delivery_id], producer=producer, retry=False, **options
+                    DELIVER_TASK,
+                    args=[delivery_id],
+                    producer=producer,
+                    retry=False,
+                    priority=message_priority(delivery_id in high),
+                    **options,
                 )
                 published += 1
     except Exception as exc:  # any broker failure: the sweeper publishes the rest
@@ -242,7 +383,7 @@ def deliveries_enqueue(delivery_ids: Sequence[int], *, countdown: float = 0.0) -
 class _Result:
     """What one attempt came to, before it is written down."""
 
-    outcome: str  # delivered | retry | gone | refused | cancelled
+    outcome: str  # delivered | retry | gone | refused | permanent | cancelled
     status_code: int | None = None
     error: str = ""
     excerpt: str = ""
@@ -298,40 +439,102 @@ def _link(lead_id: str) -> str:
 
 
 def email_message(payload: dict[str, Any]) -> tuple[str, str]:
-    """Subject and body of the e-mail to the rep, from a delivery's payload."""
-    lead = payload["data"]["lead"]
-    assignment = payload["data"]["assignment"]
-    fields = lead.get("fields") or {}
-    name = " ".join(filter(None, [fields.get("first_name"), fields.get("last_name")]))
-    who = name or fields.get("email") or lead["id"]
-    company = fields.get("company") or "—"
-    verb = "reassigned to you" if payload["type"] == DeliveryEvent.REASSIGNED else "assigned to you"
-    subject = f"New lead {verb}: {who}" + (f" ({company})" if fields.get("company") else "")
-    lines = [
-        f"Hello {assignment['rep']['name']},",
-        "",
-        f"A lead was {verb}.",
-        "",
-        f"Lead:      {who}",
-        f"E-mail:    {fields.get('email') or '—'}",
-        f"Company:   {company}",
-        f"Country:   {fields.get('country') or '—'}",
-        f"Reason:    {assignment.get('reason') or '—'}",
-        f"SLA due:   {assignment.get('sla_due_at') or 'no SLA'}",
-        f"Team:      {(assignment.get('team') or {}).get('name') or '—'}",
-        "",
-        f"History: {_link(lead['id'])}",
-    ]
-    return subject, "\n".join(lines) + "\n"
+    """Subject and plain-text body of the e-mail to the rep, from a delivery's payload."""
+    subject, text, _html = email_parts(payload)
+    return subject, text
 
 
 def _send_email(delivery: Delivery) -> _Result:
-    subject, body = email_message(delivery.payload)
+    subject, text, html = email_parts(delivery.payload)
+    message = EmailMultiAlternatives(subject, text, None, [delivery.recipient])
+    message.attach_alternative(html, "text/html")
     try:
-        send_mail(subject, body, None, [delivery.recipient], fail_silently=False)
+        message.send(fail_silently=False)
     except Exception as exc:  # any backend error (SMTP, connection): retried with backoff
         return _Result("retry", error=f"{type(exc).__name__}: {exc}")
     return _Result("delivered")
+
+
+# A rep's Slack user id, per bot channel: users.lookupByEmail is rate limited (Tier 3), and a
+# burst of leads for one rep should not look them up once per message.
+SLACK_USER_CACHE_SECONDS = 3600
+
+
+def _slack_user_key(target: NotificationChannel, email: str) -> str:
+    # The stored token is part of the key: a new token (another workspace) looks the rep up again.
+    seed = f"{target.secret_encrypted}\n{email.strip().lower()}"
+    return f"delivery:slack-user:{target.pk}:{hashlib.sha256(seed.encode()).hexdigest()[:32]}"
+
+
+def _cache_get(key: str) -> str:
+    try:
+        return str(cache.get(key) or "")
+    except Exception:  # a cache outage costs a lookup, never a delivery
+        return ""
+
+
+def _cache_set(key: str, value: str) -> None:
+    try:
+        cache.set(key, value, SLACK_USER_CACHE_SECONDS)
+    except Exception as exc:  # a cache outage costs a lookup next time, never a delivery
+        logger.warning("could not remember a Slack user id (%s)", type(exc).__name__)
+
+
+def _send_chat(delivery: Delivery, now: datetime) -> _Result:
+    target = delivery.notification_channel
+    if target is None or not target.active:
+        return _Result("cancelled", error="the notification channel is turned off")
+    try:
+        secret = secret_open(target.secret_encrypted)
+    except SecretUnreadable as exc:
+        return _Result("permanent", error=f"{target.name}: {exc}")
+    if not secret:
+        return _Result("permanent", error=f"{target.name}: no webhook URL or token is set")
+    timeout = settings.DELIVERY_TIMEOUT_SECONDS
+    allow_private = settings.DELIVERY_ALLOW_PRIVATE_URLS
+    if target.kind == NotificationKind.SLACK_BOT:
+        rep = (delivery.payload.get("notice") or {}).get("rep") or {}
+        email = str(rep.get("email") or "")
+        remembered = _slack_user_key(target, email)
+        known = _cache_get(remembered)
+        result = chat.slack_bot_send(
+            token=secret,
+            email=email,
+            payload=delivery.payload,
+            base_url=settings.SLACK_API_BASE_URL,
+            timeout=timeout,
+            now=now,
+            known_user_id=known,
+        )
+        if result.slack_user_id and result.slack_user_id != known:
+            _cache_set(remembered, result.slack_user_id)
+        elif known and result.outcome == "permanent":
+            _cache_set(remembered, "")  # the user may have gone: look them up next time
+    elif target.kind == NotificationKind.SLACK_WEBHOOK:
+        result = chat.slack_webhook_send(
+            url=secret,
+            payload=delivery.payload,
+            timeout=timeout,
+            now=now,
+            allow_private=allow_private,
+        )
+    else:
+        result = chat.teams_webhook_send(
+            url=secret,
+            payload=delivery.payload,
+            timeout=timeout,
+            now=now,
+            allow_private=allow_private,
+        )
+    # The URL holds the secret: a library's error message may quote it, the log must not.
+    error = result.error.replace(secret, "[secret]") if secret else result.error
+    return _Result(
+        result.outcome,
+        status_code=result.status_code,
+        error=error,
+        excerpt=result.excerpt.replace(secret, "[secret]"),
+        retry_after=result.retry_after,
+    )
 
 
 def _send_crm(delivery: Delivery, now: datetime) -> _Result:
@@ -393,7 +596,9 @@ def delivery_attempt(*, delivery_id: int) -> str | None:
     ).update(next_attempt_at=held_until, attempts=F("attempts") + 1, updated_at=now)
     if not claimed:
         return None
-    delivery = Delivery.objects.select_related("endpoint", "crm_connection").get(pk=delivery_id)
+    delivery = Delivery.objects.select_related(
+        "endpoint", "crm_connection", "notification_channel"
+    ).get(pk=delivery_id)
     # The lead the delivery is about, for every line logged meanwhile (one small query).
     about = (
         Assignment.objects.filter(pk=delivery.assignment_id)
@@ -413,6 +618,8 @@ def _delivery_attempt(delivery: Delivery, now: datetime) -> str | None:
         result = _send_email(delivery)
     elif delivery.channel == DeliveryChannel.CRM:
         result = _send_crm(delivery, now)
+    elif delivery.channel in (DeliveryChannel.SLACK, DeliveryChannel.TEAMS):
+        result = _send_chat(delivery, now)
     elif delivery.endpoint is None or not delivery.endpoint.active:
         result = _Result("cancelled", error="the endpoint is disabled")
     else:
@@ -422,7 +629,7 @@ def _delivery_attempt(delivery: Delivery, now: datetime) -> str | None:
 
 
 # What the attempt log says: a refusal or a 410 is a failure, but worth naming as such.
-_LOGGED_OUTCOME = {"refused": "refused", "gone": "gone"}
+_LOGGED_OUTCOME = {"refused": "refused", "gone": "gone", "permanent": "failed"}
 
 
 @transaction.atomic(durable=True)
@@ -472,7 +679,7 @@ def _attempt_record(*, delivery_id: int, number: int, result: _Result, ms: int) 
         )
         if next_at is None:
             outcome = "failed"
-    elif outcome in ("gone", "refused"):
+    elif outcome in ("gone", "refused", "permanent"):
         outcome = "failed"
     DeliveryAttempt.objects.create(
         delivery=delivery,
@@ -615,8 +822,14 @@ def deliveries_sweep_due(
             )
             if connection.features.has_select_for_update_skip_locked:
                 due = due.select_for_update(skip_locked=True)
-            ids = list(due.values_list("id", flat=True)[:batch_size])
-            done = len(ids) if inline else deliveries_enqueue(ids)
+            rows = list(due.values_list("id", "assignment__priority")[:batch_size])
+            ids = [delivery_id for delivery_id, _ in rows]
+            high = {
+                delivery_id
+                for delivery_id, priority in rows
+                if priority_is_high(priority, settings.HIGH_PRIORITIES)
+            }
+            done = len(ids) if inline else deliveries_enqueue(ids, high=high)
             if done:
                 Delivery.objects.filter(id__in=ids[:done]).update(dispatched_at=now)
         if inline:

@@ -11,6 +11,7 @@ is ``path: message``. ``decision.trace`` builds its words on first read; store
 ``decision.to_json()`` or, for very large rulesets, ``decision.matched_trace()``.
 """
 
+from routing.engine.availability import rep_away_reason
 from routing.engine.conditions import compile_condition
 from routing.engine.decide import decide
 from routing.engine.errors import RuleError, RuleErrors
@@ -27,8 +28,10 @@ from routing.engine.strategies import (
 from routing.engine.territories import TerritoryIndex, TerritoryMatch
 from routing.engine.types import (
     STRATEGIES,
+    Absence,
     AccountFacts,
     Decision,
+    Holiday,
     LeadFacts,
     RepState,
     RotationState,
@@ -47,11 +50,13 @@ __all__ = [
     "MAX_TEAM_WEIGHT",
     "OPERATORS",
     "STRATEGIES",
+    "Absence",
     "AccountFacts",
     "CompiledRule",
     "CompiledRuleset",
     "Condition",
     "Decision",
+    "Holiday",
     "LeadFacts",
     "MemberChoice",
     "RepState",
@@ -69,5 +74,6 @@ __all__ = [
     "compile_condition",
     "compile_ruleset",
     "decide",
+    "rep_away_reason",
     "rep_is_eligible",
 ]

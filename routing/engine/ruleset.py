@@ -36,6 +36,9 @@ _ACTION_KEYS: dict[str, frozenset[str]] = {
 
 # An SLA longer than a year is a typo; unbounded values overflowed the database and datetimes.
 MAX_SLA_MINUTES = 525_600
+# The lead's and assignment's priority column (leads.priority.PRIORITY_MAX_LENGTH; the engine
+# imports nothing of the apps, tests/routing/engine check the two agree).
+PRIORITY_MAX_LENGTH = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +355,15 @@ class _Compiler:
         priority = raw.get("priority")
         if priority is not None and (not isinstance(priority, str) or not priority.strip()):
             self.error(f"{path}.priority", f"must be non-empty text, got {type_name(priority)}")
+        elif isinstance(priority, str) and priority.strip().casefold() == "none":
+            # Filters read ?priority=none as "leads without a priority": a priority of that name
+            # could never be found.
+            self.error(f"{path}.priority", '"none" is reserved for leads without a priority')
+        elif isinstance(priority, str) and len(priority.strip()) > PRIORITY_MAX_LENGTH:
+            self.error(
+                f"{path}.priority",
+                f"must be at most {PRIORITY_MAX_LENGTH} characters, got {len(priority.strip())}",
+            )
         sla_minutes = self.positive_int(raw, "sla_minutes", path)
         raw_tags = raw.get("tags", [])
         tags: list[str] = []

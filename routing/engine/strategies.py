@@ -14,12 +14,11 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import NamedTuple
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from routing.engine.availability import rep_away_reason, zone_named
 from routing.engine.types import (
     RepState,
     RotationState,
@@ -34,14 +33,6 @@ _NEVER = datetime.min.replace(tzinfo=UTC)
 # weights (see _weighted): a decision steps through at most that many turns.
 MAX_MEMBER_WEIGHT = 1000
 MAX_TEAM_WEIGHT = 1000
-
-
-@functools.lru_cache(maxsize=512)
-def _zone(name: str) -> ZoneInfo | None:
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return None
 
 
 def within_working_hours(hours: WorkingHours, local: datetime) -> bool:
@@ -68,16 +59,20 @@ def rep_is_eligible(
 ) -> tuple[bool, str]:
     """Whether a rep may take a lead now, and if not why ("at max_open 50").
 
-    Working hours count only through a team that respects them; ``ignore_caps`` (a ``rep``
-    action's option) skips the two caps but never activity or absence.
+    Working hours count only through a team that respects them; planned leave and holidays
+    always count; ``ignore_caps`` (a ``rep`` action's option) skips the two caps but never
+    activity or absence.
     """
     if not rep.active:
         return False, "inactive"
     until = rep.out_of_office_until
     if until is not None and until > now:
         return False, f"out of office until {_until(until)}"
+    away = rep_away_reason(rep, now)
+    if away is not None:
+        return False, away
     if team is not None and team.respect_working_hours and rep.working_hours is not None:
-        zone = _zone(rep.timezone)
+        zone = zone_named(rep.timezone)
         if zone is None:
             return False, f'in an unknown time zone "{rep.timezone}"'
         local = now.astimezone(zone)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, time
+from datetime import date, datetime, time
 from typing import Any, Literal, NamedTuple
 
 from routing.engine.fields import CUSTOM_PREFIX
@@ -77,6 +77,36 @@ class WorkingHours:
 
 
 @dataclass(frozen=True, slots=True)
+class Absence:
+    """A rep's planned time off: from ``starts_at`` (inclusive) to ``ends_at`` (exclusive)."""
+
+    starts_at: datetime
+    ends_at: datetime
+
+    def __post_init__(self) -> None:
+        _require_aware("starts_at", self.starts_at)
+        _require_aware("ends_at", self.ends_at)
+        if self.ends_at <= self.starts_at:
+            raise ValueError("an absence must end after it starts")
+
+    def covers(self, moment: datetime) -> bool:
+        return self.starts_at <= moment < self.ends_at
+
+
+@dataclass(frozen=True, slots=True)
+class Holiday:
+    """A day off of a holiday calendar: a public holiday, or a custom day the calendar adds."""
+
+    name: str
+    custom: bool = False
+
+    @property
+    def label(self) -> str:
+        """As the trace reads it: "public holiday: Christmas Day", "company holiday: Offsite"."""
+        return f"{'company' if self.custom else 'public'} holiday: {self.name}"
+
+
+@dataclass(frozen=True, slots=True)
 class RepState:
     """A snapshot of one rep: availability, caps and the counts the caps are checked against."""
 
@@ -92,6 +122,11 @@ class RepState:
     open_count: int = 0  # assigned leads awaiting first touch
     assigned_today: int = 0  # assignments since local midnight in `timezone` (caller computes)
     last_assigned_at: datetime | None = None
+    # Planned time off (any order; the caller may leave out those already over) and the days
+    # off of the rep's holiday calendar: local date in ``timezone`` -> the holiday (a plain name
+    # is a public holiday's).
+    absences: tuple[Absence, ...] = ()
+    holidays: Mapping[date, str | Holiday] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _require_aware("out_of_office_until", self.out_of_office_until)

@@ -2,7 +2,8 @@
 
 Request: ``POST <ENRICHMENT_HTTP_URL>`` with ``ENRICHMENT_HTTP_HEADERS`` and a JSON body
 ``{"email": ..., "domain": ..., "company": ...}``. The whole call (connect, send, wait, read) is
-bounded by ``timeout`` seconds, the body by ``max_body_bytes``; redirects are not followed.
+bounded by ``timeout`` seconds (``routing.deadline``), the body by ``max_body_bytes``;
+redirects are not followed.
 The caller (``services.lead_enrich``) decides what each outcome means for the lead.
 """
 
@@ -11,13 +12,14 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 import httpx
+
+from routing.deadline import Deadline
 
 MAX_RETRY_AFTER_SECONDS = 3600.0
 
@@ -76,8 +78,8 @@ def _http_client() -> httpx.Client:
     return _client
 
 
-def _read_capped(response: httpx.Response, *, limit: int, deadline: float) -> bytes | None:
-    """The body, or None when it is larger than ``limit``; TimeoutError past ``deadline``."""
+def _read_capped(response: httpx.Response, *, limit: int, deadline: Deadline) -> bytes | None:
+    """The body, or None when it is larger than ``limit``; DeadlinePassed past ``deadline``."""
     chunks: list[bytes] = []
     size = 0
     for chunk in response.iter_bytes():
@@ -85,8 +87,7 @@ def _read_capped(response: httpx.Response, *, limit: int, deadline: float) -> by
         if size > limit:
             return None
         chunks.append(chunk)
-        if time.monotonic() > deadline:
-            raise TimeoutError("the response took longer than the timeout")
+        deadline.check()
     return b"".join(chunks)
 
 
@@ -107,7 +108,7 @@ def http_call(
     max_body_bytes: int,
 ) -> CallOutcome:
     """Make the call and classify what happened. Never raises."""
-    deadline = time.monotonic() + timeout
+    deadline = Deadline(timeout)
     try:
         with _http_client().stream(
             "POST",

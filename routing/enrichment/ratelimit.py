@@ -7,6 +7,12 @@ In any interval of T seconds at most ``burst + rate_per_minute * T / 60`` tokens
 Without Redis it is a fixed one-minute window counted in Django's cache (at most
 ``rate_per_minute`` per calendar minute; shared only if the cache is).
 
+A share of the budget is kept for realtime leads (leads.lanes): a take with ``keep=k`` (what
+every other lead's call passes, ``REALTIME_RESERVED_SHARE`` of the burst or the minute's budget)
+is granted only if ``k`` tokens are left after it, so a bulk backlog drains the budget down to
+those ``k`` and no further; a realtime call (``keep=0``) may take them. Bulk still gets the whole
+refill whenever no realtime lead is calling.
+
 A 429 from the provider pauses the whole budget for its Retry-After (``pause``), so every worker
 backs off, not only the one that was told; a shorter Retry-After never shortens a longer pause
 already running (the later expiry is kept).
@@ -22,6 +28,7 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.core.cache import cache
 
+from leads.lanes import REALTIME
 from routing.enrichment.store import redis_client
 
 KEY_PREFIX = "leadrouter:enrichment:http"
@@ -46,13 +53,14 @@ if now > ts then
 end
 if ARGV[3] == '0' then return {0, '0', tostring(tokens)} end
 local want = math.min(burst, math.max(1, tonumber(ARGV[4] or '1')))
+local keep = math.max(0, math.min(tonumber(ARGV[5] or '0'), burst - want))
 local granted = 0
 local wait = 0
-if tokens >= want then
+if tokens - keep >= want then
   tokens = tokens - want
   granted = 1
 else
-  wait = (want - tokens) / rate
+  wait = (want + keep - tokens) / rate
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(ts))
 redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 60)
@@ -80,7 +88,10 @@ class Grant:
 
 
 class RateLimiter(Protocol):
-    def take(self, n: int = 1) -> Grant: ...
+    def take(self, n: int = 1, *, keep: int = 0) -> Grant: ...
+
+    @property
+    def capacity(self) -> int: ...
 
     def available(self) -> int: ...
 
@@ -97,7 +108,12 @@ class RedisTokenBucket:
         self.rate_per_second = max(float(rate_per_minute), 1e-6) / 60.0
         self.burst = max(1, int(burst))
 
-    def _run(self, take: bool, n: int = 1) -> tuple[int, float, float]:
+    @property
+    def capacity(self) -> int:
+        """The most tokens it ever holds (what a reserved share is a share of)."""
+        return self.burst
+
+    def _run(self, take: bool, n: int = 1, keep: int = 0) -> tuple[int, float, float]:
         granted, wait, tokens = self.client.eval(
             _BUCKET_SCRIPT,
             2,
@@ -107,14 +123,16 @@ class RedisTokenBucket:
             self.burst,
             "1" if take else "0",
             str(max(1, int(n))),
+            str(max(0, int(keep))),
         )
         return int(granted), float(wait), float(tokens)
 
-    def take(self, n: int = 1) -> Grant:
+    def take(self, n: int = 1, *, keep: int = 0) -> Grant:
         """``n`` tokens at once or none (``n`` is capped at ``burst``, which could never
         be reached otherwise): a caller that needs several requests for one answer never
-        gets half of them and wastes them while it waits for the rest."""
-        granted, wait, _ = self._run(take=True, n=n)
+        gets half of them and wastes them while it waits for the rest. ``keep``: granted only
+        if that many tokens are left after it (the realtime share; at most ``burst - n``)."""
+        granted, wait, _ = self._run(take=True, n=n, keep=keep)
         return Grant(granted=bool(granted), wait_seconds=wait)
 
     def available(self) -> int:
@@ -142,14 +160,19 @@ class CacheWindowLimiter:
         until = cache.get(f"{self.key}:pause")
         return max(0.0, float(until) - time.time()) if until else 0.0
 
-    def take(self, n: int = 1) -> Grant:
+    @property
+    def capacity(self) -> int:
+        return self.rate_per_minute
+
+    def take(self, n: int = 1, *, keep: int = 0) -> Grant:
         paused = self._paused_for()
         if paused > 0:
             return Grant(granted=False, wait_seconds=paused)
         want = min(self.rate_per_minute, max(1, int(n)))
+        keep = max(0, min(int(keep), self.rate_per_minute - want))
         key, left = self._window()
         cache.add(key, 0, timeout=120)
-        if int(cache.incr(key, want)) <= self.rate_per_minute:
+        if int(cache.incr(key, want)) <= self.rate_per_minute - keep:
             return Grant(granted=True)
         cache.decr(key, want)  # all or nothing: give back what this call could not use
         return Grant(granted=False, wait_seconds=left)
@@ -170,6 +193,16 @@ class CacheWindowLimiter:
         current = cache.get(key)
         if current is None or float(current) < until:
             cache.set(key, until, timeout=max(1, math.ceil(seconds)))
+
+
+def realtime_keep(limiter: RateLimiter, lane: str | None) -> int:
+    """The tokens a call for a lead in ``lane`` must leave for realtime leads' calls: none for a
+    realtime lead, else ``REALTIME_RESERVED_SHARE`` of the limiter's capacity (rounded up, so
+    any share above 0 keeps at least one)."""
+    if lane == REALTIME:
+        return 0
+    share = min(max(float(settings.REALTIME_RESERVED_SHARE), 0.0), 1.0)
+    return math.ceil(limiter.capacity * share) if share > 0 else 0
 
 
 def http_rate_limiter() -> RateLimiter:

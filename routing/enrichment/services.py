@@ -30,13 +30,14 @@ from audit.models import EventType
 from audit.services import event_record
 from config.celery import app as celery_app
 from config.logging import log_context, log_context_add
+from leads.lanes import stage_queue
 from leads.models import EnrichmentStatus, Lead, LeadStatus
-from leads.services import broker_breaker, leads_enqueue
+from leads.services import broker_breaker, lead_lanes, leads_enqueue
 from routing.enrichment.breaker import Breaker, BreakerCheck, http_breaker
 from routing.enrichment.builtin import HTTP_PROVIDER
 from routing.enrichment.merge import fill_empty, provider_values
 from routing.enrichment.provider_http import CallOutcome, http_call
-from routing.enrichment.ratelimit import Grant, RateLimiter, http_rate_limiter
+from routing.enrichment.ratelimit import Grant, RateLimiter, http_rate_limiter, realtime_keep
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ def enrichment_enqueue(
         logger.warning("broker marked down; %d enrichment(s) left for the sweeper", len(lead_ids))
         return 0
     published = 0
+    lead_lane = lead_lanes(lead_ids)  # realtime leads to the realtime queue (leads.lanes)
     try:
         with celery_app.producer_or_acquire() as producer:
             for i, lead_id in enumerate(lead_ids):
@@ -95,7 +97,12 @@ def enrichment_enqueue(
                 if expires_seconds:
                     options["expires"] = countdown + expires_seconds
                 celery_app.send_task(
-                    ENRICH_LEAD_TASK, args=[str(lead_id)], producer=producer, retry=False, **options
+                    ENRICH_LEAD_TASK,
+                    args=[str(lead_id)],
+                    producer=producer,
+                    retry=False,
+                    queue=stage_queue("enrichment", lead_lane[str(lead_id)]),
+                    **options,
                 )
                 published += 1
     except Exception as exc:  # any broker failure: the sweeper re-sends what was not published
@@ -135,10 +142,13 @@ def _backoff_seconds(attempt: int) -> float:
 class _Claim:
     """One claimed try: the lead id, the lease that proves the claim, and its attempt number."""
 
-    def __init__(self, lead_id: uuid.UUID, lease: datetime, attempt: int) -> None:
+    def __init__(
+        self, lead_id: uuid.UUID, lease: datetime, attempt: int, lane: str | None = None
+    ) -> None:
         self.lead_id = lead_id
         self.lease = lease
         self.attempt = attempt
+        self.lane = lane
 
     def locked_lead(self) -> Lead | None:
         """The lead under a row lock, if this claim still holds it (else None: writes nothing)."""
@@ -268,8 +278,9 @@ def _claim(lead_uuid: uuid.UUID, now: datetime) -> _Claim | None:
     ).update(enrichment_next_at=lease, enrichment_attempts=F("enrichment_attempts") + 1)
     if not claimed:
         return None
-    attempt = Lead.objects.filter(id=lead_uuid).values_list("enrichment_attempts", flat=True)
-    return _Claim(lead_uuid, lease, attempt.first() or 1)
+    row = Lead.objects.filter(id=lead_uuid).values_list("enrichment_attempts", "lane").first()
+    attempt, lane = row if row is not None else (1, None)
+    return _Claim(lead_uuid, lease, attempt or 1, lane)
 
 
 def _breaker_check(breaker: Breaker) -> BreakerCheck:
@@ -280,9 +291,10 @@ def _breaker_check(breaker: Breaker) -> BreakerCheck:
         return BreakerCheck("closed")
 
 
-def _take_token(limiter: RateLimiter) -> Grant:
+def _take_token(limiter: RateLimiter, lane: str | None) -> Grant:
+    """One token, leaving the realtime share unless the lead is realtime (leads.lanes)."""
     try:
-        return limiter.take()
+        return limiter.take(keep=realtime_keep(limiter, lane))
     except Exception as exc:  # no shared budget, no call: the vendor's quota is not ours to risk
         logger.error("enrichment rate limit unavailable (%s: %s)", type(exc).__name__, exc)
         return Grant(granted=False, wait_seconds=settings.ENRICHMENT_STORE_DOWN_RETRY_SECONDS)
@@ -362,7 +374,7 @@ def _lead_enrich(lead_uuid: uuid.UUID) -> str | None:
             counts_as_attempt=False,
             now=now,
         )
-    grant = _take_token(http_rate_limiter())
+    grant = _take_token(http_rate_limiter(), claim.lane)
     if not grant.granted:
         if check.verdict == "probe":
             _quietly(breaker.release_probe, "probe release")

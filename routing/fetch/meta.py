@@ -51,8 +51,9 @@ from audit.models import EventType
 from audit.services import event_record
 from config.celery import app as celery_app
 from config.logging import log_context, log_context_add
+from leads.lanes import stage_queue
 from leads.models import FetchStatus, Lead, LeadStatus, Source
-from leads.services import broker_breaker, leads_enqueue
+from leads.services import broker_breaker, lead_lanes, leads_enqueue
 from leads.sources.meta_lead_ads import (
     BASE_URL_OPTION,
     DEFAULT_GRAPH_BASE_URL,
@@ -64,7 +65,12 @@ from leads.sources.meta_lead_ads import (
 )
 from leads.sources.meta_lead_ads.graph import GraphError, fetch_lead
 from routing.enrichment.breaker import Breaker, CacheBreaker, RedisBreaker
-from routing.enrichment.ratelimit import CacheWindowLimiter, RateLimiter, RedisTokenBucket
+from routing.enrichment.ratelimit import (
+    CacheWindowLimiter,
+    RateLimiter,
+    RedisTokenBucket,
+    realtime_keep,
+)
 from routing.enrichment.store import redis_client
 
 logger = logging.getLogger(__name__)
@@ -183,6 +189,7 @@ def meta_fetch_enqueue(
         logger.warning("broker marked down; %d Meta fetch(es) left for the sweeper", len(lead_ids))
         return 0
     published = 0
+    lead_lane = lead_lanes(lead_ids)  # realtime leads to the realtime queue (leads.lanes)
     try:
         with celery_app.producer_or_acquire() as producer:
             for i, lead_id in enumerate(lead_ids):
@@ -193,7 +200,12 @@ def meta_fetch_enqueue(
                 if expires_seconds:
                     options["expires"] = countdown + expires_seconds
                 celery_app.send_task(
-                    FETCH_TASK, args=[str(lead_id)], producer=producer, retry=False, **options
+                    FETCH_TASK,
+                    args=[str(lead_id)],
+                    producer=producer,
+                    retry=False,
+                    queue=stage_queue("enrichment", lead_lane[str(lead_id)]),
+                    **options,
                 )
                 published += 1
     except Exception as exc:  # any broker failure: the sweeper re-sends what was not published
@@ -296,7 +308,7 @@ def _try(lead: Lead, graph: GraphSettings, attempt: int, waited: float, last: st
     probe = check is not None and check.verdict == "probe"
     limiter = meta_rate_limiter(lead.source)
     try:
-        grant = limiter.take(1)
+        grant = limiter.take(1, keep=realtime_keep(limiter, lead.lane))
     except Exception as exc:
         logger.error("Meta rate limit unavailable (%s: %s)", type(exc).__name__, exc)
         if probe:

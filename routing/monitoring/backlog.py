@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from audit.models import Event, EventType
 from config.celery import app as celery_app
+from leads import lanes
 from leads.models import Lead, LeadStatus
 from routing.models import QueueHeartbeat
 from routing.monitoring.alerts import alert_raise, alert_resolve, open_alert_subjects
@@ -56,6 +57,9 @@ class BacklogReport:
     enrichment_breaker_open: bool = False
     enrichment_refused: str = ""  # the provider's latest answer, when it refused our credentials
     problems: list[str] = field(default_factory=list)
+    # Per lane (leads.lanes): leads waiting in received, the oldest one's wait, and the messages
+    # in the lane's routing queue (None: unknown).
+    lanes: dict[str, LaneBacklog] = field(default_factory=dict)
 
     def as_data(self) -> dict[str, Any]:
         return {
@@ -70,6 +74,23 @@ class BacklogReport:
             "enrichment_failures": self.enrichment_failures,
             "enrichment_breaker_open": self.enrichment_breaker_open,
             "enrichment_refused": self.enrichment_refused,
+            "lanes": {name: lane.as_data() for name, lane in self.lanes.items()},
+        }
+
+
+@dataclass
+class LaneBacklog:
+    """One lane's share of the backlog."""
+
+    received: int = 0
+    oldest_received_seconds: float = 0.0
+    queue_length: int | None = None
+
+    def as_data(self) -> dict[str, Any]:
+        return {
+            "received": self.received,
+            "oldest_received_seconds": round(self.oldest_received_seconds, 1),
+            "queue_length": self.queue_length,
         }
 
 
@@ -211,6 +232,13 @@ def backlog_measure(*, now: datetime | None = None) -> BacklogReport:
     report.unassigned = unassigned.count()
     report.oldest_unassigned_seconds = _age(now, _oldest(unassigned, "received_at"))
     report.queue_lengths, report.broker_error = broker_queue_lengths()
+    for lane in lanes.LANES:
+        waiting = received.filter(lane=lane)  # lead_lane_queued_idx
+        report.lanes[lane] = LaneBacklog(
+            received=waiting.count(),
+            oldest_received_seconds=_age(now, _oldest(waiting, "queued_at")),
+            queue_length=report.queue_lengths.get(lanes.routing_queue(lane)),
+        )
     stale_before = now - timedelta(seconds=settings.HEARTBEAT_STALE_SECONDS)
     report.stale_queues = {
         queue: _age(now, seen)
@@ -241,6 +269,14 @@ def _backlog_problems(report: BacklogReport) -> list[str]:
         problems.append(
             f"the oldest lead has waited {report.oldest_received_seconds:.0f} s, "
             f"more than {age_limit} s"
+        )
+    # A realtime lead is a prospect still on the page: it has its own, shorter limit.
+    realtime = report.lanes.get(lanes.REALTIME)
+    realtime_limit = settings.BACKLOG_ALERT_REALTIME_AGE_SECONDS
+    if realtime and realtime.received and realtime.oldest_received_seconds > realtime_limit:
+        problems.append(
+            f"the oldest realtime lead has waited {realtime.oldest_received_seconds:.0f} s "
+            f"({realtime.received} realtime waiting), more than {realtime_limit} s"
         )
     for queue, length in report.queue_lengths.items():
         if length is not None and length > depth_limit:

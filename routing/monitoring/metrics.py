@@ -36,6 +36,7 @@ from prometheus_client.core import (
 )
 
 from config.errors import error_body
+from leads import lanes
 from leads.models import Lead, LeadStatus, Source
 from routing.loads import rep_load_drift_totals
 from routing.models import QueueHeartbeat
@@ -68,6 +69,9 @@ class MetricsSnapshot:
     alerts_open: dict[str, int] = field(default_factory=dict)
     heartbeat_age: dict[str, float] = field(default_factory=dict)
     queue_lengths: dict[str, int] = field(default_factory=dict)
+    # Per lane (leads.lanes): leads waiting in received, and the oldest one's wait.
+    lane_backlog: dict[str, int] = field(default_factory=dict)
+    lane_oldest_seconds: dict[str, float] = field(default_factory=dict)
     rep_load_drift: dict[str, int] = field(default_factory=dict)
 
 
@@ -101,6 +105,13 @@ def metrics_snapshot() -> MetricsSnapshot:
     )
     if oldest is not None:
         snap.backlog_oldest_seconds = max(0.0, (now - oldest).total_seconds())
+    for lane in lanes.LANES:
+        waiting = Lead.objects.filter(status=LeadStatus.RECEIVED, lane=lane)  # lead_lane_queued_idx
+        snap.lane_backlog[lane] = waiting.count()
+        since = waiting.order_by("queued_at").values_list("queued_at", flat=True).first()
+        snap.lane_oldest_seconds[lane] = (
+            max(0.0, (now - since).total_seconds()) if since is not None else 0.0
+        )
     snap.sla_breaches = counters.sla_breaches
     snap.delivery_failures = counters.delivery_failures
     snap.reassignments = counters.reassignments
@@ -167,6 +178,20 @@ def _families(snap: MetricsSnapshot) -> list[Metric]:
     )
     for queue, length in sorted(snap.queue_lengths.items()):
         lengths.add_metric([queue], length)
+    lane_backlog = GaugeMetricFamily(
+        "leadrouter_lane_backlog_leads",
+        "Leads waiting in received, by lane (realtime, normal, bulk).",
+        labels=["lane"],
+    )
+    for lane, n in snap.lane_backlog.items():
+        lane_backlog.add_metric([lane], n)
+    lane_oldest = GaugeMetricFamily(
+        "leadrouter_lane_backlog_oldest_seconds",
+        "Age of the oldest lead waiting in received, by lane (0 when none waits).",
+        labels=["lane"],
+    )
+    for lane, age in snap.lane_oldest_seconds.items():
+        lane_oldest.add_metric([lane], age)
     drift = CounterMetricFamily(
         "leadrouter_rep_load_drift",
         "Drift of the reps' load counters from their assignments, repaired by the "
@@ -204,6 +229,8 @@ def _families(snap: MetricsSnapshot) -> list[Metric]:
         alerts,
         heartbeat,
         lengths,
+        lane_backlog,
+        lane_oldest,
         drift,
     ]
 

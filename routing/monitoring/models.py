@@ -14,6 +14,7 @@ __all__ = [
     "SlaBreach",
     "SlaBreachAction",
     "SlaCheckFailure",
+    "SlaWarning",
 ]
 
 
@@ -161,3 +162,20 @@ class MetricsState(models.Model):
 
     def __str__(self) -> str:
         return f"metrics state {self.key} (refreshed {self.refreshed_at})"
+
+
+class SlaWarning(models.Model):
+    """An assignment whose rep was warned that its SLA is about to run out: at most one each."""
+
+    assignment = models.OneToOneField(
+        "routing.Assignment", on_delete=models.PROTECT, related_name="sla_warning"
+    )
+    warned_at = models.DateTimeField()
+    sla_due_at = models.DateTimeField(help_text="The deadline the warning was about.")
+
+    class Meta:
+        ordering = ("-warned_at",)
+        verbose_name = "SLA warning"
+
+    def __str__(self) -> str:
+        return f"{self.assignment_id} warned at {self.warned_at.isoformat()}"

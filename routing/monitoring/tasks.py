@@ -10,6 +10,7 @@ from routing.loads import rep_loads_reconcile
 from routing.monitoring.backlog import backlog_check
 from routing.monitoring.refusals import refusals_check
 from routing.monitoring.sla import BREACH_NOTICE_TASK, breach_notice_send, sla_check
+from routing.monitoring.sla_warning import sla_warn
 from routing.monitoring.unassigned import unassigned_retry
 from routing.monitoring.watchdog import connect_beat_watchdog
 
@@ -24,6 +25,12 @@ def check_backlog() -> None:
 def check_sla() -> None:
     """Handle every breached SLA once (event, notification, reassignment where the rule says)."""
     sla_check()
+
+
+@shared_task(name="maintenance.warn_sla")
+def warn_sla() -> None:
+    """Warn each rep once when an untouched lead's SLA is about to run out (their channels)."""
+    sla_warn()
 
 
 @shared_task(name=BREACH_NOTICE_TASK)

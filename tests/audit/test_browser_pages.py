@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 
 from audit.models import Event, EventType
 from audit.permissions import sales_managers_group_sync
-from leads.models import LeadStatus
+from leads.models import Lead, LeadStatus
 from routing.decisions import clear_live_config_cache
 from routing.models import Assignment
 from routing.rules_io import rules_import
@@ -121,3 +121,44 @@ def test_a_sales_manager_filters_opens_reassigns_and_exports(
         stranger.screenshot(path=str(SCREENSHOTS / "forbidden.png"))
         browser.close()
     clear_live_config_cache()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_pages_show_times_in_the_browsers_zone_until_the_user_picks_one(
+    live_server: Any, chromium: str, transactional_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The browser says Asia/Tokyo (tz.js sets the cookie, one reload); the user then picks
+    America/New_York on their settings page, which wins over the browser's."""
+    from datetime import UTC, datetime
+
+    from playwright.sync_api import expect, sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    clear_live_config_cache()
+    rules_import(RULES, publish=True)
+    lead = LeadFactory(raw_payload={"email": "max@acme.com"})
+    lead_process(lead_id=lead.id)
+    Lead.objects.filter(pk=lead.pk).update(received_at=datetime(2026, 1, 15, 20, 0, tzinfo=UTC))
+    User.objects.create_user("mia", password="pw-mia-123").groups.add(sales_managers_group_sync())
+    base = live_server.url
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        context = browser.new_context(timezone_id="Asia/Tokyo")
+        page = context.new_page()
+        _log_in(page, base, "mia", "pw-mia-123")
+        expect(page.locator("a.zone")).to_have_text("Times in Asia/Tokyo")
+        page.goto(f"{base}/history/{lead.pk}/")
+        expect(page.locator("main")).to_contain_text("2026-01-16 05:00:00 JST")
+        page.click("a.zone")
+        expect(page.locator("#id_time_zone option:checked")).to_have_text(
+            "My browser's (Asia/Tokyo)"
+        )
+        page.select_option("#id_time_zone", "America/New_York")
+        page.click("main button[type=submit]")
+        expect(page.locator(".message")).to_contain_text("America/New_York")
+        page.goto(f"{base}/history/{lead.pk}/")
+        expect(page.locator("main")).to_contain_text("2026-01-15 15:00:00 EST")
+        expect(page.locator("a.zone")).to_have_text("Times in America/New_York")
+        browser.close()

@@ -16,7 +16,7 @@ def _services() -> dict[str, Any]:
 
 
 def test_web_worker_and_beat_connect_as_the_app_role():
-    for name in ("web", "worker", "beat"):
+    for name in ("web", "worker", "io-worker", "beat"):
         url = _services()[name]["environment"]["DATABASE_URL"]
         assert urlsplit(url).username == "leadrouter_app", name
 
@@ -62,3 +62,13 @@ def test_the_owner_password_reaches_only_postgres_and_migrate():
         assert urlsplit(url).username == "leadrouter_app", name
     example = (COMPOSE.parent / ".env.example").read_text(encoding="utf-8")
     assert "DB_OWNER_PASSWORD" not in example
+
+
+def test_the_io_worker_drains_the_outside_call_queues_on_threads_and_the_worker_the_rest():
+    services = _services()
+    worker = " ".join(services["worker"]["command"])
+    io = " ".join(services["io-worker"]["command"])
+    assert "--queues routing.realtime,maintenance,routing,routing.bulk" in worker
+    assert "--queues enrichment.realtime,crm.realtime,enrichment,crm,delivery --pool threads" in io
+    assert "--concurrency $${IO_WORKER_CONCURRENCY:-32}" in io
+    assert services["io-worker"]["stop_signal"] == "SIGQUIT"

@@ -31,7 +31,17 @@ def test_visibility_timeout_is_at_least_twice_the_time_limit():
 
 def test_every_task_routes_to_a_declared_queue():
     declared = {q.name for q in app.conf.task_queues}
-    assert declared == {"routing", "enrichment", "crm", "delivery", "maintenance"}
+    assert declared == {
+        "routing.realtime",
+        "routing",
+        "routing.bulk",
+        "enrichment.realtime",
+        "enrichment",
+        "crm.realtime",
+        "crm",
+        "delivery",
+        "maintenance",
+    }
     app.loader.import_default_modules()
     for name in app.tasks:
         if name.startswith("celery."):

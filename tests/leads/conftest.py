@@ -24,11 +24,13 @@ def source(db):  # type: ignore[no-untyped-def]
 
 
 class Published(list[str]):
-    """Lead ids published, in order; ``messages`` lists the task name of each message."""
+    """Lead ids published, in order; ``messages`` lists the task name of each message, ``queues``
+    the queue each lead id was sent to (by id)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.messages: list[str] = []
+        self.queues: dict[str, str] = {}
 
 
 @pytest.fixture
@@ -40,11 +42,13 @@ def published(monkeypatch: pytest.MonkeyPatch) -> Published:
     def fake_send_task(name: str, args: list[Any], **kwargs: Any) -> None:
         assert kwargs.get("retry") is False  # a kickoff never waits on publish retries
         if name == "routing.process_lead":
-            sent.append(args[0])
+            ids = [args[0]]
         else:
             assert name == "routing.process_leads"
             assert 1 < len(args[0]) <= 100
-            sent.extend(args[0])
+            ids = list(args[0])
+        sent.extend(ids)
+        sent.queues.update(dict.fromkeys(ids, kwargs.get("queue", "")))
         messages.append(name)
 
     monkeypatch.setattr(services.celery_app, "send_task", fake_send_task)

@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import io
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -231,6 +232,18 @@ def test_replay_with_the_same_key_and_body_returns_the_same_lead(
     assert "Idempotent-Replayed" not in first
     assert Lead.objects.count() == 1
     assert len(published) == 1
+
+
+def test_a_replay_a_second_later_answers_the_same_status_url(client, source, published):
+    """The status URL's lifetime counts from when the lead was received, so a replay's body and
+    Location are the first answer's, byte for byte (a replay used to sign a new expiry)."""
+    headers = {**auth(), "HTTP_IDEMPOTENCY_KEY": "k-later"}
+    first = post_json(client, {"email": "a@b.co"}, headers=headers)
+    time.sleep(1.1)  # the token's expiry has a resolution of one second
+    again = post_json(client, {"email": "a@b.co"}, headers=headers)
+    assert again["Idempotent-Replayed"] == "true"
+    assert again.json() == first.json()
+    assert again["Location"] == first["Location"]
 
 
 def test_same_key_with_another_body_is_422(client, source, published):

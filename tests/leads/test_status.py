@@ -288,3 +288,37 @@ def test_the_embed_script_is_served_small_and_plain(client):
     assert "innerHTML" not in script  # the rep's name is text, never markup
     assert "import " not in script
     assert "require(" not in script
+
+
+def test_the_status_url_is_in_the_openapi_document_as_it_answers(client, published):
+    """The status URL (a plain async view, added by leads.openapi) is documented, and what it
+    answers validates against what is documented."""
+    import jsonschema
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    operations = schema["paths"]["/api/v1/status/{lead_id}/{token}/"]
+    assert set(operations) == {"get", "options"}
+    get = operations["get"]
+    assert get["security"] == []
+    assert {p["name"] for p in get["parameters"]} == {"lead_id", "token", "wait"}
+    path = _accepted(client, SourceFactory(slug="webform"))["status_url"]
+    answer = client.get(path)
+    document = _json_schema(get["responses"]["200"]["content"]["application/json"]["schema"])
+    jsonschema.validate(answer.json(), document)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**answer.json(), "status": "excluded"}, document)
+    error = get["responses"]["404"]["content"]["application/json"]["schema"]
+    jsonschema.validate(client.get(path[:-2] + "x/").json(), error)
+
+
+def _json_schema(openapi: object) -> object:
+    """An OpenAPI 3.0 schema as JSON Schema (``nullable: true`` is a type that admits null)."""
+    if isinstance(openapi, list):
+        return [_json_schema(item) for item in openapi]
+    if not isinstance(openapi, dict):
+        return openapi
+    out = {key: _json_schema(value) for key, value in openapi.items() if key != "nullable"}
+    if openapi.get("nullable"):
+        out["type"] = [openapi["type"], "null"]
+    return out

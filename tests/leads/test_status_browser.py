@@ -124,7 +124,7 @@ def stack() -> Iterator[str]:
 
         try:
             wait_until(answers, timeout=60, message=lambda: f"no gunicorn:\n{web.text()}")
-            with celery_worker(queues=["routing"]):
+            with celery_worker(queues=["routing.realtime", "routing"]):
                 yield base
         finally:
             web.stop()

@@ -80,7 +80,7 @@ def _woken_by_the_worker() -> None:
     source = SourceFactory(slug="website")
     lead = LeadFactory(source=source, raw_payload={"email": "pat@prospect.io"})  # not enqueued
     link = status_link_make(lead_id=lead.id, source=source, now=timezone.now())
-    with status_server() as base, celery_worker(queues=["routing"]) as worker:
+    with status_server() as base, celery_worker(queues=["routing.realtime", "routing"]) as worker:
         waiter = Waiter(f"{base}{link.url}?wait=10")
         waiter.start()
         time.sleep(1.5)

@@ -38,7 +38,7 @@ def install() -> None:
     publisher = services.publisher
     submit = publisher.submit
 
-    def crashing_submit(lead_ids: Sequence[uuid.UUID]) -> bool:
+    def crashing_submit(lead_ids: Sequence[uuid.UUID], lane: str | None = None) -> bool:
         from leads.models import Lead
 
         posted = dict(
@@ -49,6 +49,6 @@ def install() -> None:
                 sys.stderr.write(f"{MARKER} {lead_id} (pid {os.getpid()})\n")
                 sys.stderr.flush()
                 os._exit(1)
-        return submit(lead_ids)
+        return submit(lead_ids, lane)
 
     publisher.submit = crashing_submit  # type: ignore[method-assign]

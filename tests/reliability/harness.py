@@ -533,6 +533,17 @@ class WebhookReceiver:
             self._armed = False
         return None
 
+    def arm(self) -> None:
+        """Hold the next request unanswered when it comes (``held()`` tells when it has)."""
+        self._held.clear()
+        self._release.clear()
+        with self._lock:
+            self._armed = True
+
+    def held(self) -> int | None:
+        """The client port of the request held since ``arm()``, None while none has come."""
+        return self.held_port if self._held.is_set() else None
+
     def release(self) -> None:
         self._release.set()
 

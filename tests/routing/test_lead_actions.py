@@ -201,7 +201,8 @@ def test_reroute_sends_an_unassigned_lead_through_routing_again(client, settings
 
 def test_every_new_owner_gets_a_delivery_and_failures_never_undo_it(client, rules, settings):
     """Assignments, sticky duplicates and reassignments each schedule the rep's e-mail and a
-    webhook per subscribed endpoint, in the assignment's transaction."""
+    webhook per subscribed endpoint, in the assignment's transaction; a reassignment also tells
+    the rep it left (``lead.reassigned_away``, e-mail only: never to an endpoint)."""
     from routing.delivery.models import Delivery, WebhookEndpoint
 
     settings.DELIVERY_ALLOW_PRIVATE_URLS = True
@@ -225,9 +226,10 @@ def test_every_new_owner_gets_a_delivery_and_failures_never_undo_it(client, rule
         (twin.id, "webhook", "lead.assigned"): 1,
         (lead.id, "email", "lead.reassigned"): 1,
         (lead.id, "webhook", "lead.reassigned"): 1,
+        (lead.id, "email", "lead.reassigned_away"): 1,
     }
     emails = [r for _, channel, _, r in rows if channel == "email"]
-    assert emails == ["ana@example.com", "ana@example.com", "ben@example.com"]
+    assert emails == ["ana@example.com", "ana@example.com", "ben@example.com", "ana@example.com"]
 
 
 def test_a_deactivated_reps_untouched_leads_go_to_someone_else(admin_client, rules, settings):

@@ -198,8 +198,8 @@ def test_query_count_does_not_grow_with_rules_reps_and_territories():
         _queries_for_one_lead()
     small = _queries_for_one_lead()
     # The rep lock and its counters are two statements (see _lock_rep); the counters' update
-    # is one more (routing.loads).
-    assert small <= 16, small
+    # is one more (routing.loads); time off is two (absences not yet over, holiday calendars).
+    assert small <= 17, small
     Assignment.objects.all().delete()
     Team.objects.all().update(rotation_state={})
     # Ten times everything, in a new published ruleset.

@@ -400,6 +400,7 @@ class HubSpotStandIn:
         self._garbage = 0
         self._raw: list[tuple[Answer, re.Pattern[str] | None]] = []
         self._delay = 0.0
+        self._trickle: list[float] = []
         self._dir = tempfile.TemporaryDirectory(prefix="hs-standin-")
         cert, key = _certificate(Path(self._dir.name))
         self.ca_file, self._key_file = str(cert), str(key)
@@ -683,6 +684,16 @@ class HubSpotStandIn:
         pattern = re.compile(path) if path else None
         with self._lock:
             self._raw += [(answer, pattern)] * n
+
+    def trickle_next(self, n: int = 1, every: float = 0.5) -> None:
+        """The next ``n`` answers are sent one byte every ``every`` seconds, status line first:
+        each read gets a byte in time, the answer never ends."""
+        with self._lock:
+            self._trickle += [every] * n
+
+    def take_trickle(self) -> float:
+        with self._lock:
+            return self._trickle.pop(0) if self._trickle else 0.0
 
     def set_delay(self, seconds: float) -> None:
         """Every answer is sent ``seconds`` late."""
@@ -1460,6 +1471,31 @@ def _token_match(pattern: str, value: str) -> bool:
     return any(re.fullmatch(regex, c, flags=re.DOTALL) for c in candidates)
 
 
+def _trickle(
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    headers: list[tuple[str, str]],
+    data: bytes,
+    every: float,
+) -> None:
+    """Send the whole answer, status line first, one byte every ``every`` seconds (at most a
+    minute): a server no per-read timeout ever gives up on. Stops when the client hangs up."""
+    reason = handler.responses.get(status, ("",))[0]
+    head = f"HTTP/1.1 {status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
+    raw = (head + "\r\n").encode("latin-1") + data
+    stop = time.monotonic() + 60
+    handler.close_connection = True
+    for i in range(len(raw)):
+        if time.monotonic() > stop:
+            return
+        try:
+            handler.wfile.write(raw[i : i + 1])
+            handler.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
+            return
+        time.sleep(every)
+
+
 def _handler(standin: HubSpotStandIn) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -1496,6 +1532,12 @@ def _handler(standin: HubSpotStandIn) -> type[BaseHTTPRequestHandler]:
                 data = answer.body
             else:
                 data = json.dumps(answer.body).encode()
+            every = standin.take_trickle()
+            if every:
+                sent = [("Content-Type", answer.content_type)] if data else []
+                sent += [*answer.headers.items(), ("Content-Length", str(len(data)))]
+                _trickle(self, answer.status, sent, data, every)
+                return
             try:
                 self.send_response(answer.status)
                 if data:

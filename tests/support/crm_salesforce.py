@@ -427,6 +427,8 @@ class SalesforceStandIn:
         self._raw: list[tuple[int, bytes, str]] = []
         self._delay = 0.0
         self._slow: list[float] = []
+        self._login_delay = 0.0
+        self._trickle: list[float] = []
         self.hidden: set[str] = set()  # objects the integration user cannot read
         self.duplicate_rule_on = False
         self._dir = tempfile.TemporaryDirectory(prefix="sf-standin-")
@@ -683,6 +685,21 @@ class SalesforceStandIn:
         with self._lock:
             self._slow += [seconds] * n
 
+    def trickle_next(self, n: int = 1, every: float = 0.5) -> None:
+        """The next ``n`` answers (the token's included) are sent one byte every ``every``
+        seconds, status line first: each read gets a byte in time, the answer never ends."""
+        with self._lock:
+            self._trickle += [every] * n
+
+    def take_trickle(self) -> float:
+        with self._lock:
+            return self._trickle.pop(0) if self._trickle else 0.0
+
+    def set_login_delay(self, seconds: float) -> None:
+        """The token endpoint answers after ``seconds`` (a busy login server): concurrent
+        callers that each log in pile up there."""
+        self._login_delay = seconds
+
     def queries(self) -> list[str]:
         """The SOQL of every query request, in order."""
         return [
@@ -747,6 +764,8 @@ class SalesforceStandIn:
                     return 200, b"<html><body>Maintenance</body></html>", "text/html"
                 return 200, b'{"totalSize": 1, "done": true, "records": [{"Id": "00Q', ""
         if path == "/services/oauth2/token":
+            if self._login_delay:
+                time.sleep(self._login_delay)
             return self._token(method, form)
         match = re.fullmatch(r"/services/data/v(\d+\.\d)(/.*)?", path)
         if match is None or match.group(1) not in self.versions:
@@ -1069,6 +1088,31 @@ class SalesforceStandIn:
         return 200, {"id": record_id, "success": True, "errors": [], "created": False}
 
 
+def _trickle(
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    headers: list[tuple[str, str]],
+    data: bytes,
+    every: float,
+) -> None:
+    """Send the whole answer, status line first, one byte every ``every`` seconds (at most a
+    minute): a server no per-read timeout ever gives up on. Stops when the client hangs up."""
+    reason = handler.responses.get(status, ("",))[0]
+    head = f"HTTP/1.1 {status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
+    raw = (head + "\r\n").encode("latin-1") + data
+    stop = time.monotonic() + 60
+    handler.close_connection = True
+    for i in range(len(raw)):
+        if time.monotonic() > stop:
+            return
+        try:
+            handler.wfile.write(raw[i : i + 1])
+            handler.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
+            return
+        time.sleep(every)
+
+
 def _handler(standin: SalesforceStandIn) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -1094,6 +1138,11 @@ def _handler(standin: SalesforceStandIn) -> type[BaseHTTPRequestHandler]:
                 data = body
             else:
                 data = json.dumps(body).encode()
+            every = standin.take_trickle()
+            if every:
+                sent = [("Content-Type", content_type or "application/json")] if data else []
+                _trickle(self, status, [*sent, ("Content-Length", str(len(data)))], data, every)
+                return
             try:
                 self.send_response(status)
                 if data:

@@ -111,12 +111,21 @@ def celery_worker(
     concurrency: int = 1,
     queues: list[str] | None = None,
     extra_env: dict[str, str] | None = None,
+    pool: str | None = None,
+    name: str | None = None,
 ) -> Iterator[ManagedProcess]:
-    """A real ``celery -A config worker`` process on this test run's database and broker."""
+    """A real ``celery -A config worker`` process on this test run's database and broker.
+
+    ``pool="threads"`` is the I/O worker of the Procfile (``io``); ``name`` tells two workers of
+    one test apart (celery warns about two nodes of the same name).
+    """
     args = [str(BIN / "celery"), "-A", "config", "worker", "--loglevel", "INFO"]
-    args += ["--concurrency", str(concurrency), "--hostname", f"test-{os.getpid()}-%h"]
+    hostname = f"test-{os.getpid()}{f'-{name}' if name else ''}-%h"
+    args += ["--concurrency", str(concurrency), "--hostname", hostname]
     if queues:
         args += ["--queues", ",".join(queues)]
+    if pool:
+        args += ["--pool", pool]
     proc = start(args, child_env(**(extra_env or {})))
     try:
         proc.wait_for_output(" ready.", timeout=60)

@@ -27,6 +27,11 @@ class Command(BaseCommand):
         report = audit_verify(chain=options.get("chain"))
         findings = list(report.findings)
         summary = f"{report.events} events in {report.chains} chains"
+        if report.erasures or report.sealed_erased:
+            summary += (
+                f"; {report.erasures} erasure(s) recorded, {report.sealed_erased} sealed "
+                "event(s) of erased people (unreadable by design, not tampering)"
+            )
         if options.get("heads"):
             try:
                 document = json.loads(Path(options["heads"]).read_text(encoding="utf-8"))

@@ -36,6 +36,7 @@ import logging
 import math
 import re
 import ssl
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -183,11 +184,11 @@ def usage_percent(headers: httpx.Headers) -> float | None:
     return max(values) if values else None
 
 
-def _error(response: httpx.Response, token: str) -> GraphError:
+def _error(response: httpx.Response, content: bytes, token: str) -> GraphError:
     status = response.status_code
     try:
-        body = response.json()
-    except ValueError:
+        body = json.loads(content)
+    except (ValueError, RecursionError):
         body = None
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict):
@@ -259,6 +260,22 @@ def _certificate_refused(exc: BaseException) -> str:
     return ""
 
 
+def _read_within(response: httpx.Response, *, deadline: float) -> bytes:
+    """The body, cut just past MAX_BODY_BYTES; TimeoutError once ``deadline`` has passed."""
+    chunks: list[bytes] = []
+    size = 0
+    if time.monotonic() > deadline:
+        raise TimeoutError("the headers took longer than the timeout")
+    for chunk in response.iter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer took longer than the timeout")
+    return b"".join(chunks)
+
+
 def fetch_lead(
     *,
     leadgen_id: str,
@@ -276,11 +293,20 @@ def fetch_lead(
     url = f"{base_url.rstrip('/')}/{version.strip('/')}/{leadgen_id}"
     params = {"fields": FIELDS, "access_token": token}
     trust = _trust(verify)
+    # httpx's timeout bounds each read, not the answer: a server that sends a byte now and then
+    # would hold the call (and, on the I/O worker's threads pool, which enforces no task time
+    # limit, its thread) for ever. So the whole answer must arrive within ``timeout``, and
+    # reading stops as soon as it is larger than MAX_BODY_BYTES.
+    deadline = time.monotonic() + timeout
     try:
-        with httpx.Client(timeout=timeout, verify=trust, follow_redirects=False) as client:
-            response = client.get(url, params=params, headers={"Accept": "application/json"})
-            content = response.read()
-    except httpx.TimeoutException:
+        with (
+            httpx.Client(timeout=timeout, verify=trust, follow_redirects=False) as client,
+            client.stream(
+                "GET", url, params=params, headers={"Accept": "application/json"}
+            ) as response,
+        ):
+            content = _read_within(response, deadline=deadline)
+    except (httpx.TimeoutException, TimeoutError):
         raise GraphError("unavailable", f"no answer within {timeout:g} s") from None
     except httpx.HTTPError as exc:
         refused = _certificate_refused(exc)
@@ -297,7 +323,7 @@ def fetch_lead(
     if len(content) > MAX_BODY_BYTES:
         raise GraphError("malformed", "an answer too large", status=response.status_code)
     if response.status_code != 200:
-        raise _error(response, token)
+        raise _error(response, content, token)
     try:
         lead = json.loads(content)
     except (ValueError, RecursionError):
@@ -305,7 +331,7 @@ def fetch_lead(
     if not isinstance(lead, dict):
         raise GraphError("malformed", "an answer that is not a JSON object", status=200)
     if isinstance(lead.get("error"), dict):
-        raise _error(response, token)
+        raise _error(response, content, token)
     if str(lead.get("id") or "") != leadgen_id:
         raise GraphError("malformed", "an answer that is not the lead asked for", status=200)
     if not isinstance(lead.get("field_data", []), list):

@@ -1,4 +1,4 @@
-"""Re-encrypt every stored CRM credential under the first key of CRM_SECRET_KEYS.
+"""Re-encrypt every stored CRM credential (and Slack/Teams channel secret) under the first key.
 
 Rotation: generate a key (``--new-key``), put it first in CRM_SECRET_KEYS (keeping the old one
 after it), restart, run this command, then remove the old key. A credential no key opens is
@@ -14,6 +14,7 @@ from django.db import transaction
 
 from routing.crm.models import CrmConnection
 from routing.crm.secrets import SecretUnreadable, new_key, secret_reseal
+from routing.delivery.models import NotificationChannel
 
 
 class Command(BaseCommand):
@@ -30,16 +31,18 @@ class Command(BaseCommand):
             return
         resealed = unreadable = 0
         with transaction.atomic():
-            for connection in CrmConnection.objects.select_for_update().exclude(
-                secret_encrypted=""
-            ):
+            holders: list[CrmConnection | NotificationChannel] = [
+                *CrmConnection.objects.select_for_update().exclude(secret_encrypted=""),
+                *NotificationChannel.objects.select_for_update().exclude(secret_encrypted=""),
+            ]
+            for holder in holders:
                 try:
-                    connection.secret_encrypted = secret_reseal(connection.secret_encrypted)
+                    holder.secret_encrypted = secret_reseal(holder.secret_encrypted)
                 except SecretUnreadable as exc:
                     unreadable += 1
-                    self.stderr.write(f"{connection.name}: {exc}")
+                    self.stderr.write(f"{holder.name}: {exc}")
                     continue
-                connection.save(update_fields=["secret_encrypted"])
+                holder.save(update_fields=["secret_encrypted"])
                 resealed += 1
         self.stdout.write(f"{resealed} credential(s) re-encrypted, {unreadable} unreadable")
         if unreadable:

@@ -1,5 +1,5 @@
-"""``manage.py routing_import FILE [--publish | --check]``: load a rules-as-code file
-(rules-format.md), or only check it."""
+"""``manage.py routing_import FILE [--publish [--force]] [--prune] | --check``: load a
+rules-as-code file (the whole routing configuration, rules-format.md), or only check it."""
 
 from __future__ import annotations
 
@@ -7,15 +7,18 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from routing.configuration import ConfigurationBusy, configuration_import
 from routing.engine import RuleErrors
-from routing.rules_io import rules_check, rules_import, rules_read
+from routing.rules_io import rules_check, rules_read
+from routing.versions import TestCasesFailing
 
 
 class Command(BaseCommand):
     help = (
         "Validate a rules file (JSON, or YAML for .yaml/.yml) and upsert its sources, reps, "
-        "teams, territories, accounts and value lists; its ruleset becomes a new draft version. "
-        "Nothing is written when anything is wrong: every error is printed with its path."
+        "teams, territories, accounts, value lists and test cases; its ruleset becomes a new "
+        "draft version. Nothing is written when anything is wrong: every error is printed with "
+        "its path."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -23,7 +26,21 @@ class Command(BaseCommand):
         parser.add_argument(
             "--publish",
             action="store_true",
-            help="Publish the imported ruleset (archives the version published before).",
+            help="Publish the imported ruleset (archives the version published before), after "
+            "running every saved test case against the imported configuration: refused, with "
+            "nothing written, when one fails (unless --force).",
+        )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="With --publish: publish even though saved test cases fail (the audit log "
+            "records which).",
+        )
+        parser.add_argument(
+            "--prune",
+            action="store_true",
+            help="Delete, in every section the file has, what it no longer names; refused, with "
+            "nothing written, for what live leads or live rules still need.",
         )
         parser.add_argument(
             "--check",
@@ -33,14 +50,36 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["check"] and options["publish"]:
-            raise CommandError("--check writes nothing: it cannot be combined with --publish.")
+        if options["check"] and (options["publish"] or options["prune"]):
+            raise CommandError(
+                "--check writes nothing: it cannot be combined with --publish or --prune "
+                "(routing_check FILE [--prune] checks a file as an import would take it)."
+            )
+        if options["force"] and not options["publish"]:
+            raise CommandError("--force only applies to --publish.")
         try:
             data = rules_read(options["file"])
             if options["check"]:
                 self._check(options["file"], data)
                 return
-            result = rules_import(data, publish=options["publish"])
+            imported = configuration_import(
+                data=data,
+                publish=options["publish"],
+                prune=options["prune"],
+                force=options["force"],
+                file_name=str(options["file"]),
+            )
+        except ConfigurationBusy as exc:
+            raise CommandError(str(exc)) from None
+        except TestCasesFailing as exc:
+            for case_result in exc.results:
+                if not case_result.passed:
+                    problems = "; ".join(case_result.problems)
+                    self.stderr.write(f'test_cases: "{case_result.case.name}" fails: {problems}')
+            raise CommandError(
+                f"{exc}. Not published; nothing written (fix the file, or --force to publish "
+                "anyway)."
+            ) from None
         except RuleErrors as exc:
             for error in exc.errors:
                 self.stderr.write(str(error) or error.message)
@@ -48,6 +87,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{count} error{'s' if count != 1 else ''} in {options['file']}; nothing written."
             ) from None
+        result = imported.result
         ruleset = result.ruleset
         what = "new version" if result.created else "unchanged; reused version"
         self.stdout.write(
@@ -55,6 +95,20 @@ class Command(BaseCommand):
                 f"Imported {options['file']}: ruleset {what} {ruleset.version} ({ruleset.status})."
             )
         )
+        for section, tally in sorted(imported.counts.items()):
+            done = ", ".join(f"{number} {key}" for key, number in tally.items() if number)
+            if done:
+                self.stdout.write(f"  {section}: {done}")
+        if imported.published:
+            passed = sum(1 for r in imported.test_results if r.passed)
+            self.stdout.write(f"Test cases: {passed} of {len(imported.test_results)} passed.")
+        if imported.failing:
+            self.stdout.write(
+                self.style.WARNING(
+                    f"Published with {len(imported.failing)} failing test case(s) (--force): "
+                    + ", ".join(imported.failing)
+                )
+            )
         for slug, token in sorted(result.source_tokens.items()):
             self.stdout.write(
                 self.style.WARNING(

@@ -3,6 +3,12 @@ documented answer becomes the right kind of outcome, and the token is in none of
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 
 from leads.sources import flatten
@@ -153,3 +159,51 @@ def test_a_bundle_that_cannot_be_read_is_unavailable_and_says_so(meta_graph_tls,
     unreadable = _error(meta_graph_tls, lead_id, verify=str(garbage))
     assert unreadable.kind == "unavailable"
     assert "META_GRAPH_CA_BUNDLE" in str(unreadable)
+
+
+@contextlib.contextmanager
+def _dripping_graph(*, body: bytes, every: float) -> Iterator[str]:
+    """A Graph stand-in that answers 200 at once, then sends its body a byte every ``every``
+    seconds: each read is quick, the answer as a whole is not."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                for i in range(len(body)):
+                    self.wfile.write(body[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(every)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_answer_that_drips_in_is_a_timeout_of_the_whole_call():
+    # On the I/O worker (a threads pool: no task time limit) this call is all that bounds the
+    # thread. A byte every 0.2 s never trips httpx's per-read timeout of 1 s; the whole answer
+    # (40 bytes, 8 s) must still be given up once the timeout has passed.
+    body = b'{"id": "123", "field_data": []}'.ljust(40)
+    with _dripping_graph(body=body, every=0.2) as url:
+        started = time.monotonic()
+        with pytest.raises(GraphError) as caught:
+            fetch_lead(leadgen_id="123", token="t", base_url=url, version="v21.0", timeout=1.0)
+        elapsed = time.monotonic() - started
+    assert caught.value.kind == "unavailable"
+    assert "1 s" in str(caught.value)
+    assert elapsed < 3.0, f"the call took {elapsed:.1f} s with a timeout of 1 s"

@@ -18,6 +18,13 @@ from routing.enrichment.store import redis_client
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def _no_realtime_share(settings):  # type: ignore[no-untyped-def]
+    """These count a stage's own reservation; the realtime share has tests of its own
+    (tests/routing/enrichment/test_realtime_share.py)."""
+    settings.REALTIME_RESERVED_SHARE = 0
+
+
 def _bucket(burst: int = 3) -> RedisTokenBucket:
     client = redis_client()
     if client is None:

@@ -105,9 +105,10 @@ def test_an_owner_out_of_office_is_noted_and_the_rules_decide(world):
     assert assignment.kind == AssignmentKind.INITIAL
     assert assignment.rep == world["ben"]
     whys = [entry["why"] for entry in assignment.trace]
+    until = f"{world['ana'].out_of_office_until:%Y-%m-%d %H:%M} UTC"
     assert (
-        "already owned in HubSpot by Ana (contact 501), who is out of office: routed by the rules"
-        in whys
+        "already owned in HubSpot by Ana (contact 501), who cannot take leads now "
+        f"(out of office until {until}): routed by the rules" in whys
     )
 
 

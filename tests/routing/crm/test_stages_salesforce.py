@@ -19,7 +19,6 @@ from routing import decisions
 from routing.crm.health import crm_health_check
 from routing.crm.lookup import clear_connection_cache, crm_sweep_due, lead_crm_lookup
 from routing.crm.models import CrmConnection, CrmOwner
-from routing.crm.roster import crm_roster_sync
 from routing.crm.salesforce import clear_token_cache
 from routing.crm.secrets import secret_seal
 from routing.crm.touches import crm_touches_sync
@@ -29,8 +28,8 @@ from routing.models import Assignment, AssignmentKind
 from routing.monitoring.models import Alert
 from routing.services import lead_process
 from tests.leads.factories import LeadFactory
+from tests.routing.crm.orgs import salesforce_org
 from tests.routing.enrichment.conftest import Sent, sent
-from tests.routing.factories import RepFactory, published_ruleset, team_with
 from tests.support.crm_salesforce import SalesforceStandIn, salesforce_standin
 
 __all__ = ["salesforce_standin", "sent"]
@@ -53,37 +52,14 @@ def org(salesforce_standin: SalesforceStandIn, settings: Any) -> dict[str, Any]:
     """An org with two users who are reps, one who is not, and a connection to it."""
     settings.CRM_CA_BUNDLE = salesforce_standin.ca_file
     settings.CRM_LOOKUP_BACKOFF_SECONDS = 0
-    sf = salesforce_standin
-    users = {
-        "ana": sf.add_user(email="ana@example.com", name="Ana A"),
-        "ben": sf.add_user(email="ben@example.com", name="Ben B"),
-        "ops": sf.add_user(email="ops@example.com", name="Integration"),
-    }
-    ana = RepFactory(email="ana@example.com", name="Ana")
-    ben = RepFactory(email="ben@example.com", name="Ben")
-    team = team_with([ana, ben])
-    connection = CrmConnection.objects.create(
-        kind="salesforce",
-        name="Salesforce",
-        base_url=sf.url,
-        auth_flow="client_credentials",
-        client_id=sf.client_id,
-        secret_encrypted=secret_seal(sf.client_secret),
-        writeback_enabled=True,
-        touches_enabled=True,
-        # The pace is tested elsewhere (test_limits, test_pace, the worker tests): with the
-        # default burst of 10, two leads' lookups and write-backs outrun the bucket's refill
-        # now that the stand-in answers without Nagle's 40 ms.
-        rate_per_minute=60_000,
-        burst=100,
-    )
-    report = crm_roster_sync(connection, create_reps=False)
-    assert sorted(report.linked) == ["ana@example.com", "ben@example.com"], report.summary()
-    published_ruleset(
+    # The pace is tested elsewhere (test_limits, test_pace, the worker tests): with a burst
+    # of 10, two leads' lookups and write-backs outrun the bucket's refill now that the
+    # stand-in answers without Nagle's 40 ms; the org's default is 60,000 a minute, burst 100.
+    return salesforce_org(
+        salesforce_standin,
         {"name": "Named accounts", "action": {"type": "account_owner"}},
-        {"name": "Everyone", "action": {"type": "team", "team": team.name}},
+        touches_enabled=True,
     )
-    return {"sf": sf, "users": users, "ana": ana, "ben": ben, "connection": connection}
 
 
 def _route(lead: Lead, capture: Any) -> str | None:
@@ -225,7 +201,10 @@ def test_an_owner_changed_in_salesforce_is_a_reassignment_without_a_write_back(
     assert not Delivery.objects.filter(assignment=current, channel="crm").exists()
 
 
-@pytest.mark.parametrize("why", ["inactive", "out of office", "deactivated in the CRM"])
+@pytest.mark.parametrize(
+    "why",
+    ["inactive", "out of office", "deactivated in the CRM", "on leave", "company holiday"],
+)
 def test_an_owner_changed_in_salesforce_to_an_ineligible_rep_is_noted_not_assigned(
     org, why, django_capture_on_commit_callbacks
 ):
@@ -247,6 +226,10 @@ def test_an_owner_changed_in_salesforce_to_an_ineligible_rep_is_noted_not_assign
         Rep.objects.filter(pk=other.pk).update(
             out_of_office_until=timezone.now() + timedelta(days=3)
         )
+    elif why in ("on leave", "company holiday"):
+        from tests.routing.crm.test_owner_time_off import away
+
+        away(other, "leave" if why == "on leave" else "holiday")
     else:
         CrmOwner.objects.filter(pk=owner.pk).update(active_in_crm=False)
     sf.edit("Lead", lead.crm["salesforce"]["written"]["id"], OwnerId=owner.owner_id)

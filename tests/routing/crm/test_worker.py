@@ -25,6 +25,7 @@ from routing.delivery.services import deliveries_sweep_due
 from routing.models import Assignment
 from routing.monitoring.models import Alert
 from tests.leads.factories import LeadFactory
+from tests.routing.crm.orgs import salesforce_org
 from tests.routing.factories import RepFactory, published_ruleset, team_with
 from tests.support.crm_salesforce import SalesforceStandIn, salesforce_standin
 from tests.support.processes import celery_worker, wait_until
@@ -48,31 +49,11 @@ SCALE = max(1, int(os.environ.get("RELIABILITY_SCALE", "1")))
 def org(salesforce_standin: SalesforceStandIn, settings: Any) -> Iterator[dict[str, Any]]:
     settings.CRM_CA_BUNDLE = salesforce_standin.ca_file
     clear_token_cache()
-    sf = salesforce_standin
-    users = {
-        "ana": sf.add_user(email="ana@example.com", name="Ana A"),
-        "ben": sf.add_user(email="ben@example.com", name="Ben B"),
-        "ops": sf.add_user(email="ops@example.com", name="Integration"),
-    }
-    ana = RepFactory(email="ana@example.com", name="Ana")
-    ben = RepFactory(email="ben@example.com", name="Ben")
-    team = team_with([ana, ben])
-    connection = CrmConnection.objects.create(
-        kind="salesforce",
-        name="Salesforce",
-        base_url=sf.url,
-        auth_flow="client_credentials",
-        client_id=sf.client_id,
-        secret_encrypted=secret_seal(sf.client_secret),
-        writeback_enabled=True,
-        touches_enabled=True,
-        rate_per_minute=RATE_PER_MINUTE,
-        burst=BURST,
+    found = salesforce_org(
+        salesforce_standin, touches_enabled=True, rate_per_minute=RATE_PER_MINUTE, burst=BURST
     )
-    crm_roster_sync(connection, create_reps=False)
-    published_ruleset({"name": "Everyone", "action": {"type": "team", "team": team.name}})
-    sf.reset_log()
-    yield {"sf": sf, "users": users, "ana": ana, "ben": ben, "connection": connection}
+    salesforce_standin.reset_log()
+    yield found
     clear_token_cache()
 
 

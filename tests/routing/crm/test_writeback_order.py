@@ -20,17 +20,15 @@ from leads.models import CrmLookupStatus, Lead
 from routing import decisions
 from routing.crm.limits import WRITE_REQUESTS_LONGEST
 from routing.crm.lookup import clear_connection_cache, lead_crm_lookup
-from routing.crm.models import CrmConnection, CrmOwner
-from routing.crm.roster import crm_roster_sync
+from routing.crm.models import CrmOwner
 from routing.crm.salesforce import clear_token_cache
-from routing.crm.secrets import secret_seal
 from routing.delivery.models import Delivery
 from routing.delivery.services import delivery_attempt
 from routing.models import Assignment
 from routing.services import lead_process, lead_reassign
 from tests.leads.factories import LeadFactory
+from tests.routing.crm.orgs import salesforce_org
 from tests.routing.enrichment.conftest import Sent, sent
-from tests.routing.factories import RepFactory, published_ruleset, team_with
 from tests.support.crm_salesforce import SalesforceStandIn, salesforce_standin
 from tests.support.processes import wait_until
 
@@ -48,29 +46,7 @@ def org(salesforce_standin: SalesforceStandIn, settings: Any, sent: Sent) -> Ite
     decisions.clear_live_config_cache()
     clear_connection_cache()
     clear_token_cache()
-    sf = salesforce_standin
-    users = {
-        "ana": sf.add_user(email="ana@example.com", name="Ana A"),
-        "ben": sf.add_user(email="ben@example.com", name="Ben B"),
-        "ops": sf.add_user(email="ops@example.com", name="Integration"),
-    }
-    ana = RepFactory(email="ana@example.com", name="Ana")
-    ben = RepFactory(email="ben@example.com", name="Ben")
-    team = team_with([ana, ben])
-    connection_row = CrmConnection.objects.create(
-        kind="salesforce",
-        name="Salesforce",
-        base_url=sf.url,
-        auth_flow="client_credentials",
-        client_id=sf.client_id,
-        secret_encrypted=secret_seal(sf.client_secret),
-        writeback_enabled=True,
-        rate_per_minute=60_000,
-        burst=100,
-    )
-    crm_roster_sync(connection_row, create_reps=False)
-    published_ruleset({"name": "Everyone", "action": {"type": "team", "team": team.name}})
-    yield {"sf": sf, "users": users, "ana": ana, "ben": ben}
+    yield salesforce_org(salesforce_standin)
     clear_token_cache()
     decisions.clear_live_config_cache()
 
@@ -155,6 +131,7 @@ def test_a_stale_write_back_cannot_land_after_the_reassignments(org):
 
 def test_a_crm_write_back_holds_its_delivery_for_every_request_it_may_make(org, settings):
     settings.CRM_TIMEOUT_SECONDS = 30.0
+    settings.CRM_CALL_DEADLINE_SECONDS = 30.0
     settings.DELIVERY_LEASE_SECONDS = 60
     sf = org["sf"]
     lead = _routed("lease@fresh.io")

@@ -315,3 +315,67 @@ def test_the_standardwebhooks_library_verifies_every_attempt(
             Webhook(WebhookEndpoint(name="x", url=endpoint.url).secret).verify(
                 request.get_data(), headers
             )
+
+
+class _Trickler:
+    """A receiver that reads the request, then sends ``HTTP/1.1 200 OK`` and its headers one
+    byte every 0.1 s: each read gets a byte in time, the answer never ends."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: Any) -> None:
+        with conn:
+            conn.recv(65536)
+            answer = b"HTTP/1.1 200 OK\r\n" + b"X-Padding: " + b"x" * 200 + b"\r\n\r\nok"
+            for i in range(len(answer)):
+                if self.stop.is_set():
+                    return
+                try:
+                    conn.sendall(answer[i : i + 1])
+                except OSError:
+                    return
+                time.sleep(0.1)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+def test_a_receiver_trickling_its_headers_is_cut_at_the_timeout(
+    assignment: Assignment, published: list[int], settings: Any, allow_private: None
+) -> None:
+    """The whole answer, status line and headers included, must arrive within
+    DELIVERY_TIMEOUT_SECONDS: on the I/O worker a trickling receiver would hold a thread."""
+    settings.DELIVERY_TIMEOUT_SECONDS = 0.5
+    trickler = _Trickler()
+    try:
+        endpoint = WebhookEndpoint(name="Trickler", url=trickler.url)
+        endpoint.full_clean()
+        endpoint.save()
+        delivery = webhook_delivery(assignment, endpoint)
+        started = time.monotonic()
+        assert delivery_attempt(delivery_id=delivery.pk) == "retry"
+        took = time.monotonic() - started
+        assert took < 2.0, took
+        delivery.refresh_from_db()
+        assert delivery.status == DeliveryStatus.PENDING
+        assert "timed out" in delivery.last_error
+    finally:
+        trickler.close()

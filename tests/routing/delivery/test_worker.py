@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import transaction
 from pytest_httpserver import HTTPServer
@@ -75,4 +77,58 @@ def test_a_worker_delivers_after_a_failure_and_ignores_duplicate_messages(
         secret=endpoint.secret, headers=dict(second.headers), body=second.get_data()
     )
     log = list(Delivery.objects.get(pk=webhook.pk).attempt_log.values_list("number", "outcome"))
+    assert log == [(1, "retry"), (2, "delivered")]
+
+
+def test_a_worker_dms_the_rep_in_slack_after_a_429_and_never_twice(
+    assignment: Assignment, httpserver: HTTPServer
+) -> None:
+    """The whole path through a real worker: the outbox row, slack-sdk's WebClient, a 429 with
+    Retry-After honoured (then the sweep), delivered once despite duplicate messages."""
+    from routing.crm.secrets import secret_seal
+    from routing.delivery.models import NotificationChannel, NotificationKind
+    from tests.support.chat_standins import SLACK_TOKEN, SlackStandin
+
+    slack = SlackStandin(httpserver, users={"rep@example.com": "U0REP1"})
+    slack.rate_limited_for, slack.retry_after = 1, 2
+    channel = NotificationChannel.objects.create(
+        name="Rita DM",
+        kind=NotificationKind.SLACK_BOT,
+        rep=assignment.rep,
+        secret_encrypted=secret_seal(SLACK_TOKEN),
+    )
+    extra_env = {
+        "DELIVERY_ALLOW_PRIVATE_URLS": "1",
+        "EMAIL_URL": "consolemail://",
+        "SLACK_API_BASE_URL": slack.base_url,
+    }
+    app.control.purge()
+    with celery_worker(concurrency=2, queues=["delivery"], extra_env=extra_env) as worker:
+        with transaction.atomic():
+            rows = deliveries_schedule(assignment=assignment)
+        dm = next(row for row in rows if row.notification_channel_id == channel.pk)
+
+        def status() -> str:
+            return Delivery.objects.get(pk=dm.pk).status
+
+        wait_until(
+            lambda: Delivery.objects.get(pk=dm.pk).attempt_log.count() == 1,
+            60,
+            message=worker.text()[-3000:],
+        )
+        dm.refresh_from_db()
+        assert dm.status == DeliveryStatus.PENDING
+        assert dm.last_status_code == 429
+        assert dm.next_attempt_at is not None
+        assert dm.next_attempt_at >= dm.attempt_log.get().at + timedelta(seconds=2)
+        make_due(dm)
+        assert deliveries_sweep_due() >= 1
+        wait_until(lambda: status() == DeliveryStatus.DELIVERED, 60, message=worker.text()[-3000:])
+        for _ in range(3):
+            app.send_task("delivery.deliver", args=[dm.pk])
+        wait_until(lambda: succeeded(worker.text(), "delivery.deliver") >= 6, 30)
+
+    assert len(slack.posted) == 1
+    assert slack.posted[0]["channel"] == "U0REP1"
+    log = list(Delivery.objects.get(pk=dm.pk).attempt_log.values_list("number", "outcome"))
     assert log == [(1, "retry"), (2, "delivered")]

@@ -188,6 +188,14 @@ def test_the_issue_example_path() -> None:
             rule("r", 1, {"type": "tag", "priority": 3}),
             "rules[0].action.priority: must be non-empty text, got a number",
         ),
+        (
+            rule("r", 1, {"type": "tag", "priority": " None "}),
+            'rules[0].action.priority: "none" is reserved for leads without a priority',
+        ),
+        (
+            rule("r", 1, {"type": "tag", "priority": "h" * 51}),
+            "rules[0].action.priority: must be at most 50 characters, got 51",
+        ),
         ({"name": "r", "priority": 1}, "rules[0].action: must be an object with a type, got null"),
         (rule("", 1, TEAM), "rules[0].name: must be a non-empty name, got text"),
         (rule("r", "1", TEAM), "rules[0].priority: must be a whole number, got text"),  # type: ignore[arg-type]
@@ -314,3 +322,11 @@ def test_sla_minutes_are_bounded_with_a_path():
     text = str(caught.value)
     assert "rules[0].sla_minutes" in text
     assert "rules[1].action.sla_minutes" in text
+
+
+def test_the_engines_priority_bound_is_the_columns() -> None:
+    from leads.priority import PRIORITY_MAX_LENGTH as COLUMN
+    from routing.engine.ruleset import PRIORITY_MAX_LENGTH
+
+    assert PRIORITY_MAX_LENGTH == COLUMN
+    compile_rules([rule("r", 1, {"type": "tag", "priority": "h" * COLUMN})])  # no error

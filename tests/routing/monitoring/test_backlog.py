@@ -348,7 +348,16 @@ def test_a_queue_no_worker_ever_drained_raises_a_worker_alert_within_two_minutes
     stale = set(
         Alert.objects.filter(kind="worker", status="open").values_list("subject", flat=True)
     )
-    assert stale == {"enrichment", "crm", "delivery", "maintenance"}
+    assert stale == {
+        "routing.realtime",
+        "routing.bulk",
+        "enrichment",
+        "enrichment.realtime",
+        "crm",
+        "crm.realtime",
+        "delivery",
+        "maintenance",
+    }
 
 
 @pytest.mark.django_db
@@ -483,3 +492,35 @@ def test_an_unassigned_lead_retried_now_is_not_a_late_backlog(settings: Any) -> 
     # It still counts as late once it has waited too long since it was queued again.
     later = backlog_check(now=timezone.now() + timedelta(seconds=301))
     assert any("the oldest lead has waited" in problem for problem in later.problems)
+
+
+def test_each_lane_is_reported_and_a_realtime_lead_waiting_a_minute_opens_the_alert(
+    settings: Any,
+) -> None:
+    """Issue 20: a bulk backlog within its limits, but a form lead stuck behind it for over a
+    minute, is a backlog (the prospect left the page long ago)."""
+    settings.BACKLOG_ALERT_DEPTH = 100
+    settings.BACKLOG_ALERT_REALTIME_AGE_SECONDS = 60
+    now = timezone.now()
+    for _ in range(5):
+        LeadFactory(lane="bulk", received_at=now - timedelta(seconds=200))
+    LeadFactory(lane="realtime", received_at=now - timedelta(seconds=30))
+    LeadFactory(lane="normal", status=LeadStatus.ASSIGNED, received_at=now - timedelta(hours=1))
+    report = backlog_check(now=now)
+    assert report.lanes["bulk"].received == 5
+    assert report.lanes["bulk"].oldest_received_seconds == pytest.approx(200, abs=1)
+    assert report.lanes["realtime"].received == 1
+    assert report.lanes["normal"].received == 0
+    assert report.lanes["normal"].oldest_received_seconds == 0
+    assert report.lanes["realtime"].queue_length == 0  # routing.realtime's length
+    assert report.as_data()["lanes"]["bulk"] == {
+        "received": 5,
+        "oldest_received_seconds": pytest.approx(200, abs=1),
+        "queue_length": 0,
+    }
+    assert _open(AlertKind.BACKLOG) == []  # bulk 200 s < 300 s, realtime 30 s < 60 s
+
+    report = backlog_check(now=now + timedelta(seconds=40))
+    (alert,) = _open(AlertKind.BACKLOG)
+    assert "the oldest realtime lead has waited 70 s (1 realtime waiting)" in alert.message
+    assert alert.data["lanes"]["realtime"]["received"] == 1

@@ -233,3 +233,19 @@ def test_behind_a_proxy_the_loopback_allowlist_is_not_trusted(
     settings.BEHIND_TLS_PROXY = False
     settings.METRICS_TOKEN = ""
     scrape(client, REMOTE_ADDR="127.0.0.1")
+
+
+def test_each_lane_has_its_backlog_and_oldest_wait(client: Client) -> None:
+    now = timezone.now()
+    LeadFactory(lane="bulk", received_at=now - timedelta(seconds=120))
+    LeadFactory(lane="bulk", received_at=now - timedelta(seconds=10))
+    LeadFactory(lane="realtime", received_at=now - timedelta(seconds=5))
+    LeadFactory(lane="realtime", status=LeadStatus.ASSIGNED, received_at=now - timedelta(hours=1))
+    got = scrape(client)
+    assert got[("leadrouter_lane_backlog_leads", (("lane", "bulk"),))] == 2
+    assert got[("leadrouter_lane_backlog_leads", (("lane", "realtime"),))] == 1
+    assert got[("leadrouter_lane_backlog_leads", (("lane", "normal"),))] == 0
+    oldest = "leadrouter_lane_backlog_oldest_seconds"
+    assert got[(oldest, (("lane", "bulk"),))] == pytest.approx(120, abs=5)
+    assert got[(oldest, (("lane", "realtime"),))] == pytest.approx(5, abs=5)
+    assert got[(oldest, (("lane", "normal"),))] == 0

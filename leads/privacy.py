@@ -1,0 +1,284 @@
+"""Personal data sealed under a per-person key, so that erasure can destroy it (crypto-shredding).
+
+Each person (a normalised e-mail, else a phone) has a ``PersonKey`` row: a random Fernet data
+key, wrapped (encrypted) by the master key ``PRIVACY_KEYS`` that lives outside the database, and
+found by an HMAC of the address (``PRIVACY_HASH_KEY``), never the address itself. The personal
+content of audit events (their trace, and the ``data`` values that quote the lead) is stored
+sealed with that key; erasure nulls the wrapped key, so what was sealed stays in the append-only
+log, still covered by its hash chain, and can never be opened again.
+
+Rotation of the master key: put a new key first in ``PRIVACY_KEYS`` (all keys unwrap, the first
+wraps), run ``manage.py privacy_rewrap`` (each person's data key re-wrapped under the new one;
+nothing sealed changes, since it is sealed with the data keys), then drop the old key.
+
+A process keeps an unwrapped key ``PRIVACY_KEY_CACHE_SECONDS`` (one read per lead, not per
+event or field); an erasure clears its own process's cache at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+ERASED = "erased person"
+# What an opened event shows when its person's key is gone (erased) or cannot be unwrapped.
+UNREADABLE = "unreadable (the privacy key that wraps it is not configured)"
+
+# Top-level `data` keys of audit events that can quote a lead's personal fields; the rest of
+# `data` (reason, kind, tags, manual, provider...) stays plain: reports and counters query it.
+PERSONAL_DATA_KEYS = frozenset({"summary", "matched_on", "error", "person", "company"})
+# Inside a `crm` mapping (by CRM kind): what the CRM said about the person.
+PERSONAL_CRM_KEYS = frozenset({"person", "company", "person_owner"})
+
+_CACHE_SIZE = 4096
+
+
+class PrivacyKeyError(ValueError):
+    """``PRIVACY_KEYS`` holds no usable Fernet key, or none of them unwraps a stored key."""
+
+
+def _master() -> MultiFernet:
+    keys = [k.strip() for k in settings.PRIVACY_KEYS if k.strip()]
+    try:
+        return MultiFernet([Fernet(key.encode()) for key in keys])
+    except (ValueError, TypeError) as exc:
+        raise PrivacyKeyError(
+            "PRIVACY_KEYS holds a value that is not a Fernet key (32 url-safe base64 bytes; "
+            "make one with `manage.py privacy_rewrap --new-key`)"
+        ) from exc
+
+
+def new_master_key() -> str:
+    return Fernet.generate_key().decode()
+
+
+def normalise_email(email: str) -> str:
+    return email.strip().lower()
+
+
+def normalise_phone(phone: str) -> str:
+    text = phone.strip()
+    digits = "".join(ch for ch in text if ch.isdigit())
+    return ("+" if text.startswith("+") else "") + digits
+
+
+def lookup_hash(*, email: str = "", phone: str = "") -> str:
+    """The keyed hash that finds a person's key: of the e-mail when given, else the phone."""
+    if email.strip():
+        text = "email:" + normalise_email(email)
+    elif normalise_phone(phone).lstrip("+"):
+        text = "phone:" + normalise_phone(phone)
+    else:
+        raise ValueError("a person is found by an e-mail or a phone")
+    return hmac.new(settings.PRIVACY_HASH_KEY.encode(), text.encode(), hashlib.sha256).hexdigest()
+
+
+class _KeyCache:
+    """person key id -> (expires at, Fernet or None when erased), bounded, thread-safe."""
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[int, tuple[float, Fernet | None]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key_id: int) -> tuple[bool, Fernet | None]:
+        with self._lock:
+            item = self._items.get(key_id)
+            if item is None or item[0] < time.monotonic():
+                return False, None
+            self._items.move_to_end(key_id)
+            return True, item[1]
+
+    def put(self, key_id: int, value: Fernet | None) -> None:
+        ttl = float(settings.PRIVACY_KEY_CACHE_SECONDS)
+        if ttl <= 0:
+            return
+        with self._lock:
+            self._items[key_id] = (time.monotonic() + ttl, value)
+            self._items.move_to_end(key_id)
+            while len(self._items) > _CACHE_SIZE:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+_cache = _KeyCache()
+
+
+def cache_clear() -> None:
+    _cache.clear()
+
+
+def _unwrap(wrapped: str | None) -> Fernet | None:
+    if not wrapped:
+        return None
+    try:
+        return Fernet(_master().decrypt(wrapped.encode()))
+    except InvalidToken as exc:
+        raise PrivacyKeyError(
+            "a person's key cannot be unwrapped with PRIVACY_KEYS (a master key was removed "
+            "or lost)"
+        ) from exc
+
+
+def person_fernet(key_id: int) -> Fernet | None:
+    """The person's data key (None: erased). One read per key per cache period."""
+    from leads.models import PersonKey
+
+    hit, value = _cache.get(key_id)
+    if hit:
+        return value
+    wrapped = PersonKey.objects.filter(pk=key_id).values_list("wrapped", flat=True).first()
+    value = _unwrap(wrapped)
+    _cache.put(key_id, value)
+    return value
+
+
+def person_fernets(key_ids: set[int]) -> dict[int, Fernet | None]:
+    """Many people's keys in one query (a page of events): id -> Fernet, None when erased."""
+    from leads.models import PersonKey
+
+    found: dict[int, Fernet | None] = {}
+    wanted = set()
+    for key_id in key_ids:
+        hit, value = _cache.get(key_id)
+        if hit:
+            found[key_id] = value
+        else:
+            wanted.add(key_id)
+    if wanted:
+        rows = dict(PersonKey.objects.filter(pk__in=wanted).values_list("pk", "wrapped"))
+        for key_id in wanted:
+            value = _unwrap(rows.get(key_id))
+            _cache.put(key_id, value)
+            found[key_id] = value
+    return found
+
+
+def person_key_for(*, email: str = "", phone: str = "") -> int | None:
+    """The id of the person's key, created on first use; None without an e-mail or phone."""
+    from leads.models import PersonKey
+
+    try:
+        lookup = lookup_hash(email=email, phone=phone)
+    except ValueError:
+        return None
+    existing = PersonKey.objects.filter(lookup=lookup).values_list("pk", flat=True).first()
+    if existing is not None:
+        return existing
+    wrapped = _master().encrypt(Fernet.generate_key()).decode()
+    try:
+        with transaction.atomic():
+            return PersonKey.objects.create(lookup=lookup, wrapped=wrapped).pk
+    except IntegrityError:  # another worker created it meanwhile
+        return PersonKey.objects.filter(lookup=lookup).values_list("pk", flat=True).get()
+
+
+def seal(fernet: Fernet, value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return fernet.encrypt(text.encode("utf-8")).decode()
+
+
+def unseal(fernet: Fernet, sealed: str) -> Any:
+    """What ``seal`` sealed; PrivacyKeyError when ``fernet`` is not the key it was sealed with."""
+    try:
+        return json.loads(fernet.decrypt(sealed.encode()).decode("utf-8"))
+    except InvalidToken as exc:
+        raise PrivacyKeyError("sealed with another key, or altered") from exc
+
+
+def split_personal(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(what stays plain, what is sealed) of an event's ``data``."""
+    plain: dict[str, Any] = {}
+    personal: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in PERSONAL_DATA_KEYS:
+            personal[key] = value
+        elif key == "crm" and isinstance(value, dict):
+            kinds_plain: dict[str, Any] = {}
+            kinds_personal: dict[str, Any] = {}
+            for kind, entry in value.items():
+                if isinstance(entry, dict):
+                    kinds_plain[kind] = {
+                        k: v for k, v in entry.items() if k not in PERSONAL_CRM_KEYS
+                    }
+                    hidden = {k: v for k, v in entry.items() if k in PERSONAL_CRM_KEYS}
+                    if hidden:
+                        kinds_personal[kind] = hidden
+                else:
+                    kinds_plain[kind] = entry
+            plain[key] = kinds_plain
+            if kinds_personal:
+                personal[key] = kinds_personal
+        else:
+            plain[key] = value
+    return plain, personal
+
+
+def merge_personal(plain: dict[str, Any], personal: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of ``split_personal``."""
+    merged = dict(plain)
+    for key, value in personal.items():
+        if key == "crm" and isinstance(value, dict) and isinstance(merged.get("crm"), dict):
+            crm = {kind: dict(entry) for kind, entry in merged["crm"].items()}
+            for kind, hidden in value.items():
+                crm.setdefault(kind, {}).update(hidden)
+            merged["crm"] = crm
+        else:
+            merged[key] = value
+    return merged
+
+
+def blanked(personal: dict[str, Any], word: str) -> dict[str, Any]:
+    """What readers see of sealed ``data`` values when they cannot be opened: ``word``."""
+    out: dict[str, Any] = {}
+    for key, value in personal.items():
+        if key == "crm" and isinstance(value, dict):
+            out[key] = {
+                kind: dict.fromkeys(hidden, word) if isinstance(hidden, dict) else word
+                for kind, hidden in value.items()
+            }
+        else:
+            out[key] = word
+    return out
+
+
+def rewrap_all(*, batch: int = 500) -> int:
+    """Re-wrap every live person key under the first master key; the count re-wrapped."""
+    from leads.models import PersonKey
+
+    master = _master()
+    done = 0
+    last = 0
+    while True:
+        with transaction.atomic():
+            rows = list(
+                PersonKey.objects.select_for_update()
+                .filter(pk__gt=last, wrapped__isnull=False)
+                .order_by("pk")
+                .values_list("pk", "wrapped")[:batch]
+            )
+            if not rows:
+                return done
+            for key_id, wrapped in rows:
+                if wrapped is None:
+                    continue
+                try:
+                    rotated = master.rotate(wrapped.encode()).decode()
+                except InvalidToken as exc:
+                    raise PrivacyKeyError(
+                        f"person key {key_id} cannot be unwrapped with PRIVACY_KEYS"
+                    ) from exc
+                PersonKey.objects.filter(pk=key_id).update(wrapped=rotated)
+                done += 1
+            last = rows[-1][0]

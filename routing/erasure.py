@@ -1,0 +1,279 @@
+"""Erase one person: every lead of theirs loses its personal data, the decisions stay.
+
+``person_erase`` runs in one transaction per person (nothing half-erased): it finds their leads
+(by the e-mail or phone given, and by their person key's lookup hash), locks them (a lead being
+routed is erased once its worker commits), overwrites their personal fields and payloads,
+destroys their person keys (so the personal content sealed into the append-only audit log can
+never be opened again, while its hash chain still verifies), clears the outbox bodies, the
+refused inbox rows and the CRM/enrichment/fetch results held for them, and appends an
+``erased`` event to each lead's chain: who, when, why and what was cleared, nothing personal.
+Which rule, which rep, when: the assignments and the events' plain fields remain.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.admin.models import LogEntry
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection, transaction
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
+from django.utils import timezone
+
+from audit.models import EventType
+from audit.services import event_record
+from leads import privacy
+from leads.models import Lead, PersonKey, RefusedPayload
+from routing.delivery.models import Delivery, DeliveryAttempt, DeliveryStatus
+from routing.models import Assignment
+
+logger = logging.getLogger(__name__)
+
+ERASED = privacy.ERASED
+ERASED_PAYLOAD: dict[str, Any] = {"erased": True}
+ERASED_TRACE: list[dict[str, Any]] = [{"rule": None, "matched": False, "why": ERASED}]
+
+# What erasure overwrites on a lead, and with what. The display name becomes "erased person".
+LEAD_ERASED_VALUES: dict[str, Any] = {
+    "first_name": ERASED,
+    "last_name": "",
+    "email": "",
+    "phone": "",
+    "company": "",
+    "title": "",
+    "city": "",
+    "postal_code": "",
+    "raw_payload": ERASED_PAYLOAD,
+    "custom": {},
+    "enrichment": {},
+    "crm": {},
+    "fetch": {},
+    "last_error": "",
+    "dedup_key": "",
+    "idempotency_key": None,
+    "request_fingerprint": "",
+}
+
+
+class ErasureRefused(ValueError):
+    """The request names no person (no e-mail and no phone)."""
+
+
+@dataclass(slots=True)
+class ErasureResult:
+    leads: int = 0
+    keys: int = 0
+    assignments: int = 0
+    deliveries: int = 0
+    delivery_attempts: int = 0
+    refused_payloads: int = 0
+    already_erased: int = 0
+    lead_ids: list[str] = field(default_factory=list)
+
+    @property
+    def found(self) -> bool:
+        return bool(self.leads or self.keys or self.refused_payloads)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "leads": self.leads,
+            "person_keys": self.keys,
+            "assignments": self.assignments,
+            "deliveries": self.deliveries,
+            "delivery_attempts": self.delivery_attempts,
+            "refused_payloads": self.refused_payloads,
+        }
+
+    def sentence(self) -> str:
+        if not self.found:
+            return "nothing held about this person (unknown, or erased before)"
+        counts = ", ".join(
+            f"{value} {name.replace('_', ' ')}" for name, value in self.counts().items()
+        )
+        return f"erased: {counts}"
+
+
+def _needles(email: str, phone: str) -> list[str]:
+    out = []
+    if email:
+        out += [email, privacy.normalise_email(email)]
+    if phone:
+        out += [phone, privacy.normalise_phone(phone)]
+    return sorted({n for n in out if len(n) >= 3})
+
+
+def _refused_ids(needles: list[str]) -> set[int]:
+    """Refused inbox rows whose body holds the e-mail or phone, byte for byte."""
+    table = RefusedPayload._meta.db_table
+    found: set[int] = set()
+    with connection.cursor() as cursor:
+        for needle in needles:
+            if connection.vendor == "postgresql":
+                sql = f"SELECT id FROM {table} WHERE position(%s::bytea in body) > 0"  # noqa: S608
+            else:
+                sql = f"SELECT id FROM {table} WHERE instr(body, %s) > 0"  # noqa: S608
+            cursor.execute(sql, [needle.encode()])
+            found |= {row[0] for row in cursor.fetchall()}
+    return found
+
+
+def _all_needles(emails: set[str], phones: set[str]) -> list[str]:
+    return sorted(
+        {n for e in emails for n in _needles(e, "")} | {n for p in phones for n in _needles("", p)}
+    )
+
+
+def refused_ids_holding(emails: set[str], phones: set[str]) -> set[int]:
+    """Refused inbox rows whose body holds one of these e-mails or phones."""
+    return _refused_ids(_all_needles(emails, phones))
+
+
+def _lookups(emails: set[str], phones: set[str]) -> list[str]:
+    return [privacy.lookup_hash(email=e) for e in sorted(emails)] + [
+        privacy.lookup_hash(phone=p) for p in sorted(phones)
+    ]
+
+
+def _person_leads(
+    emails: set[str], phones: set[str], lead_ids: list[Any], *, lock: bool = True
+) -> list[Lead]:
+    """The leads these identifiers (or ids) name, in id order (locked unless ``lock`` False)."""
+    match = Q(pk__in=list(lead_ids))
+    for email in emails:
+        match |= Q(email__iexact=privacy.normalise_email(email))
+    for phone in phones:
+        match |= Q(phone=privacy.normalise_phone(phone)) | Q(phone=phone)
+    match |= Q(person_key__lookup__in=_lookups(emails, phones))
+    # Leads not normalised yet (still queued) hold the person only in their raw payload.
+    raw = Q()
+    for email in emails:
+        for needle in _needles(email, ""):
+            raw |= Q(raw_text__icontains=needle)
+    for phone in phones:
+        for needle in _needles("", phone):
+            raw |= Q(raw_text__icontains=needle)
+    if raw:
+        match |= Q(
+            pk__in=Lead.objects.filter(normalized_at__isnull=True)
+            .annotate(raw_text=Cast("raw_payload", TextField()))
+            .filter(raw)
+            .values("pk")
+        )
+    rows = Lead.objects.filter(match).order_by("pk")
+    if lock and connection.features.has_select_for_update:
+        rows = rows.select_for_update(of=("self",))
+    return list(rows)
+
+
+def person_identify(
+    *, email: str = "", phone: str = "", lead_ids: list[Any] | None = None, lock: bool = False
+) -> tuple[list[Lead], set[str], set[str]]:
+    """The person's leads, e-mails and phones: whoever the e-mail, phone or lead ids name, and
+    every e-mail their leads hold (not every phone: a phone found that way may be a switchboard
+    others share). ``lock``: the leads are locked (inside a transaction)."""
+    email, phone = email.strip(), phone.strip()
+    emails = {email} if email else set()
+    phones = {phone} if privacy.normalise_phone(phone).lstrip("+") else set()
+    leads: list[Lead] = []
+    for _ in range(4):
+        leads = _person_leads(emails, phones, lead_ids or [], lock=lock)
+        found = {lead.email for lead in leads if lead.email}
+        if {e.lower() for e in found} <= {e.lower() for e in emails}:
+            break
+        emails |= found
+    return leads, emails, phones
+
+
+def person_erase(
+    *,
+    email: str = "",
+    phone: str = "",
+    actor: str,
+    reason: str,
+    lead_ids: list[Any] | None = None,
+) -> ErasureResult:
+    """Erase everything personal held about the person with this e-mail or phone.
+
+    ``lead_ids``: leads of this person to erase whatever their fields say (the lead an erasure
+    was asked for by id: one still queued holds the person only in its raw payload). Unknown,
+    or erased before: an empty result (``found`` False), nothing written, no error.
+    """
+    email, phone = email.strip(), phone.strip()
+    if not email and not privacy.normalise_phone(phone).lstrip("+") and not lead_ids:
+        raise ErasureRefused("name the person: an e-mail or a phone")
+    result = ErasureResult()
+    now = timezone.now()
+    with transaction.atomic():
+        leads, emails, phones = person_identify(
+            email=email, phone=phone, lead_ids=lead_ids, lock=True
+        )
+        lookups = _lookups(emails, phones)
+        needles = _all_needles(emails, phones)
+        key_ids = {lead.person_key_id for lead in leads if lead.person_key_id is not None}
+        key_ids |= set(PersonKey.objects.filter(lookup__in=lookups).values_list("pk", flat=True))
+        result.keys = PersonKey.objects.filter(pk__in=key_ids, wrapped__isnull=False).update(
+            wrapped=None, lookup=None, erased_at=now
+        )
+        lead_ids = [lead.pk for lead in leads]
+        refused = _refused_ids(needles) | set(
+            RefusedPayload.objects.filter(lead_id__in=lead_ids).values_list("pk", flat=True)
+        )
+        result.refused_payloads, _ = RefusedPayload.objects.filter(pk__in=refused).delete()
+        result.assignments = Assignment.objects.filter(lead_id__in=lead_ids).update(
+            trace=ERASED_TRACE
+        )
+        deliveries = Delivery.objects.filter(assignment__lead_id__in=lead_ids)
+        Delivery.objects.filter(
+            pk__in=deliveries.filter(status=DeliveryStatus.PENDING).values("pk")
+        ).update(status=DeliveryStatus.CANCELLED, next_attempt_at=None)
+        result.deliveries = Delivery.objects.filter(pk__in=deliveries.values("pk")).update(
+            payload=ERASED_PAYLOAD, last_error=""
+        )
+        result.delivery_attempts = DeliveryAttempt.objects.filter(
+            delivery__assignment__lead_id__in=lead_ids
+        ).update(error="", response_excerpt="")
+        # The admin's change log names a lead by its display name (its e-mail).
+        LogEntry.objects.filter(
+            content_type=ContentType.objects.get_for_model(Lead),
+            object_id__in=[str(pk) for pk in lead_ids],
+        ).update(object_repr=ERASED, change_message="")
+        for lead in leads:
+            if lead.first_name == ERASED and not lead.email and not lead.phone:
+                result.already_erased += 1
+            for name, value in LEAD_ERASED_VALUES.items():
+                setattr(lead, name, value)
+            lead.save(update_fields=list(LEAD_ERASED_VALUES))
+            result.leads += 1
+            result.lead_ids.append(str(lead.pk))
+        counts = result.counts()
+        for lead in leads:
+            event_record(
+                type=EventType.ERASED,
+                lead_id=lead.pk,
+                actor=actor,
+                at=now,
+                data={"reason": reason[:500], "erased": counts},
+            )
+    privacy.cache_clear()
+    logger.info("person erased by %s: %s", actor, result.sentence())
+    return result
+
+
+def is_erased(lead: Lead) -> bool:
+    """Whether this lead's person was erased (its fields overwritten by ``person_erase``)."""
+    return lead.first_name == ERASED and not lead.email and not lead.phone
+
+
+def lead_person_erase(*, lead_id: Any, actor: str, reason: str) -> ErasureResult:
+    """Erase the person of one lead: this lead and every other lead of theirs (by its e-mail and
+    phone), as ``person_erase``. A lead erased before answers ``already_erased`` and nothing
+    is written again; an unknown lead raises ``Lead.DoesNotExist``."""
+    lead = Lead.objects.only("pk", "email", "phone", "first_name").get(pk=lead_id)
+    if is_erased(lead):
+        return ErasureResult(already_erased=1, lead_ids=[str(lead.pk)])
+    return person_erase(
+        email=lead.email, phone=lead.phone, actor=actor, reason=reason, lead_ids=[lead.pk]
+    )

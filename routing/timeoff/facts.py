@@ -1,0 +1,106 @@
+"""Time off as the engine reads it: each rep's absences and holidays, for a routing snapshot.
+
+``time_off_facts(now=..., team_members=...)`` costs one query for the absences not yet over and,
+only when a holiday calendar exists, two more (calendars with their reps and teams, custom
+days). Public holidays come from the ``holidays`` package, computed once per process for each
+(country, subdivision, year). A rep's holidays are the days of every calendar that names them
+or one of their teams, for the year before ``now`` to two years after (the SLA clock's reach).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime
+
+import holidays as holidays_package
+
+from routing.engine import Absence, Holiday
+from routing.timeoff.models import HolidayCalendar, HolidayCalendarDay, RepAbsence
+
+
+@dataclass(frozen=True, slots=True)
+class RepTimeOff:
+    """One rep's absences (not yet over) and holidays (local date -> the holiday)."""
+
+    absences: tuple[Absence, ...] = ()
+    holidays: Mapping[date, Holiday] = field(default_factory=dict)
+
+
+@functools.lru_cache(maxsize=256)
+def public_holidays(country: str, subdivision: str, year: int) -> tuple[tuple[date, str], ...]:
+    """A country's (and subdivision's) public holidays in ``year``, as (date, name) pairs."""
+    found = holidays_package.country_holidays(country, subdiv=subdivision or None, years=year)
+    return tuple(sorted(found.items()))
+
+
+def calendar_days(
+    country: str, subdivision: str, custom: Iterable[tuple[date, str]], years: Iterable[int]
+) -> dict[date, Holiday]:
+    """A calendar's days off in ``years``: public holidays, then custom days (which win)."""
+    days: dict[date, Holiday] = {}
+    if country:
+        for year in years:
+            for day, name in public_holidays(country, subdivision, year):
+                days[day] = Holiday(name=name)
+    for day, name in custom:
+        days[day] = Holiday(name=name, custom=True)
+    return days
+
+
+def time_off_facts(
+    *, now: datetime, team_members: Mapping[int, Iterable[int]]
+) -> dict[int, RepTimeOff]:
+    """Every rep with time off: their absences ending after ``now`` and their holidays."""
+    absences: dict[int, list[Absence]] = {}
+    for rep_id, starts_at, ends_at in (
+        RepAbsence.objects.filter(ends_at__gt=now)
+        .order_by("rep_id", "starts_at")
+        .values_list("rep_id", "starts_at", "ends_at")
+    ):
+        absences.setdefault(rep_id, []).append(Absence(starts_at=starts_at, ends_at=ends_at))
+    holidays = _holidays(now, team_members)
+    return {
+        rep_id: RepTimeOff(
+            absences=tuple(absences.get(rep_id, ())), holidays=holidays.get(rep_id, {})
+        )
+        for rep_id in set(absences) | set(holidays)
+    }
+
+
+def _holidays(
+    now: datetime, team_members: Mapping[int, Iterable[int]]
+) -> dict[int, dict[date, Holiday]]:
+    calendars = list(HolidayCalendar.objects.prefetch_related("reps", "teams").order_by("id"))
+    if not calendars:
+        return {}
+    years = range(now.year - 1, now.year + 3)
+    custom: dict[int, list[tuple[date, str]]] = {}
+    for calendar_id, day, name in HolidayCalendarDay.objects.filter(
+        date__year__gte=years.start, date__year__lt=years.stop
+    ).values_list("calendar_id", "date", "name"):
+        custom.setdefault(calendar_id, []).append((day, name))
+    found: dict[int, dict[date, Holiday]] = {}
+    for calendar in calendars:
+        days = calendar_days(
+            calendar.country, calendar.subdivision, custom.get(calendar.id, ()), years
+        )
+        if not days:
+            continue
+        rep_ids = {rep.id for rep in calendar.reps.all()}
+        for team in calendar.teams.all():
+            rep_ids.update(team_members.get(team.id, ()))
+        for rep_id in rep_ids:
+            found.setdefault(rep_id, {}).update(days)
+    return found
+
+
+def rep_time_off(*, rep_id: int, now: datetime) -> RepTimeOff:
+    """One rep's time off (an assignment made outside a routing decision)."""
+    from routing.models import TeamMembership
+
+    members: dict[int, list[int]] = {}
+    for team_id in TeamMembership.objects.filter(rep_id=rep_id).values_list("team_id", flat=True):
+        members.setdefault(team_id, []).append(rep_id)
+    return time_off_facts(now=now, team_members=members).get(rep_id, RepTimeOff())

@@ -1,0 +1,148 @@
+"""Time off: reps' planned absences and holiday calendars (public holidays plus custom days).
+
+An absence is stored as two aware moments; RevOps enter them in the rep's time zone (the admin
+converts). A holiday calendar is a country's public holidays (the ``holidays`` package,
+optionally one subdivision) plus custom days, applied to the reps and to the members of the
+teams it names; a holiday is a whole local day in the rep's own time zone.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import holidays as holidays_package
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone as dj_timezone
+
+__all__ = ["HolidayCalendar", "HolidayCalendarDay", "RepAbsence"]
+
+
+@functools.cache
+def supported_countries() -> dict[str, tuple[str, ...]]:
+    """Country code -> its subdivision codes, as the ``holidays`` package knows them."""
+    return {
+        code: tuple(subdivisions)
+        for code, subdivisions in holidays_package.list_supported_countries().items()
+    }
+
+
+def holiday_country_errors(country: str, subdivision: str) -> dict[str, str]:
+    """Problems with a calendar's country and subdivision (empty when they are valid)."""
+    known = supported_countries()
+    if country not in known:
+        return {"country": f'"{country}" is no country the holidays package knows (ISO alpha-2).'}
+    if subdivision and subdivision not in known[country]:
+        choices = ", ".join(known[country]) or "none"
+        return {"subdivision": f'{country} has no subdivision "{subdivision}" (known: {choices}).'}
+    return {}
+
+
+class RepAbsence(models.Model):
+    """A rep's planned time off, from ``starts_at`` (inclusive) to ``ends_at`` (exclusive)."""
+
+    rep = models.ForeignKey("routing.Rep", on_delete=models.CASCADE, related_name="absences")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    note = models.CharField(max_length=200, blank=True)
+    # When the beat job saw it start and re-routed the rep's untouched leads (once).
+    started_handled_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("rep", "starts_at", "id")
+        verbose_name = "planned absence"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ends_at__gt=F("starts_at")), name="rep_absence_ends_after_start"
+            ),
+        ]
+        indexes = [models.Index(fields=("ends_at",), name="rep_absence_ends_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.rep_id}: {self.starts_at:%Y-%m-%d %H:%M} - {self.ends_at:%Y-%m-%d %H:%M}"
+
+    def clean(self) -> None:
+        if self.starts_at is None or self.ends_at is None:
+            return
+        if self.ends_at <= self.starts_at:
+            raise ValidationError({"ends_at": "The absence must end after it starts."})
+        if self._state.adding and self.ends_at <= dj_timezone.now():
+            raise ValidationError({"ends_at": "This absence is already over: plan future ones."})
+        if self.rep_id is None:
+            return
+        overlapping = (
+            RepAbsence.objects.filter(
+                rep_id=self.rep_id, starts_at__lt=self.ends_at, ends_at__gt=self.starts_at
+            )
+            .exclude(pk=self.pk)
+            .first()
+        )
+        if overlapping is not None:
+            raise ValidationError(
+                f"It overlaps the absence from {overlapping.starts_at:%Y-%m-%d %H:%M} to "
+                f"{overlapping.ends_at:%Y-%m-%d %H:%M} UTC: change that one to cover both."
+            )
+
+
+class HolidayCalendar(models.Model):
+    """A country's public holidays (and a subdivision's) plus custom days, for reps and teams."""
+
+    name = models.CharField(max_length=200, unique=True)
+    country = models.CharField(
+        max_length=2, blank=True, help_text="ISO 3166-1 alpha-2, e.g. DE; empty = custom only."
+    )
+    subdivision = models.CharField(
+        max_length=16, blank=True, help_text="e.g. BY (Bavaria), NSW, CA; empty = the country's."
+    )
+    reps = models.ManyToManyField(
+        "routing.Rep", blank=True, related_name="holiday_calendars", help_text="Reps it covers."
+    )
+    teams = models.ManyToManyField(
+        "routing.Team",
+        blank=True,
+        related_name="holiday_calendars",
+        help_text="Its holidays are every member's days off, whatever team routes the lead.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("name",)
+        constraints = [
+            models.CheckConstraint(condition=~Q(name=""), name="holiday_calendar_name_not_empty"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        self.country = (self.country or "").strip().upper()
+        self.subdivision = (self.subdivision or "").strip().upper()
+        if not self.country:
+            if self.subdivision:
+                raise ValidationError({"subdivision": "A subdivision needs a country."})
+            return
+        errors: dict[str, Any] = holiday_country_errors(self.country, self.subdivision)
+        if errors:
+            raise ValidationError(errors)
+
+
+class HolidayCalendarDay(models.Model):
+    """A custom day off in a calendar (a company day, a local festival)."""
+
+    calendar = models.ForeignKey(HolidayCalendar, on_delete=models.CASCADE, related_name="days")
+    date = models.DateField()
+    name = models.CharField(max_length=200)
+
+    class Meta:
+        ordering = ("calendar", "date")
+        constraints = [
+            models.UniqueConstraint(fields=("calendar", "date"), name="holiday_day_unique_date"),
+            models.CheckConstraint(condition=~Q(name=""), name="holiday_day_name_not_empty"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.date}: {self.name}"

@@ -1,0 +1,128 @@
+"""Subject access (issue 21): everything held about one person, as JSON, from the API, the admin
+and manage.py; an erased person exports as what remains."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.core.management import CommandError, call_command
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from audit.subject_access import person_export
+from leads import privacy
+from routing.erasure import person_erase
+from tests.leads.factories import LeadFactory
+from tests.routing.test_erasure import (
+    EMAIL,
+    FIRST,
+    LAST,
+    PHONE,
+    _person_everywhere,
+    _rules,  # noqa: F401 (autouse fixture)
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def _api(*codenames: str) -> APIClient:
+    user = User.objects.create_user(f"u-{'-'.join(codenames) or 'none'}")
+    for codename in codenames:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+def test_the_export_holds_every_lead_assignment_event_delivery_and_refusal():
+    leads, _ = _person_everywhere()
+    other = LeadFactory(raw_payload={"email": "someone.else@elsewhere.example"})
+    # By the e-mail alone: the lead holding it (a phone found on it is not followed: it may be
+    # a switchboard others share, as in erasure).
+    by_email = person_export(email=EMAIL.upper(), actor="user:dpo")
+    assert [lead["id"] for lead in by_email["leads"]] == [str(leads[0].pk)]
+    document = person_export(email=EMAIL.upper(), phone=PHONE, actor="user:dpo")
+    assert document["format"] == "leadrouter.subject-access/1"
+    assert document["found"] is True
+    ids = [lead["id"] for lead in document["leads"]]
+    # The phone-only lead is found through the phone, the e-mail lead through the e-mail.
+    assert sorted(ids) == sorted(str(lead.pk) for lead in leads)
+    assert str(other.pk) not in ids
+    first = next(lead for lead in document["leads"] if lead["id"] == str(leads[0].pk))
+    assert first["fields"]["email"] == EMAIL
+    assert first["fields"]["first_name"] == FIRST
+    assert first["as_received"]["Favourite colour"] == f"{FIRST}'s own words"
+    assert first["assignments"][0]["rule"] == "Everyone"
+    assert first["assignments"][0]["current_owner"] is True
+    words = [event["words"] for event in first["events"]]
+    assert words[0].startswith("Received")
+    assert any(w.startswith("Assigned") for w in words)
+    assert any(f"HubSpot: contact {FIRST} {LAST}" in w for w in words)  # sealed, opened
+    assert first["deliveries"]
+    assert first["deliveries"][0]["channel"] == "webhook"
+    assert [r["body"] for r in document["refused_payloads"]] == [{"mail": EMAIL}]
+    assert document["person"]["phones"] == [PHONE]
+    assert json.dumps(document)  # JSON all the way down
+
+
+def test_an_erased_person_exports_as_what_remains():
+    leads, _ = _person_everywhere()
+    person_erase(email=EMAIL, phone=PHONE, actor="user:dpo", reason="GDPR")
+    document = person_export(phone=PHONE)
+    assert document["found"] is False  # nothing is found by their data any more
+    by_id = person_export(lead_ids=[leads[0].pk])
+    (lead,) = by_id["leads"]
+    assert lead["erased"] is True
+    assert lead["fields"]["first_name"] == privacy.ERASED
+    assert lead["assignments"][0]["rule"] == "Everyone"  # the decision stays
+    text = json.dumps(by_id)
+    for needle in (EMAIL, PHONE, LAST):
+        assert needle not in text
+    assert any(event["type"] == "erased" for event in lead["events"])
+
+
+def test_the_api_needs_its_own_permission_and_names_the_person():
+    _person_everywhere()
+    assert _api("view_lead").get(f"/api/v1/people/export/?email={EMAIL}").status_code == 403
+    client = _api("export_person")
+    missing = client.get("/api/v1/people/export/")
+    assert missing.status_code == 400
+    assert missing.json()["error"]["code"] == "invalid_filter"
+    assert client.get("/api/v1/people/export/?email=" + "x" * 400).status_code == 400
+    unknown = client.get("/api/v1/people/export/?email=nobody@nowhere.example")
+    assert unknown.status_code == 200
+    assert unknown.json()["found"] is False
+    found = client.get(f"/api/v1/people/export/?email={EMAIL}")
+    assert found.status_code == 200
+    assert found["Cache-Control"] == "no-store"
+    assert len(found.json()["leads"]) == 1
+    both = client.get(f"/api/v1/people/export/?email={EMAIL}&phone=%2B{PHONE[1:]}")
+    assert len(both.json()["leads"]) == 2
+
+
+def test_the_admin_action_downloads_the_json(client):
+    leads, _ = _person_everywhere()
+    admin = User.objects.create_user("dora", is_staff=True)
+    for codename in ("view_lead", "change_lead", "export_person"):
+        admin.user_permissions.add(Permission.objects.get(codename=codename))
+    client.force_login(admin)
+    response = client.post(
+        "/admin/leads/lead/",
+        {"action": "export_person", "_selected_action": [str(leads[1].pk)]},
+    )
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == 'attachment; filename="subject-access.json"'
+    document = json.loads(response.content)
+    assert sorted(lead["id"] for lead in document["leads"]) == sorted(str(x.pk) for x in leads)
+
+
+def test_the_command_prints_the_json():
+    _person_everywhere()
+    out = StringIO()
+    call_command("person_export", "--phone", PHONE, stdout=out)
+    assert len(json.loads(out.getvalue())["leads"]) == 2
+    with pytest.raises(CommandError, match="e-mail or a phone"):
+        call_command("person_export")

@@ -1,0 +1,80 @@
+"""The rep's messages are pure functions of the payload: any lead text renders, escaped."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.utils.html import escape
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from routing.delivery.messages import email_parts, local_time, slack_message, teams_message
+
+_text = st.text(max_size=80)
+
+
+def _payload(fields: dict[str, Any], *, priority: str | None, tags: list[str], zone: str) -> dict:
+    return {
+        "type": "lead.assigned",
+        "timestamp": "2026-12-03T10:00:00+00:00",
+        "data": {
+            "lead": {"id": "3f0c", "fields": fields},
+            "assignment": {
+                "rep": {"id": 1, "email": "rep@example.com", "name": "Rita"},
+                "team": {"id": 1, "name": "EMEA"},
+                "reason": "matched",
+                "sla_due_at": "2026-07-01T12:00:00+00:00",
+                "assigned_at": "2026-07-01T11:30:00+00:00",
+                "priority": priority,
+                "tags": tags,
+            },
+        },
+        "notice": {"event": "lead.assigned", "timezone": zone, "link": "https://x.example/l/"},
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    first=_text,
+    last=_text,
+    company=_text,
+    priority=st.none() | _text,
+    tags=st.lists(_text, max_size=5),
+    zone=st.sampled_from(["UTC", "Europe/Berlin", "America/New_York", "Not/AZone", ""]),
+)
+def test_any_lead_text_renders_in_every_format(
+    first: str, last: str, company: str, priority: str | None, tags: list[str], zone: str
+) -> None:
+    payload = _payload(
+        {"first_name": first, "last_name": last, "company": company},
+        priority=priority,
+        tags=tags,
+        zone=zone,
+    )
+    subject, text, html = email_parts(payload)
+    assert "\n" not in subject
+    assert "\r" not in subject
+    assert "SLA due:" in text
+    slack = slack_message(payload)
+    section = slack["blocks"][0]["text"]["text"]
+    # Only our own link may open a <...> in Slack's mrkdwn: the lead's text is escaped.
+    assert section.count("<") == 1
+    assert section.endswith("<https://x.example/l/|Open the lead>")
+    assert len(section) <= 3000
+    json.dumps(teams_message(payload))
+    if company:
+        assert escape(company) in html
+
+
+def test_times_name_the_zone_across_daylight_saving() -> None:
+    assert local_time("2026-03-29T00:30:00+00:00", "Europe/Berlin") == (
+        "Sun 29 Mar 2026, 01:30 CET (Europe/Berlin)"
+    )
+    assert local_time("2026-03-29T01:30:00+00:00", "Europe/Berlin") == (
+        "Sun 29 Mar 2026, 03:30 CEST (Europe/Berlin)"
+    )
+    assert local_time("2026-03-29T01:30:00+00:00", "Not/AZone") == (
+        "Sun 29 Mar 2026, 01:30 UTC (UTC)"
+    )
+    assert local_time(None, "UTC") is None
