@@ -232,3 +232,24 @@ def test_a_lead_still_queued_is_found_by_its_raw_payload() -> None:
     assert lead.raw_payload == {"erased": True}
     assert lead_process(lead_id=lead.id) is not None  # routes what is left, without failing
     assert _found_anywhere(EMAIL) == []
+
+
+@pytest.mark.django_db
+def test_an_erased_unassigned_lead_is_not_routed_again() -> None:
+    """Its fields are gone: the automatic retries must not hand "erased person" to a rep."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from routing.monitoring.unassigned import unassigned_retry
+
+    rules_import(RULES, publish=True)
+    lead = LeadFactory(raw_payload={"email": EMAIL, "first_name": FIRST})
+    lead_process(lead_id=lead.id)
+    now = timezone.now()
+    Lead.objects.filter(pk=lead.pk).update(
+        status=LeadStatus.UNASSIGNED, unassigned_retry_at=now - timedelta(minutes=1)
+    )
+    person_erase(email=EMAIL, actor="user:dpo", reason="request")
+    assert unassigned_retry(now=now) == 0
+    assert Lead.objects.get(pk=lead.pk).status == LeadStatus.UNASSIGNED
