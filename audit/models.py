@@ -35,6 +35,7 @@ class EventType(models.TextChoices):
     CONFIG_IMPORTED = "config_imported"
     CONFIG_CHANGED = "config_changed"
     ERASED = "erased"
+    PRUNED = "pruned"
 
 
 # The chain of events that are not about one lead (rules published, configuration changes).

@@ -447,6 +447,8 @@ _EVENT_LABELS: dict[str, str] = {
     EventType.REASSIGNED: "Reassigned",
     EventType.REROUTE_REQUESTED: "Sent through routing again",
     EventType.FAILED: "Failed",
+    EventType.ERASED: "Person erased",
+    EventType.PRUNED: "Personal data pruned (retention)",
 }
 
 

@@ -205,6 +205,9 @@ class SourceAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
         "status_minutes",
         "status_reveal",
         "cors_origins",
+        "retention_raw_payload_days",
+        "retention_unrouted_days",
+        "retention_personal_days",
         *readonly_fields,
     )
     actions = ("rotate_token", "rotate_hmac_secret")

@@ -140,6 +140,28 @@ class Source(models.Model):
         help_text="Origins (scheme://host[:port], one per line) of the pages that post to this "
         "source from a browser and read its status URL, e.g. https://www.example.com.",
     )
+    # Retention (routing/retention/, docs/operations.md "Retention"): empty = the global setting.
+    retention_raw_payload_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Days its leads keep the payload as received (and its refused inbox rows). "
+        "Empty: the global RETENTION_RAW_PAYLOAD_DAYS.",
+    )
+    retention_unrouted_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Days its leads that never got an owner (unassigned, excluded, failed) keep "
+        "their personal data. Empty: the global RETENTION_UNROUTED_DAYS.",
+    )
+    retention_personal_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Days any of its leads keeps its personal data. Empty: the global "
+        "RETENTION_PERSONAL_DAYS.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -266,6 +288,10 @@ class PersonKey(models.Model):
     wrapped = models.TextField(null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField(default=timezone.now)
     erased_at = models.DateTimeField(null=True, blank=True)
+    # Retention (routing/retention/): set when the last lead held under it was pruned. The lookup
+    # is gone from then on (a new lead of the person gets a new key); the key itself is destroyed
+    # a grace period later, unless a lead being normalised at that moment took it meanwhile.
+    retired_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "person key"
@@ -413,6 +439,11 @@ class Lead(models.Model):
         default=list, blank=True, help_text="The tags tag rules gave it when it was routed."
     )
 
+    # Retention (routing/retention/): when the payload as received, and when the personal
+    # fields, were pruned by the retention policy (the decision stays).
+    raw_pruned_at = models.DateTimeField(null=True, blank=True, editable=False)
+    personal_pruned_at = models.DateTimeField(null=True, blank=True, editable=False)
+
     lane = models.CharField(
         max_length=16,
         choices=Lane.choices,
@@ -483,6 +514,17 @@ class Lead(models.Model):
             models.Index(fields=("source", "-received_at"), name="lead_source_idx"),
             # ?priority=hot on the history page and the API, newest first.
             models.Index(fields=("priority", "-received_at"), name="lead_priority_idx"),
+            # The retention job: the oldest leads of a source not pruned yet, per policy.
+            models.Index(
+                fields=("source", "received_at"),
+                condition=Q(raw_pruned_at__isnull=True),
+                name="lead_raw_retained_idx",
+            ),
+            models.Index(
+                fields=("source", "received_at"),
+                condition=Q(personal_pruned_at__isnull=True),
+                name="lead_personal_retained_idx",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -187,6 +187,46 @@ def person_identify(
     return leads, emails, phones
 
 
+@dataclass(slots=True)
+class Cleared:
+    """What ``leads_around_clear`` cleared around some leads."""
+
+    refused_payloads: int = 0
+    assignments: int = 0
+    deliveries: int = 0
+    delivery_attempts: int = 0
+
+
+def leads_around_clear(*, lead_ids: list[Any], refused_ids: set[int] | None = None) -> Cleared:
+    """Clear what is personal *around* these (locked) leads, inside the caller's transaction:
+    their refused inbox rows (and ``refused_ids``) deleted, their assignments' traces, their
+    deliveries' bodies (pending ones cancelled) and attempts' excerpts blanked, the admin's log
+    lines naming them. Shared by erasure and retention (routing/retention/)."""
+    cleared = Cleared()
+    refused = set(refused_ids or ()) | set(
+        RefusedPayload.objects.filter(lead_id__in=lead_ids).values_list("pk", flat=True)
+    )
+    if refused:
+        cleared.refused_payloads, _ = RefusedPayload.objects.filter(pk__in=refused).delete()
+    cleared.assignments = Assignment.objects.filter(lead_id__in=lead_ids).update(trace=ERASED_TRACE)
+    deliveries = Delivery.objects.filter(assignment__lead_id__in=lead_ids)
+    Delivery.objects.filter(
+        pk__in=deliveries.filter(status=DeliveryStatus.PENDING).values("pk")
+    ).update(status=DeliveryStatus.CANCELLED, next_attempt_at=None)
+    cleared.deliveries = Delivery.objects.filter(pk__in=deliveries.values("pk")).update(
+        payload=ERASED_PAYLOAD, last_error=""
+    )
+    cleared.delivery_attempts = DeliveryAttempt.objects.filter(
+        delivery__assignment__lead_id__in=lead_ids
+    ).update(error="", response_excerpt="")
+    # The admin's change log names a lead by its display name (its e-mail).
+    LogEntry.objects.filter(
+        content_type=ContentType.objects.get_for_model(Lead),
+        object_id__in=[str(pk) for pk in lead_ids],
+    ).update(object_repr=ERASED, change_message="")
+    return cleared
+
+
 def person_erase(
     *,
     email: str = "",
@@ -218,28 +258,11 @@ def person_erase(
             wrapped=None, lookup=None, erased_at=now
         )
         lead_ids = [lead.pk for lead in leads]
-        refused = _refused_ids(needles) | set(
-            RefusedPayload.objects.filter(lead_id__in=lead_ids).values_list("pk", flat=True)
-        )
-        result.refused_payloads, _ = RefusedPayload.objects.filter(pk__in=refused).delete()
-        result.assignments = Assignment.objects.filter(lead_id__in=lead_ids).update(
-            trace=ERASED_TRACE
-        )
-        deliveries = Delivery.objects.filter(assignment__lead_id__in=lead_ids)
-        Delivery.objects.filter(
-            pk__in=deliveries.filter(status=DeliveryStatus.PENDING).values("pk")
-        ).update(status=DeliveryStatus.CANCELLED, next_attempt_at=None)
-        result.deliveries = Delivery.objects.filter(pk__in=deliveries.values("pk")).update(
-            payload=ERASED_PAYLOAD, last_error=""
-        )
-        result.delivery_attempts = DeliveryAttempt.objects.filter(
-            delivery__assignment__lead_id__in=lead_ids
-        ).update(error="", response_excerpt="")
-        # The admin's change log names a lead by its display name (its e-mail).
-        LogEntry.objects.filter(
-            content_type=ContentType.objects.get_for_model(Lead),
-            object_id__in=[str(pk) for pk in lead_ids],
-        ).update(object_repr=ERASED, change_message="")
+        cleared = leads_around_clear(lead_ids=lead_ids, refused_ids=_refused_ids(needles))
+        result.refused_payloads = cleared.refused_payloads
+        result.assignments = cleared.assignments
+        result.deliveries = cleared.deliveries
+        result.delivery_attempts = cleared.delivery_attempts
         for lead in leads:
             if lead.first_name == ERASED and not lead.email and not lead.phone:
                 result.already_erased += 1

@@ -685,6 +685,28 @@ PRIVACY_HASH_KEY: str = env.str("PRIVACY_HASH_KEY", default="") or _var_key(
 # per lead, not per event. An erasure clears its own process at once; others within this.
 PRIVACY_KEY_CACHE_SECONDS = env.float("PRIVACY_KEY_CACHE_SECONDS", default=5.0)
 
+# --- Retention (routing/retention/; docs/operations.md "Retention") -----------------------------
+# Days from a lead's receipt after which the retention job prunes: the payload as received (and
+# refused inbox rows), the personal fields of leads that never got an owner, the personal fields
+# of every lead. 0 = kept (the default: choose your periods). Each source may set its own.
+RETENTION_RAW_PAYLOAD_DAYS = env.int("RETENTION_RAW_PAYLOAD_DAYS", default=0)
+RETENTION_UNROUTED_DAYS = env.int("RETENTION_UNROUTED_DAYS", default=0)
+RETENTION_PERSONAL_DAYS = env.int("RETENTION_PERSONAL_DAYS", default=0)
+# Beat runs the job every RETENTION_INTERVAL_SECONDS; a run prunes RETENTION_BATCH_SIZE leads per
+# transaction and stops after RETENTION_MAX_SECONDS (the next run carries on).
+RETENTION_INTERVAL_SECONDS = env.float("RETENTION_INTERVAL_SECONDS", default=900.0)
+RETENTION_BATCH_SIZE = env.int("RETENTION_BATCH_SIZE", default=200)
+RETENTION_MAX_SECONDS = env.float("RETENTION_MAX_SECONDS", default=120.0)
+# A person key whose last lead was pruned is destroyed this long after (a lead being normalised
+# at that moment may still take it).
+RETENTION_KEY_GRACE_SECONDS = env.float("RETENTION_KEY_GRACE_SECONDS", default=3600.0)
+CELERY_IMPORTS = (*CELERY_IMPORTS, "routing.retention.tasks")
+CELERY_BEAT_SCHEDULE["retention-apply"] = {
+    "task": "maintenance.retention_apply",
+    "schedule": RETENTION_INTERVAL_SECONDS,
+    "options": {"expires": max(60.0, RETENTION_INTERVAL_SECONDS)},
+}
+
 
 # --- CRM connections (routing/crm/; docs/operations.md "Connecting a CRM") -----------------------
 # Fernet keys for the credentials stored in the database, comma-separated, the first encrypts;

@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -43,6 +44,7 @@ from routing.models import QueueHeartbeat
 from routing.monitoring.backlog import last_backlog_report
 from routing.monitoring.counters import TIME_TO_ASSIGN_BUCKETS, counters_current
 from routing.monitoring.models import Alert, AlertKind, AlertStatus
+from routing.retention.services import retention_totals
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +75,9 @@ class MetricsSnapshot:
     lane_backlog: dict[str, int] = field(default_factory=dict)
     lane_oldest_seconds: dict[str, float] = field(default_factory=dict)
     rep_load_drift: dict[str, int] = field(default_factory=dict)
+    # Retention (routing/retention/): what it pruned so far, and its last complete run.
+    retention_pruned: dict[str, int] = field(default_factory=dict)
+    retention_last_success: float = 0.0
 
 
 def metrics_snapshot() -> MetricsSnapshot:
@@ -127,6 +132,10 @@ def metrics_snapshot() -> MetricsSnapshot:
     for queue, seen in QueueHeartbeat.objects.values_list("queue", "last_seen_at"):
         snap.heartbeat_age[queue] = max(0.0, (now - seen).total_seconds())
     snap.rep_load_drift = rep_load_drift_totals()
+    retention = retention_totals()
+    snap.retention_pruned = retention["pruned"]
+    last = parse_datetime(retention["last_success_at"] or "")
+    snap.retention_last_success = last.timestamp() if last is not None else 0.0
     report = last_backlog_report() or {}
     for queue, length in (report.get("queue_lengths") or {}).items():
         if isinstance(length, int):
@@ -200,6 +209,14 @@ def _families(snap: MetricsSnapshot) -> list[Metric]:
     )
     for counter, n in sorted(snap.rep_load_drift.items()):
         drift.add_metric([counter], n)
+    pruned = CounterMetricFamily(
+        "leadrouter_retention_pruned",
+        "What the retention job pruned: raw payloads, refused payloads, unrouted and personal "
+        "leads (their personal fields), person keys retired and destroyed.",
+        labels=["what"],
+    )
+    for what, n in sorted(snap.retention_pruned.items()):
+        pruned.add_metric([what], n)
     return [
         received,
         processed,
@@ -232,6 +249,12 @@ def _families(snap: MetricsSnapshot) -> list[Metric]:
         lane_backlog,
         lane_oldest,
         drift,
+        pruned,
+        GaugeMetricFamily(
+            "leadrouter_retention_last_success_timestamp_seconds",
+            "When the retention job last ran through everything due (0: never).",
+            value=snap.retention_last_success,
+        ),
     ]
 
 

@@ -30,6 +30,7 @@ class AlertKind(models.TextChoices):
     AUDIT = "audit", "Audit (the nightly export of the chain heads)"
     SOURCE = "source", "Source (payloads refused past the threshold)"
     CRM = "crm", "CRM connection (credential refused, down, or rate limited)"
+    RETENTION = "retention", "Retention (the job that prunes personal data failed)"
 
 
 class AlertStatus(models.TextChoices):

@@ -1,0 +1,1 @@
+"""Retention: personal data kept no longer than its policy (docs/operations.md "Retention")."""
