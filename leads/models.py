@@ -286,6 +286,9 @@ class PersonKey(models.Model):
     # NULL once erased: a new lead of the same person gets a new key, and the hash is gone too.
     lookup = models.CharField(max_length=64, unique=True, null=True, blank=True)
     wrapped = models.TextField(null=True, blank=True)  # noqa: DJ001
+    # Which master key wraps it (leads.privacy.primary_fingerprint, a hash): the background
+    # re-wrap after a rotation takes the keys whose value is not the current one's.
+    wrapped_by = models.CharField(max_length=16, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     erased_at = models.DateTimeField(null=True, blank=True)
     # Retention (routing/retention/): set when the last lead held under it was pruned. The lookup

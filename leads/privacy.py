@@ -61,6 +61,19 @@ def new_master_key() -> str:
     return Fernet.generate_key().decode()
 
 
+# ``PersonKey.wrapped_by`` of a key no configured master key unwraps: the background re-wrap
+# leaves it (``manage.py privacy_rewrap`` tries it again, e.g. once the lost key is put back).
+LOST = "lost"
+
+
+def primary_fingerprint() -> str:
+    """Which master key wraps new keys (the first of ``PRIVACY_KEYS``), as stored in
+    ``PersonKey.wrapped_by``: a hash of it, never the key."""
+    _master()  # a malformed key is said as such
+    key = next(k.strip() for k in settings.PRIVACY_KEYS if k.strip())
+    return hashlib.sha256(b"leadrouter-privacy-master:" + key.encode()).hexdigest()[:16]
+
+
 def normalise_email(email: str) -> str:
     return email.strip().lower()
 
@@ -179,7 +192,9 @@ def person_key_for(*, email: str = "", phone: str = "") -> int | None:
     wrapped = _master().encrypt(Fernet.generate_key()).decode()
     try:
         with transaction.atomic():
-            return PersonKey.objects.create(lookup=lookup, wrapped=wrapped).pk
+            return PersonKey.objects.create(
+                lookup=lookup, wrapped=wrapped, wrapped_by=primary_fingerprint()
+            ).pk
     except IntegrityError:  # another worker created it meanwhile
         return PersonKey.objects.filter(lookup=lookup).values_list("pk", flat=True).get()
 
@@ -253,32 +268,76 @@ def blanked(personal: dict[str, Any], word: str) -> dict[str, Any]:
     return out
 
 
-def rewrap_all(*, batch: int = 500) -> int:
-    """Re-wrap every live person key under the first master key; the count re-wrapped."""
+def rewrap_pending(*, include_lost: bool = False) -> Any:
+    """The live person keys not (known to be) wrapped under the first master key."""
+    from leads.models import PersonKey
+
+    rows = PersonKey.objects.filter(wrapped__isnull=False).exclude(wrapped_by=primary_fingerprint())
+    return rows if include_lost else rows.exclude(wrapped_by=LOST)
+
+
+def rewrap_batch(*, batch: int = 500, include_lost: bool = False) -> tuple[int, int]:
+    """Re-wrap up to ``batch`` pending keys under the first master key, in one transaction
+    (keys locked with SKIP LOCKED: two runs never take the same one). (handled, lost): keys no
+    configured master key unwraps are marked ``LOST`` and left, or, with ``include_lost``,
+    raise PrivacyKeyError."""
     from leads.models import PersonKey
 
     master = _master()
-    done = 0
-    last = 0
-    while True:
-        with transaction.atomic():
-            rows = list(
-                PersonKey.objects.select_for_update()
-                .filter(pk__gt=last, wrapped__isnull=False)
-                .order_by("pk")
-                .values_list("pk", "wrapped")[:batch]
-            )
-            if not rows:
-                return done
-            for key_id, wrapped in rows:
-                if wrapped is None:
-                    continue
-                try:
-                    rotated = master.rotate(wrapped.encode()).decode()
-                except InvalidToken as exc:
+    primary = primary_fingerprint()
+    handled = lost = 0
+    with transaction.atomic():
+        rows = rewrap_pending(include_lost=include_lost).order_by("pk")
+        rows = rows.select_for_update(skip_locked=True)
+        for key_id, wrapped in list(rows.values_list("pk", "wrapped")[:batch]):
+            handled += 1
+            try:
+                rotated = master.rotate(wrapped.encode()).decode()
+            except InvalidToken as exc:
+                if include_lost:
                     raise PrivacyKeyError(
                         f"person key {key_id} cannot be unwrapped with PRIVACY_KEYS"
                     ) from exc
-                PersonKey.objects.filter(pk=key_id).update(wrapped=rotated)
-                done += 1
-            last = rows[-1][0]
+                PersonKey.objects.filter(pk=key_id).update(wrapped_by=LOST)
+                lost += 1
+                continue
+            PersonKey.objects.filter(pk=key_id).update(wrapped=rotated, wrapped_by=primary)
+    return handled, lost
+
+
+def rewrap_all(*, batch: int = 500) -> int:
+    """Re-wrap every live person key under the first master key; the count re-wrapped.
+    A key no configured master key unwraps raises PrivacyKeyError (nothing after it is done)."""
+    done = 0
+    while True:
+        handled, _ = rewrap_batch(batch=batch, include_lost=True)
+        done += handled
+        if handled < batch:
+            return done
+
+
+def rewrap_scheduled(*, max_seconds: float = 60.0, batch: int = 500) -> tuple[int, int]:
+    """The background re-wrap (beat): after a rotation, re-wrap the keys still under an older
+    master key, batch by batch for at most ``max_seconds``; (re-wrapped, lost). A key that
+    none of ``PRIVACY_KEYS`` unwraps is logged at ERROR and left (``LOST``)."""
+    import logging
+
+    logger = logging.getLogger(__name__)
+    deadline = time.monotonic() + max_seconds
+    done = lost = 0
+    while time.monotonic() < deadline:
+        handled, gone = rewrap_batch(batch=batch)
+        done += handled - gone
+        lost += gone
+        if handled < batch:
+            break
+    if lost:
+        logger.error(
+            "%d person key(s) cannot be unwrapped with any of PRIVACY_KEYS (a master key was "
+            "removed before the re-wrap finished?): their sealed history is unreadable until "
+            "that key is put back and `manage.py privacy_rewrap` runs",
+            lost,
+        )
+    if done:
+        logger.info("re-wrapped %d person key(s) under the first PRIVACY_KEYS key", done)
+    return done, lost

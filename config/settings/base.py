@@ -684,6 +684,14 @@ PRIVACY_HASH_KEY: str = env.str("PRIVACY_HASH_KEY", default="") or _var_key(
 # How long a process may keep a person's unwrapped data key to open sealed audit data: one read
 # per lead, not per event. An erasure clears its own process at once; others within this.
 PRIVACY_KEY_CACHE_SECONDS = env.float("PRIVACY_KEY_CACHE_SECONDS", default=5.0)
+# After a rotation (a new key first in PRIVACY_KEYS), beat re-wraps the person keys still under an
+# older master key every PRIVACY_REWRAP_INTERVAL_SECONDS, a minute of work at a time.
+PRIVACY_REWRAP_INTERVAL_SECONDS = env.float("PRIVACY_REWRAP_INTERVAL_SECONDS", default=300.0)
+CELERY_BEAT_SCHEDULE["privacy-rewrap"] = {
+    "task": "maintenance.privacy_rewrap",
+    "schedule": PRIVACY_REWRAP_INTERVAL_SECONDS,
+    "options": {"expires": max(60.0, PRIVACY_REWRAP_INTERVAL_SECONDS)},
+}
 
 # --- Retention (routing/retention/; docs/operations.md "Retention") -----------------------------
 # Days from a lead's receipt after which the retention job prunes: the payload as received (and

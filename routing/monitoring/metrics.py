@@ -37,8 +37,8 @@ from prometheus_client.core import (
 )
 
 from config.errors import error_body
-from leads import lanes
-from leads.models import Lead, LeadStatus, Source
+from leads import lanes, privacy
+from leads.models import Lead, LeadStatus, PersonKey, Source
 from routing.loads import rep_load_drift_totals
 from routing.models import QueueHeartbeat
 from routing.monitoring.backlog import last_backlog_report
@@ -78,6 +78,9 @@ class MetricsSnapshot:
     # Retention (routing/retention/): what it pruned so far, and its last complete run.
     retention_pruned: dict[str, int] = field(default_factory=dict)
     retention_last_success: float = 0.0
+    # Person keys not (yet) wrapped under the first master key: pending re-wrap, and lost.
+    privacy_keys_to_rewrap: int = 0
+    privacy_keys_lost: int = 0
 
 
 def metrics_snapshot() -> MetricsSnapshot:
@@ -136,6 +139,13 @@ def metrics_snapshot() -> MetricsSnapshot:
     snap.retention_pruned = retention["pruned"]
     last = parse_datetime(retention["last_success_at"] or "")
     snap.retention_last_success = last.timestamp() if last is not None else 0.0
+    try:
+        snap.privacy_keys_to_rewrap = privacy.rewrap_pending().count()
+    except privacy.PrivacyKeyError:  # a malformed PRIVACY_KEYS: said by the workers' errors
+        snap.privacy_keys_to_rewrap = -1
+    snap.privacy_keys_lost = PersonKey.objects.filter(
+        wrapped__isnull=False, wrapped_by=privacy.LOST
+    ).count()
     report = last_backlog_report() or {}
     for queue, length in (report.get("queue_lengths") or {}).items():
         if isinstance(length, int):
@@ -250,6 +260,17 @@ def _families(snap: MetricsSnapshot) -> list[Metric]:
         lane_oldest,
         drift,
         pruned,
+        GaugeMetricFamily(
+            "leadrouter_privacy_keys_to_rewrap",
+            "Person keys still wrapped under an older master key (after a rotation: the "
+            "background re-wrap takes them; drop the old key only at 0).",
+            value=snap.privacy_keys_to_rewrap,
+        ),
+        GaugeMetricFamily(
+            "leadrouter_privacy_keys_lost",
+            "Person keys none of PRIVACY_KEYS unwraps (their sealed history is unreadable).",
+            value=snap.privacy_keys_lost,
+        ),
         GaugeMetricFamily(
             "leadrouter_retention_last_success_timestamp_seconds",
             "When the retention job last ran through everything due (0: never).",

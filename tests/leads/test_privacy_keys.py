@@ -160,3 +160,41 @@ def settings_keys() -> list[str]:
     from django.conf import settings
 
     return list(settings.PRIVACY_KEYS)
+
+
+@pytest.mark.django_db
+def test_the_background_rewrap_moves_keys_to_the_new_master_key_and_marks_lost_ones() -> None:
+    """Rotation without a shell: beat's job re-wraps in batches; old data readable throughout."""
+    from leads.models import PersonKey
+
+    old, new, gone = privacy.new_master_key(), privacy.new_master_key(), privacy.new_master_key()
+    sealed = {}
+    with override_settings(PRIVACY_KEYS=[old]):
+        for n in range(5):
+            key_id = privacy.person_key_for(email=f"p{n}@example.com")
+            assert key_id is not None
+            fernet = privacy.person_fernet(key_id)
+            assert fernet is not None
+            sealed[key_id] = privacy.seal(fernet, {"n": n})
+    with override_settings(PRIVACY_KEYS=[gone]):
+        lost_id = privacy.person_key_for(email="lost@example.com")
+    privacy.cache_clear()
+    with override_settings(PRIVACY_KEYS=[new, old]):
+        assert privacy.rewrap_pending().count() == 6
+        assert privacy.rewrap_batch(batch=2) == (2, 0)  # bounded
+        assert privacy.rewrap_pending().count() == 4
+        done, lost = privacy.rewrap_scheduled(batch=2)
+        assert (done, lost) == (3, 1)
+        assert privacy.rewrap_pending().count() == 0
+        assert PersonKey.objects.get(pk=lost_id).wrapped_by == privacy.LOST
+        assert privacy.rewrap_scheduled() == (0, 0)  # nothing left: a no-op
+        # The command tries the lost key again, and says which one fails.
+        with pytest.raises(privacy.PrivacyKeyError, match=str(lost_id)):
+            privacy.rewrap_all()
+    privacy.cache_clear()
+    with override_settings(PRIVACY_KEYS=[new]):  # the old key dropped after the re-wrap
+        for key_id, text in sealed.items():
+            fernet = privacy.person_fernet(key_id)
+            assert fernet is not None
+            assert privacy.unseal(fernet, text)["n"] in range(5)
+    privacy.cache_clear()
