@@ -36,7 +36,15 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 
-QUEUES = ["routing", "enrichment"]
+# Every lane's routing and enrichment queues (leads.lanes): a notification with several leads is
+# a batch (the bulk lane), one with a single lead a form fill (realtime).
+QUEUES = [
+    "routing.realtime",
+    "enrichment.realtime",
+    "routing",
+    "enrichment",
+    "routing.bulk",
+]
 SLUG = "meta-ads"
 
 
