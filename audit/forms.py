@@ -39,3 +39,32 @@ class TimeZoneForm(forms.Form):
         if not isinstance(field, forms.ChoiceField):  # pragma: no cover - declared above
             raise TypeError("time_zone must be a ChoiceField")
         field.choices = [("", follow), *((n, n) for n in zone_names())]
+
+
+class AbsenceForm(forms.Form):
+    """A rep plans time off on their own page: from and to in their own time zone."""
+
+    starts_at = forms.DateTimeField(
+        label="From", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    ends_at = forms.DateTimeField(
+        label="To", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    note = forms.CharField(max_length=200, required=False, strip=True)
+
+    def __init__(self, *args: Any, zone: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.zone = zone
+
+    def _in_zone(self, value: Any) -> Any:
+        # The browser sends a wall time with no zone: it means the rep's zone, whatever the
+        # page's zone is (an absence is "Monday to Friday where I live").
+        if value is None:
+            return None
+        return value.replace(tzinfo=None).replace(tzinfo=self.zone)
+
+    def clean_starts_at(self) -> Any:
+        return self._in_zone(self.cleaned_data.get("starts_at"))
+
+    def clean_ends_at(self) -> Any:
+        return self._in_zone(self.cleaned_data.get("ends_at"))

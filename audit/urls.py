@@ -1,9 +1,9 @@
 """Pages: login/logout/password change, history, a lead and its actions, the dashboard."""
 
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, reverse_lazy
 
-from audit import views
+from audit import rep_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -19,6 +19,27 @@ urlpatterns = [
         auth_views.PasswordChangeDoneView.as_view(),
         name="password_change_done",
     ),
+    path(
+        "accounts/set-password/<uidb64>/<token>/",
+        auth_views.PasswordResetConfirmView.as_view(
+            success_url=reverse_lazy("set-password-done"), post_reset_login=False
+        ),
+        name="set-password",
+    ),
+    path(
+        "accounts/set-password/done/",
+        auth_views.PasswordResetCompleteView.as_view(),
+        name="set-password-done",
+    ),
+    path("me/", rep_views.me, name="me"),
+    path("me/leads/<str:lead_id>/touch/", rep_views.me_touch, name="me-touch"),
+    path("me/time-off/", rep_views.me_absence_add, name="me-absence-add"),
+    path(
+        "me/time-off/<int:absence_id>/cancel/",
+        rep_views.me_absence_cancel,
+        name="me-absence-cancel",
+    ),
+    path("touch/<str:token>/", rep_views.touch_link, name="touch-link"),
     path("accounts/time-zone/", views.time_zone_settings, name="time-zone"),
     path("history/", views.history, name="history"),
     path("history/export.csv", views.history_export, name="history-export"),

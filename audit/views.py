@@ -8,6 +8,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -32,6 +33,7 @@ from audit.selectors import (
 from audit.templatetags.report_format import duration as human_duration
 from audit.timezones import TZ_COOKIE, user_zone_name, user_zone_set, zone_parse
 from config.errors import json_error
+from routing.rep_access import rep_of_user
 from routing.services import LeadActionError, assignment_touch, lead_reassign
 
 VIEW = "leads.view_lead"
@@ -62,10 +64,14 @@ _SORT_LABELS = {"received": "Received", "email": "E-mail"}
 
 
 @login_required
-@permission_required(VIEW, raise_exception=True)
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    return redirect("history")
+    """Managers land on the history; a rep who is nothing more, on their own leads."""
+    if request.user.has_perm(VIEW):
+        return redirect("history")
+    if rep_of_user(request.user) is not None:
+        return redirect("me")
+    raise PermissionDenied
 
 
 @login_required

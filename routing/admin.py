@@ -47,6 +47,7 @@ from routing.models import (
     ValueList,
     VersionReadOnly,
 )
+from routing.rep_access import InviteError, rep_invite
 from routing.rules_io import AlreadyPublished, ruleset_add_draft
 from routing.selectors import names_in_use
 from routing.timeoff.admin import RepAbsenceInline
@@ -97,7 +98,7 @@ class RepAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse,
     search_fields = ("email", "name")
     autocomplete_fields = ("user",)
     readonly_fields = ("last_assigned_at", "created_at", "updated_at")
-    actions = ("set_out_of_office", "deactivate", "reroute_open_leads")
+    actions = ("set_out_of_office", "deactivate", "reroute_open_leads", "invite_to_log_in")
     inlines = (RepAbsenceInline,)
 
     def changeform_view(
@@ -177,6 +178,26 @@ class RepAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse,
             'until reassigned (or use "Re-route their open leads").',
             messages.SUCCESS,
         )
+
+    @admin.action(
+        description="Invite to log in (e-mail a set-password link)", permissions=["change"]
+    )
+    def invite_to_log_in(self, request: HttpRequest, queryset: QuerySet[Rep]) -> None:
+        sent = []
+        for rep in queryset:
+            try:
+                rep_invite(rep_id=rep.pk, actor=actor_of(request))
+            except InviteError as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+            else:
+                sent.append(rep.email)
+        if sent:
+            self.message_user(
+                request,
+                f"Invitation sent to {', '.join(sent)}: they choose a password and see their "
+                "own leads at /me/.",
+                messages.SUCCESS,
+            )
 
     @admin.action(description="Re-route their open leads (untouched)", permissions=["change"])
     def reroute_open_leads(self, request: HttpRequest, queryset: QuerySet[Rep]) -> None:

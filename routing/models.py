@@ -844,6 +844,26 @@ class Assignment(models.Model):
         return f"{self.lead_id} → {self.rep_name or self.rep_id} ({self.kind})"
 
 
+class TouchLinkUse(models.Model):
+    """A one-click "I'm on it" link that was used: each link works once (``routing.rep_access``).
+
+    ``nonce`` is the random part signed into the link, so a second click, a forwarded copy or a
+    retried message finds its row and is told the link was used, and when.
+    """
+
+    nonce = models.CharField(max_length=64, unique=True)
+    assignment = models.ForeignKey(
+        Assignment, on_delete=models.CASCADE, related_name="touch_link_uses"
+    )
+    used_at = models.DateTimeField(default=dj_timezone.now)
+
+    class Meta:
+        verbose_name = "one-click link used"
+
+    def __str__(self) -> str:
+        return f"link for assignment {self.assignment_id} used {self.used_at:%Y-%m-%d %H:%M}"
+
+
 class RepLoad(models.Model):
     """A rep's load as counters: open leads and today's assignments, kept by the services.
 

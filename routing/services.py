@@ -572,18 +572,25 @@ def assignment_touch(
     actor: str,
     owner_user_id: int | None = None,
     scope_team_ids: Collection[int] | None = None,
+    assignment_id: int | None = None,
     now: datetime | None = None,
 ) -> Assignment:
     """Record the owner's first touch of a lead; touching again changes nothing (idempotent).
 
     With ``owner_user_id`` (a user without the right to touch any lead), only when that user
     is the current owner's; with ``scope_team_ids`` (a manager scoped to their teams), only
-    when the lead is owned within those teams. Both are checked under the lead's lock, so a
-    reassignment in between cannot let anyone touch an assignment that is no longer theirs.
+    when the lead is owned within those teams; with ``assignment_id`` (a one-click link made
+    for one assignment), only while that assignment is still the lead's current one. All are
+    checked under the lead's lock, so a reassignment in between cannot let anyone touch an
+    assignment that is no longer theirs.
     """
     lead = _locked_lead(lead_id)
     assignment = _current_assignment(lead)
     _scope_check(assignment, scope_team_ids)
+    if assignment_id is not None and (assignment is None or assignment.pk != assignment_id):
+        raise LeadActionError(
+            "reassigned", "This lead is no longer yours: it was reassigned since.", 409
+        )
     if assignment is None:
         raise LeadActionError("not_assigned", "This lead has no owner to touch it.")
     if owner_user_id is not None and assignment.rep.user_id != owner_user_id:

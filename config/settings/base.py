@@ -150,7 +150,7 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 # --- Pages (audit app: history, dashboard, login) ----------------------------------------------
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "history"
+LOGIN_REDIRECT_URL = "home"  # managers: the history; reps: their own leads
 LOGOUT_REDIRECT_URL = "login"
 # When on, a user who is neither a superuser nor allowed to change teams (RevOps) sees only the
 # leads currently owned within the teams they manage (Team.manager).
@@ -532,6 +532,10 @@ DELIVERY_SWEEP_BATCH_SIZE = env.int("DELIVERY_SWEEP_BATCH_SIZE", default=200)
 DELIVERY_REDISPATCH_SECONDS = env.int("DELIVERY_REDISPATCH_SECONDS", default=60)
 # Base of the link in e-mails to reps (e.g. https://leads.example.com); empty = a bare path.
 DELIVERY_LINK_BASE_URL = env.str("DELIVERY_LINK_BASE_URL", default="")
+# How long the one-click "I'm on it" link in a rep's e-mail or chat message works (it works once).
+TOUCH_LINK_MAX_AGE_SECONDS = env.int("TOUCH_LINK_MAX_AGE_SECONDS", default=7 * 24 * 3600)
+# How long the set-password link of a rep's invitation works (Django's own setting).
+PASSWORD_RESET_TIMEOUT = env.int("PASSWORD_RESET_TIMEOUT", default=3 * 24 * 3600)
 # Where slack-sdk's WebClient sends a bot's Web API calls (users.lookupByEmail, chat.postMessage);
 # change it only for a proxy or a test server.
 SLACK_API_BASE_URL = env.str("SLACK_API_BASE_URL", default="https://slack.com/api/")

@@ -103,6 +103,8 @@ def notice_facts(payload: dict[str, Any]) -> dict[str, Any]:
         "assigned_at": local_time(assignment.get("assigned_at"), zone),
         "timezone": zone_of(zone).key,
         "link": notice.get("link") or "",
+        # The one-click "I'm on it" link (routing.rep_access), on the owner's messages only.
+        "touch_link": notice.get("touch_link") or "",
     }
 
 
@@ -125,6 +127,8 @@ def email_text(facts: dict[str, Any]) -> str:
         "",
         f"Lead page: {facts['link']}",
     ]
+    if facts["touch_link"]:
+        lines += ["", f"I'm on it (one click records your first touch): {facts['touch_link']}"]
     return "\n".join(lines) + "\n"
 
 
@@ -159,6 +163,11 @@ def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
         lines.append(f"<{link}|Open the lead>")
     elif link:
         lines.append(escape(link))
+    touch = facts["touch_link"]
+    if touch.startswith(("https://", "http://")):
+        lines.append(f"<{touch}|I'm on it> (records your first touch)")
+    elif touch:
+        lines.append(f"I'm on it: {escape(touch)}")
     section = "\n".join(lines)[:SLACK_TEXT_LIMIT]
     return {
         "text": facts["subject"],
@@ -199,10 +208,13 @@ def teams_message(payload: dict[str, Any]) -> dict[str, Any]:
             },
         ],
     }
-    if facts["link"].startswith(("https://", "http://")):
-        card["actions"] = [
-            {"type": "Action.OpenUrl", "title": "Open the lead", "url": facts["link"]}
-        ]
+    actions = [
+        {"type": "Action.OpenUrl", "title": title, "url": url}
+        for title, url in (("I'm on it", facts["touch_link"]), ("Open the lead", facts["link"]))
+        if url.startswith(("https://", "http://"))
+    ]
+    if actions:
+        card["actions"] = actions
     return {
         "type": "message",
         "summary": facts["subject"],

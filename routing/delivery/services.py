@@ -59,6 +59,7 @@ from routing.delivery.models import (
     notice_event_for,
 )
 from routing.models import Assignment, AssignmentKind, Rep, Team
+from routing.touch_links import touch_link_url
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +168,18 @@ def _notice(*, assignment: Assignment, rep: Rep, event: str, now_with: str = "")
         "timezone": zone_of(rep.timezone).key,
         "link": _link(str(assignment.lead_id)),
         **({"now_with": now_with} if now_with else {}),
+        **({"touch_link": _touch_link(assignment, rep)} if event in _OWNER_EVENTS else {}),
     }
+
+
+# The events that tell a rep a lead is theirs now: their messages carry the one-click link.
+_OWNER_EVENTS = frozenset(
+    {DeliveryEvent.ASSIGNED.value, DeliveryEvent.REASSIGNED.value, DeliveryEvent.SLA_WARNING.value}
+)
+
+
+def _touch_link(assignment: Assignment, rep: Rep) -> str:
+    return touch_link_url(assignment_id=assignment.pk, rep_id=rep.pk)
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,24 @@ def rep_absence_save(*, absence: RepAbsence, actor: str) -> RepAbsence:
     return absence
 
 
+@transaction.atomic
+def rep_absence_cancel(*, rep_id: int, absence_id: int, actor: str) -> bool:
+    """Cancel one of the rep's planned absences that has not started yet (audited).
+
+    False when there is no such absence of this rep, or it has started (an absence under way
+    is ended by RevOps, whose change re-routes or keeps the rep's leads as the team says).
+    """
+    rep_lock_for_absences(rep_id=rep_id)
+    absence = RepAbsence.objects.filter(
+        pk=absence_id, rep_id=rep_id, starts_at__gt=timezone.now()
+    ).first()
+    if absence is None:
+        return False
+    config_change_record(actor=actor, obj=absence, action="deleted", before=stored_values(absence))
+    absence.delete()
+    return True
+
+
 def untouched_leads_to_move(rep_id: int) -> Any:
     """The lead ids a rep holds untouched, outside teams that keep an away rep's leads."""
     return (

@@ -272,7 +272,9 @@ def test_a_team_teams_webhook_gets_an_adaptive_card_and_honours_429(
     facts = {fact["title"]: fact["value"] for fact in card["body"][2]["facts"]}
     assert facts["Company"] == "Acme GmbH"
     assert facts["SLA due"].endswith("UTC (UTC)")
-    assert card["actions"][0]["url"] == f"https://leads.example.com/history/{assignment.lead_id}/"
+    actions = {action["title"]: action["url"] for action in card["actions"]}
+    assert actions["Open the lead"] == f"https://leads.example.com/history/{assignment.lead_id}/"
+    assert actions["I'm on it"].startswith("https://leads.example.com/touch/")
     row.refresh_from_db()
     assert row.attempt_log.get(number=2).response_excerpt == "1"
 
