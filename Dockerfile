@@ -40,13 +40,16 @@ ENV PATH="/app/.venv/bin:${PATH}" \
 # on import, so it must belong to the runtime user. Static files are collected at build time into
 # var/static, where WhiteNoise serves them from. The SECRET_KEY here exists only for this one
 # command, so that settings import without generating a key file; it is not kept in the image.
+# The same for the privacy keys: a key file baked into the image would open every sealed person
+# for anyone who can pull it (compose requires PRIVACY_KEYS and PRIVACY_HASH_KEY from .env).
 # var/audit-heads exists in the image so that the compose volume mounted there starts out
 # owned by the runtime user.
 RUN mkdir -p /app/var/audit-heads && chown -R leadrouter:leadrouter /app/var
 USER leadrouter
 RUN SECRET_KEY=collectstatic-only-not-a-secret \
+    PRIVACY_KEYS=collectstatic-only-not-a-key PRIVACY_HASH_KEY=collectstatic-only-not-a-key \
     python manage.py collectstatic --noinput -v 0 \
-    && rm -rf /app/var/broker
+    && rm -rf /app/var/broker /app/var/secret-key /app/var/privacy-key /app/var/privacy-hash-key
 
 EXPOSE 8000
 

@@ -677,14 +677,26 @@ def _var_key(name: str, make: Callable[[], str]) -> str:
 # The master keys that wrap each person's data key: Fernet keys, comma-separated, newest first
 # (the first wraps, all unwrap; `manage.py privacy_rewrap` moves every person's key to the
 # first). Empty = one generated under var/ on first use. Losing them loses every person's data.
-PRIVACY_KEYS: list[str] = [k for k in env.list("PRIVACY_KEYS", default=[]) if k.strip()] or [
+_CONFIGURED_PRIVACY_KEYS = [k for k in env.list("PRIVACY_KEYS", default=[]) if k.strip()]
+PRIVACY_KEYS: list[str] = _CONFIGURED_PRIVACY_KEYS or [
     _var_key("privacy-key", lambda: Fernet.generate_key().decode())
 ]
 # The HMAC key of the lookup hashes that find a person's key by e-mail or phone (never stored
 # plain). Changing it orphans existing keys from their people: set it once.
-PRIVACY_HASH_KEY: str = env.str("PRIVACY_HASH_KEY", default="") or _var_key(
+_CONFIGURED_PRIVACY_HASH_KEY = env.str("PRIVACY_HASH_KEY", default="")
+PRIVACY_HASH_KEY: str = _CONFIGURED_PRIVACY_HASH_KEY or _var_key(
     "privacy-hash-key", lambda: secrets.token_urlsafe(32)
 )
+# Which of the two came from var/ (the embedded default): `manage.py check --deploy` refuses that
+# (leadrouter.E002), since a key file beside the code travels with images and copies of it.
+PRIVACY_KEYS_GENERATED: list[str] = [
+    name
+    for name, configured in (
+        ("PRIVACY_KEYS", _CONFIGURED_PRIVACY_KEYS),
+        ("PRIVACY_HASH_KEY", _CONFIGURED_PRIVACY_HASH_KEY),
+    )
+    if not configured
+]
 # How long a process may keep a person's unwrapped data key to open sealed audit data: one read
 # per lead, not per event. An erasure clears its own process at once; others within this.
 PRIVACY_KEY_CACHE_SECONDS = env.float("PRIVACY_KEY_CACHE_SECONDS", default=5.0)

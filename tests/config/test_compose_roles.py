@@ -72,3 +72,16 @@ def test_the_io_worker_drains_the_outside_call_queues_on_threads_and_the_worker_
     assert "--queues enrichment.realtime,crm.realtime,enrichment,crm,delivery --pool threads" in io
     assert "--concurrency $${IO_WORKER_CONCURRENCY:-32}" in io
     assert services["io-worker"]["stop_signal"] == "SIGQUIT"
+
+
+def test_compose_requires_the_privacy_keys_and_the_image_bakes_none() -> None:
+    """A key file in the image opens every sealed person for whoever can pull it (review of
+    issue 21): compose refuses to start without the keys, the build leaves none behind."""
+    environment = _services()["web"]["environment"]
+    for name in ("PRIVACY_KEYS", "PRIVACY_HASH_KEY"):
+        assert environment[name] == f"${{{name}:?set {name} in .env (see .env.example)}}"
+    dockerfile = (COMPOSE.parent / "Dockerfile").read_text(encoding="utf-8")
+    build = dockerfile[dockerfile.index("collectstatic") - 300 :]
+    assert "PRIVACY_KEYS=collectstatic-only" in build
+    assert "PRIVACY_HASH_KEY=collectstatic-only" in build
+    assert "/app/var/privacy-key /app/var/privacy-hash-key" in build
