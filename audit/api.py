@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit.subject_access import person_export
+from audit.subject_access import SubjectAccessRefused, person_export
 from config.errors import ApiError
 from leads.api import _error_responses as error_responses
 
@@ -55,9 +55,12 @@ class PersonExportView(APIView):
             )
         if len(email) > 320 or len(phone) > 40:
             raise ApiError(code="invalid_filter", message="That is no e-mail or phone.")
-        document = person_export(
-            email=email, phone=phone, actor=f"user:{request.user.get_username()}"
-        )
+        try:
+            document = person_export(
+                email=email, phone=phone, actor=f"user:{request.user.get_username()}"
+            )
+        except SubjectAccessRefused as error:
+            raise ApiError(code="invalid_filter", message=f"{error}.") from None
         response = Response(document)
         response["Cache-Control"] = "no-store"
         return response

@@ -23,7 +23,13 @@ from audit.models import Event
 from audit.selectors import decision_sentence, timeline_entry
 from leads.models import Lead, RefusedPayload
 from routing.delivery.models import Delivery
-from routing.erasure import is_erased, person_identify, refused_ids_holding
+from routing.erasure import (
+    ErasureRefused,
+    is_erased,
+    person_identifiers_check,
+    person_identify,
+    refused_ids_holding,
+)
 from routing.models import Assignment
 
 logger = logging.getLogger(__name__)
@@ -139,6 +145,11 @@ def person_export(
     module's words). Logged (who asked, how much was found; nothing personal)."""
     if not email.strip() and not phone.strip() and not lead_ids:
         raise SubjectAccessRefused("name the person: an e-mail or a phone")
+    if not lead_ids:  # typed by someone: a whole e-mail or phone, never a fragment
+        try:
+            email, phone = person_identifiers_check(email, phone)
+        except ErasureRefused as error:
+            raise SubjectAccessRefused(str(error)) from None
     leads, emails, phones = person_identify(email=email, phone=phone, lead_ids=lead_ids)
     refused = RefusedPayload.objects.filter(pk__in=refused_ids_holding(emails, phones))
     document: dict[str, Any] = {

@@ -13,11 +13,14 @@ Which rule, which rep, when: the assignments and the events' plain fields remain
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.admin.models import LogEntry
 from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import connection, transaction
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
@@ -96,6 +99,55 @@ class ErasureResult:
         return f"erased: {counts}"
 
 
+# The fewest digits a phone given to find a person must have: "+49" or "030" would name
+# everyone whose number holds them.
+PHONE_MIN_DIGITS = 7
+
+
+def person_identifiers_check(email: str, phone: str) -> tuple[str, str]:
+    """The e-mail and phone someone typed to name a person, checked: a whole e-mail address and
+    a phone of at least ``PHONE_MIN_DIGITS`` digits; ``ErasureRefused`` says what is wrong.
+
+    A fragment ("gmail.com", "+49") must never reach the search: it would name everyone whose
+    data holds it, and erase or export them all.
+    """
+    email, phone = email.strip(), phone.strip()
+    if email:
+        try:
+            validate_email(email)
+        except ValidationError:
+            raise ErasureRefused(
+                "that is not a whole e-mail address: give the person's full address"
+            ) from None
+    if phone and sum(ch.isdigit() for ch in phone) < PHONE_MIN_DIGITS:
+        raise ErasureRefused(
+            f"that is not a whole phone number: give at least {PHONE_MIN_DIGITS} digits"
+        )
+    return email, phone
+
+
+def _email_pattern(needle: str) -> re.Pattern[str]:
+    # The address as a whole value: not inside a longer one ("ann@x.com" in "joann@x.com").
+    return re.compile(
+        rf"(?<![A-Za-z0-9._%+\-]){re.escape(needle)}(?![A-Za-z0-9\-]|\.[A-Za-z0-9])",
+        re.IGNORECASE,
+    )
+
+
+def _phone_pattern(needle: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![0-9]){re.escape(needle)}(?![0-9])")
+
+
+def _patterns(emails: set[str], phones: set[str]) -> list[re.Pattern[str]]:
+    return [_email_pattern(n) for e in emails for n in _needles(e, "")] + [
+        _phone_pattern(n) for p in phones for n in _needles("", p)
+    ]
+
+
+def _holds(text: str, patterns: list[re.Pattern[str]]) -> bool:
+    return any(pattern.search(text) for pattern in patterns)
+
+
 def _needles(email: str, phone: str) -> list[str]:
     out = []
     if email:
@@ -105,18 +157,27 @@ def _needles(email: str, phone: str) -> list[str]:
     return sorted({n for n in out if len(n) >= 3})
 
 
-def _refused_ids(needles: list[str]) -> set[int]:
-    """Refused inbox rows whose body holds the e-mail or phone, byte for byte."""
+def _refused_ids(emails: set[str], phones: set[str]) -> set[int]:
+    """Refused inbox rows whose body holds one of the e-mails or phones as a whole value.
+
+    The database finds the bodies that contain it byte for byte; each is then checked for the
+    whole value (``_holds``), so "ann@example.com" does not take joann@example.com's rows.
+    """
     table = RefusedPayload._meta.db_table
-    found: set[int] = set()
+    candidates: set[int] = set()
     with connection.cursor() as cursor:
-        for needle in needles:
+        for needle in _all_needles(emails, phones):
             if connection.vendor == "postgresql":
                 sql = f"SELECT id FROM {table} WHERE position(%s::bytea in body) > 0"  # noqa: S608
             else:
                 sql = f"SELECT id FROM {table} WHERE instr(body, %s) > 0"  # noqa: S608
             cursor.execute(sql, [needle.encode()])
-            found |= {row[0] for row in cursor.fetchall()}
+            candidates |= {row[0] for row in cursor.fetchall()}
+    patterns = _patterns(emails, phones)
+    found: set[int] = set()
+    for pk, body in RefusedPayload.objects.filter(pk__in=candidates).values_list("pk", "body"):
+        if _holds(bytes(body or b"").decode("utf-8", "replace"), patterns):
+            found.add(pk)
     return found
 
 
@@ -127,8 +188,8 @@ def _all_needles(emails: set[str], phones: set[str]) -> list[str]:
 
 
 def refused_ids_holding(emails: set[str], phones: set[str]) -> set[int]:
-    """Refused inbox rows whose body holds one of these e-mails or phones."""
-    return _refused_ids(_all_needles(emails, phones))
+    """Refused inbox rows whose body holds one of these e-mails or phones (whole values)."""
+    return _refused_ids(emails, phones)
 
 
 def _lookups(emails: set[str], phones: set[str]) -> list[str]:
@@ -156,12 +217,16 @@ def _person_leads(
         for needle in _needles("", phone):
             raw |= Q(raw_text__icontains=needle)
     if raw:
-        match |= Q(
-            pk__in=Lead.objects.filter(normalized_at__isnull=True)
+        # Contains it (the database), then holds it as a whole value (checked here): a queued
+        # lead of joann@example.com is not ann@example.com's.
+        patterns = _patterns(emails, phones)
+        candidates = (
+            Lead.objects.filter(normalized_at__isnull=True)
             .annotate(raw_text=Cast("raw_payload", TextField()))
             .filter(raw)
-            .values("pk")
+            .values_list("pk", "raw_text")
         )
+        match |= Q(pk__in=[pk for pk, text in candidates if _holds(str(text or ""), patterns)])
     rows = Lead.objects.filter(match).order_by("pk")
     if lock and connection.features.has_select_for_update:
         rows = rows.select_for_update(of=("self",))
@@ -244,6 +309,8 @@ def person_erase(
     email, phone = email.strip(), phone.strip()
     if not email and not privacy.normalise_phone(phone).lstrip("+") and not lead_ids:
         raise ErasureRefused("name the person: an e-mail or a phone")
+    if not lead_ids:  # typed by someone, not read off the person's own lead
+        email, phone = person_identifiers_check(email, phone)
     result = ErasureResult()
     now = timezone.now()
     with transaction.atomic():
@@ -251,14 +318,13 @@ def person_erase(
             email=email, phone=phone, lead_ids=lead_ids, lock=True
         )
         lookups = _lookups(emails, phones)
-        needles = _all_needles(emails, phones)
         key_ids = {lead.person_key_id for lead in leads if lead.person_key_id is not None}
         key_ids |= set(PersonKey.objects.filter(lookup__in=lookups).values_list("pk", flat=True))
         result.keys = PersonKey.objects.filter(pk__in=key_ids, wrapped__isnull=False).update(
             wrapped=None, lookup=None, erased_at=now
         )
         lead_ids = [lead.pk for lead in leads]
-        cleared = leads_around_clear(lead_ids=lead_ids, refused_ids=_refused_ids(needles))
+        cleared = leads_around_clear(lead_ids=lead_ids, refused_ids=_refused_ids(emails, phones))
         result.refused_payloads = cleared.refused_payloads
         result.assignments = cleared.assignments
         result.deliveries = cleared.deliveries

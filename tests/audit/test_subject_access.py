@@ -126,3 +126,18 @@ def test_the_command_prints_the_json():
     assert len(json.loads(out.getvalue())["leads"]) == 2
     with pytest.raises(CommandError, match="e-mail or a phone"):
         call_command("person_export")
+
+
+def test_the_export_refuses_a_fragment_of_an_address():
+    """?email=example.com would hand one person everyone's data (review of issue 21)."""
+    from audit.subject_access import SubjectAccessRefused
+
+    LeadFactory(raw_payload={"Email": "joann@example.com"})
+    with pytest.raises(SubjectAccessRefused, match="not a whole"):
+        person_export(email="example.com")
+    with pytest.raises(CommandError, match="not a whole"):
+        call_command("person_export", email="example.com")
+    answer = _api("export_person").get("/api/v1/people/export/?email=example.com")
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == "invalid_filter"
+    assert "not a whole" in answer.json()["error"]["message"]

@@ -253,3 +253,40 @@ def test_an_erased_unassigned_lead_is_not_routed_again() -> None:
     person_erase(email=EMAIL, actor="user:dpo", reason="request")
     assert unassigned_retry(now=now) == 0
     assert Lead.objects.get(pk=lead.pk).status == LeadStatus.UNASSIGNED
+
+
+@pytest.mark.django_db
+def test_erasing_one_address_leaves_a_longer_address_that_holds_it_alone() -> None:
+    """ann@example.com's erasure must not take joann@example.com's queued lead or refused row
+    (review of issue 21: the raw searches matched any fragment; this failed before)."""
+    ann = LeadFactory(raw_payload={"Email": "ann@example.com"})
+    joann = LeadFactory(raw_payload={"Email": "joann@example.com", "note": "ann@example.com.au"})
+    refused_ann = RefusedPayload.objects.create(
+        source=ann.source, body=b'{"mail": "ann@example.com"}', status_code=422, reason="x"
+    )
+    refused_joann = RefusedPayload.objects.create(
+        source=ann.source, body=b'{"mail": "joann@example.com"}', status_code=422, reason="x"
+    )
+    result = person_erase(email="ann@example.com", actor="user:dpo", reason="request")
+    assert result.leads == 1
+    assert result.lead_ids == [str(ann.pk)]
+    joann.refresh_from_db()
+    assert joann.raw_payload["Email"] == "joann@example.com"
+    assert not RefusedPayload.objects.filter(pk=refused_ann.pk).exists()
+    assert RefusedPayload.objects.filter(pk=refused_joann.pk).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("email", "phone"),
+    [("example.com", ""), ("gmail.com", ""), ("@example.com", ""), ("", "+49"), ("", "030 12")],
+)
+def test_a_fragment_names_no_one_and_erases_nothing(email: str, phone: str) -> None:
+    lead = LeadFactory(raw_payload={"Email": "ann@example.com", "phone": "+49 30 1234567"})
+    with pytest.raises(ErasureRefused, match="not a whole"):
+        person_erase(email=email, phone=phone, actor="user:dpo", reason="request")
+    with pytest.raises(CommandError, match="not a whole"):
+        call_command("lead_erase", email=email, phone=phone, reason="request")
+    lead.refresh_from_db()
+    assert lead.raw_payload["Email"] == "ann@example.com"
+    assert not Event.objects.filter(type=EventType.ERASED).exists()
