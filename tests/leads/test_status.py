@@ -322,3 +322,18 @@ def _json_schema(openapi: object) -> object:
     if openapi.get("nullable"):
         out["type"] = [openapi["type"], "null"]
     return out
+
+
+@pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
+def test_a_write_to_the_status_url_is_a_json_405_not_a_csrf_page(published, method):
+    """Even with CSRF checks on (as for a browser), the status URL answers a write with the
+    API's 405 and the methods it serves; the embed script's URL too."""
+    csrf_client = Client(enforce_csrf_checks=True)
+    lead = LeadFactory(source=SourceFactory(slug="webform"))
+    url = status_link_make(lead_id=lead.id, source=lead.source, now=timezone.now()).url
+    for path, allow in ((url, "GET, HEAD, OPTIONS"), ("/embed/owner.js", "GET, HEAD")):
+        response = getattr(csrf_client, method)(path, "{}", content_type="application/json")
+        assert response.status_code == 405, (path, response.content)
+        assert response["Content-Type"].startswith("application/json")
+        assert response["Allow"] == allow
+        assert response.json()["error"]["code"] == "method_not_allowed"
