@@ -337,3 +337,25 @@ def test_a_write_to_the_status_url_is_a_json_405_not_a_csrf_page(published, meth
         assert response["Content-Type"].startswith("application/json")
         assert response["Allow"] == allow
         assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize("assigned", [True, False])
+def test_the_status_read_is_one_query(django_assert_num_queries, assigned):
+    """The lead, its source's settings, its current assignment and rep: one LEFT JOIN, whether
+    the lead is assigned, still waiting or finished without an owner."""
+    source = SourceFactory(slug="webform")
+    if assigned:
+        lead = _assigned(source)
+    else:
+        lead = LeadFactory(source=source, status=LeadStatus.UNASSIGNED)
+    with django_assert_num_queries(1):
+        view = lead_status_read(lead_id=lead.id)
+    assert view is not None
+    assert view.document["status"] == ("assigned" if assigned else "not_assigned")
+    if assigned:
+        assert view.document["owner"]["name"] == "Ana"
+    pending = LeadFactory(source=source)
+    with django_assert_num_queries(1):
+        view = lead_status_read(lead_id=pending.id)
+    assert view is not None
+    assert view.document == {"id": str(pending.id), "status": "received", "owner": None}
