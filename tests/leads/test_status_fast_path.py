@@ -278,3 +278,20 @@ def test_a_write_through_the_asgi_application_is_a_json_405(website, method):
     assert headers["Content-Type"].startswith("application/json")
     assert headers["Allow"] == "GET, HEAD, OPTIONS"
     assert json.loads(body)["error"]["code"] == "method_not_allowed"
+
+
+def test_a_query_with_too_many_fields_is_the_django_views_400(client, website, settings):
+    """The fast path parses the query string under DATA_UPLOAD_MAX_NUMBER_FIELDS, as Django's
+    QueryDict does (TooManyFieldsSent): past it, the same JSON 400, never parsed unbounded."""
+    path = _path(LeadFactory(source=website))
+    limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+    query = "&".join(f"f{i}=x" for i in range(limit)) + "&wait=0"
+    reference = client.get(f"{path}?{query}")
+    status, headers, body = _call(status_fast_path(Django()), "GET", path, query=query)
+    assert status == reference.status_code == 400, body
+    assert headers["Content-Type"] == "application/json"
+    assert json.loads(body) == reference.json()
+    assert json.loads(body)["error"]["code"] == "bad_request"
+    at_limit = "&".join(f"f{i}=x" for i in range(limit - 1)) + "&wait=0"
+    status, _, body = _call(status_fast_path(Django()), "GET", path, query=at_limit)
+    assert status == client.get(f"{path}?{at_limit}").status_code == 200, body
