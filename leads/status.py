@@ -21,11 +21,13 @@ from typing import Any
 from django.conf import settings
 from django.core import signing
 from django.db import close_old_connections
+from django.db.models import FilteredRelation, Q
 
 from leads.models import STATUS_MINUTES_MAX, Lead, LeadStatus, Source, origins_parse
 
 _SALT = "leads.status:"
 PENDING = (LeadStatus.RECEIVED, LeadStatus.PROCESSING)
+_REP_FIELDS = ("name", "display_name", "photo_url", "booking_url")
 
 
 @dataclass(frozen=True)
@@ -108,34 +110,34 @@ def owner_revealed(rep: dict[str, Any], team: str, reveal: list[str]) -> dict[st
 
 
 def lead_status_read(*, lead_id: uuid.UUID) -> LeadStatusView | None:
-    """The status document of a lead (None when it no longer exists); two queries at most.
+    """The status document of a lead (None when it no longer exists), in one query: the lead
+    and its source's settings LEFT JOINed to its current (active) assignment and that rep
+    (at most one active assignment per lead, a constraint of routing's).
 
     Under ASGI the status view calls it in a read thread (``lead_status_read_pooled``).
     """
-    from routing.models import Assignment  # routing builds on leads, not the reverse
-
     row = (
         Lead.objects.filter(pk=lead_id)
-        .values("status", "source__status_reveal", "source__cors_origins")
+        .annotate(current=FilteredRelation("assignments", condition=Q(assignments__active=True)))
+        .values(
+            "status",
+            "source__status_reveal",
+            "source__cors_origins",
+            "current__id",
+            "current__team_name",
+            *(f"current__rep__{field}" for field in _REP_FIELDS),
+        )
         .first()
     )
     if row is None:
         return None
     owner: dict[str, Any] | None = None
     status = row["status"]
-    if status not in PENDING:
-        current = (
-            Assignment.objects.filter(lead_id=lead_id, active=True)
-            .values(
-                "team_name", "rep__name", "rep__display_name", "rep__photo_url", "rep__booking_url"
-            )
-            .first()
-        )
-        if current is not None:
-            rep = {key[5:]: value for key, value in current.items() if key.startswith("rep__")}
-            reveal = row["source__status_reveal"]
-            reveal = reveal if isinstance(reveal, list) else []
-            owner = owner_revealed(rep, current["team_name"], reveal)
+    if status not in PENDING and row["current__id"] is not None:
+        rep = {field: row[f"current__rep__{field}"] for field in _REP_FIELDS}
+        reveal = row["source__status_reveal"]
+        reveal = reveal if isinstance(reveal, list) else []
+        owner = owner_revealed(rep, row["current__team_name"], reveal)
     shown = public_status(status, owner is not None)
     origins = tuple(origins_parse(row["source__cors_origins"] or ""))
     document = {"id": str(lead_id), "status": shown, "owner": owner}

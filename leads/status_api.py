@@ -22,7 +22,7 @@ from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.csrf import csrf_exempt
 
 from config.errors import error_body
 from leads.status import (
@@ -94,6 +94,21 @@ def _not_found() -> StatusAnswer:
     )
 
 
+STATUS_METHODS = ("GET", "HEAD", "OPTIONS")
+EMBED_METHODS = ("GET", "HEAD")
+
+
+def _not_allowed(request: HttpRequest, methods: tuple[str, ...]) -> HttpResponse:
+    # The API's 405 (not Django's empty one): these URLs are read by scripts, which want JSON.
+    allow = ", ".join(methods)
+    response = JsonResponse(
+        error_body("method_not_allowed", f"{request.method} is not served here; use {allow}."),
+        status=405,
+    )
+    response["Allow"] = allow
+    return response
+
+
 def _cors_headers(origin: str, origins: tuple[str, ...]) -> dict[str, str]:
     headers = {"Vary": "Origin"}
     if origin and origin in origins:
@@ -133,14 +148,17 @@ async def lead_status_answer(
     return StatusAnswer(200, view.document, headers)
 
 
-@require_http_methods(["GET", "HEAD", "OPTIONS"])
+@csrf_exempt  # no cookie or session is read: a write is a 405, never a CSRF page
 async def lead_status(request: HttpRequest, lead_id: str, token: str) -> HttpResponse:
     """The lead's status for the page that submitted it; ``?wait=N`` holds it until the
     outcome or N seconds (clamped to STATUS_WAIT_MAX_SECONDS; at once under WSGI).
 
     Under the ASGI process, config.asgi answers this URL before Django's handler
     (leads.status_asgi) with the same ``lead_status_answer``; this view serves it under WSGI
-    and in Django's test clients."""
+    and in Django's test clients, and answers any other method (both processes) with a JSON
+    405."""
+    if request.method not in STATUS_METHODS:
+        return _not_allowed(request, STATUS_METHODS)
     answer = await lead_status_answer(
         method=request.method or "GET",
         lead_id=lead_id,
@@ -187,9 +205,11 @@ def _embed_script() -> bytes:
     return _EMBED.read_bytes()
 
 
-@require_http_methods(["GET", "HEAD"])
+@csrf_exempt
 def embed_script(request: HttpRequest) -> HttpResponse:
     """The script a form page includes to show the lead's owner (leads/embed/owner.js)."""
+    if request.method not in EMBED_METHODS:
+        return _not_allowed(request, EMBED_METHODS)
     response = HttpResponse(_embed_script(), content_type="text/javascript; charset=utf-8")
     response["Cache-Control"] = "public, max-age=300"
     response["X-Content-Type-Options"] = "nosniff"

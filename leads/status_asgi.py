@@ -9,9 +9,10 @@ session, user or cookie. This ASGI wrapper answers ``GET``/``HEAD``/``OPTIONS`` 
 passes every other request (and every other method on that URL) to Django unchanged.
 
 What the Django middleware would have done for this URL it does too: the ``Host`` header
-checked against ALLOWED_HOSTS (400), a database outage answered ``503`` with ``Retry-After``,
-any other failure a logged ``500`` in the API's JSON error shape, and the security headers
-(``X-Content-Type-Options``, ``X-Frame-Options``, ``Referrer-Policy``,
+checked against ALLOWED_HOSTS (400), a query string of more than DATA_UPLOAD_MAX_NUMBER_FIELDS
+fields refused (400, as Django answers TooManyFieldsSent), a database outage answered ``503``
+with ``Retry-After``, any other failure a logged ``500`` in the API's JSON error shape, and the
+security headers (``X-Content-Type-Options``, ``X-Frame-Options``, ``Referrer-Policy``,
 ``Cross-Origin-Opener-Policy``) the security and clickjacking middleware add.
 """
 
@@ -22,7 +23,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qsl
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
@@ -96,8 +97,18 @@ async def _send(send: Send, answer: StatusAnswer, method: str) -> None:
 async def _answer(scope: Scope, match: re.Match[str]) -> StatusAnswer:
     if not _host_allowed(scope):
         return StatusAnswer(400, error_body("bad_request", "Invalid Host header."), {})
-    query = parse_qs(bytes(scope.get("query_string") or b"").decode("latin-1"))
-    wait = query.get("wait", [None])[-1]
+    try:
+        # Bounded as Django's QueryDict is (TooManyFieldsSent, answered 400 by handler400).
+        pairs = parse_qsl(
+            bytes(scope.get("query_string") or b"").decode("latin-1"),
+            keep_blank_values=True,
+            max_num_fields=settings.DATA_UPLOAD_MAX_NUMBER_FIELDS,
+        )
+    except ValueError:
+        return StatusAnswer(
+            400, error_body("bad_request", "The request could not be processed."), {}
+        )
+    wait = next((value for key, value in reversed(pairs) if key == "wait"), None)
     try:
         return await lead_status_answer(
             method=scope["method"],

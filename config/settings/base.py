@@ -572,8 +572,9 @@ ENRICHMENT_HTTP_BURST = env.int(
     "ENRICHMENT_HTTP_BURST", default=max(1, ENRICHMENT_HTTP_RATE_PER_MINUTE // 60)
 )
 # The share of each vendor's rate limit (HTTP enrichment, each CRM connection, Meta's fetch)
-# kept for realtime leads (leads.lanes): other leads' calls leave this share of the burst
-# (Redis) or of the minute's budget (cache) untaken, so a bulk backlog cannot use it up.
+# kept for realtime leads (leads.lanes): other leads' calls leave this share of the burst,
+# rounded up, untaken on top of the burst (Redis; realtime calls may exceed the burst by it) or
+# inside the minute's budget (cache), so a bulk backlog cannot use it up.
 REALTIME_RESERVED_SHARE = env.float("REALTIME_RESERVED_SHARE", default=0.2)
 # Tries per lead (5xx, timeouts, 429s), backoff base and cap; past the max wait since its first
 # try a lead is routed without the provider, whatever held it up.

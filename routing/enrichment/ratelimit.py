@@ -8,10 +8,15 @@ Without Redis it is a fixed one-minute window counted in Django's cache (at most
 ``rate_per_minute`` per calendar minute; shared only if the cache is).
 
 A share of the budget is kept for realtime leads (leads.lanes): a take with ``keep=k`` (what
-every other lead's call passes, ``REALTIME_RESERVED_SHARE`` of the burst or the minute's budget)
-is granted only if ``k`` tokens are left after it, so a bulk backlog drains the budget down to
-those ``k`` and no further; a realtime call (``keep=0``) may take them. Bulk still gets the whole
-refill whenever no realtime lead is calling.
+every other lead's call passes, the limiter's ``reserve``) is granted only if ``k`` tokens are
+left after it, so a bulk backlog drains the budget down to those ``k`` and no further; a realtime
+call (``keep=0``) may take them. Bulk still gets the whole refill whenever no realtime lead is
+calling. On Redis the reserve, ``REALTIME_RESERVED_SHARE`` of the burst rounded up, sits on top
+of the burst (the bucket holds ``burst + reserve``): with the default burst of 1 a share inside
+the burst would be nothing. So other lanes get at most ``burst + rate * T / 60`` tokens in T
+seconds, as configured, and realtime calls may take up to ``reserve`` more than that (the
+realtime lane may exceed the configured burst by the share). The cache window keeps its share
+inside the minute's budget (a window of one call a minute keeps none).
 
 A 429 from the provider pauses the whole budget for its Retry-After (``pause``), so every worker
 backs off, not only the one that was told; a shorter Retry-After never shortens a longer pause
@@ -52,8 +57,8 @@ if now > ts then
   ts = now
 end
 if ARGV[3] == '0' then return {0, '0', tostring(tokens)} end
-local want = math.min(burst, math.max(1, tonumber(ARGV[4] or '1')))
-local keep = math.max(0, math.min(tonumber(ARGV[5] or '0'), burst - want))
+local keep = math.max(0, math.min(tonumber(ARGV[5] or '0'), burst - 1))
+local want = math.min(burst - keep, math.max(1, tonumber(ARGV[4] or '1')))
 local granted = 0
 local wait = 0
 if tokens - keep >= want then
@@ -93,6 +98,9 @@ class RateLimiter(Protocol):
     @property
     def capacity(self) -> int: ...
 
+    @property
+    def reserve(self) -> int: ...
+
     def available(self) -> int: ...
 
     def pause(self, seconds: float) -> None: ...
@@ -101,16 +109,26 @@ class RateLimiter(Protocol):
 class RedisTokenBucket:
     """A token bucket in Redis shared by every process that uses the same ``key``."""
 
-    def __init__(self, client: Any, key: str, *, rate_per_minute: float, burst: int) -> None:
+    def __init__(
+        self,
+        client: Any,
+        key: str,
+        *,
+        rate_per_minute: float,
+        burst: int,
+        reserve: int | None = None,
+    ) -> None:
         self.client = client
         self.bucket_key = f"{key}:bucket"
         self.pause_key = f"{key}:pause"
         self.rate_per_second = max(float(rate_per_minute), 1e-6) / 60.0
         self.burst = max(1, int(burst))
+        # On top of the burst (see the module's words); by default REALTIME_RESERVED_SHARE.
+        self.reserve = realtime_reserve(self.burst) if reserve is None else max(0, int(reserve))
 
     @property
     def capacity(self) -> int:
-        """The most tokens it ever holds (what a reserved share is a share of)."""
+        """The configured burst (what the reserved share is a share of)."""
         return self.burst
 
     def _run(self, take: bool, n: int = 1, keep: int = 0) -> tuple[int, float, float]:
@@ -120,7 +138,7 @@ class RedisTokenBucket:
             self.bucket_key,
             self.pause_key,
             repr(self.rate_per_second),
-            self.burst,
+            self.burst + self.reserve,
             "1" if take else "0",
             str(max(1, int(n))),
             str(max(0, int(keep))),
@@ -128,17 +146,19 @@ class RedisTokenBucket:
         return int(granted), float(wait), float(tokens)
 
     def take(self, n: int = 1, *, keep: int = 0) -> Grant:
-        """``n`` tokens at once or none (``n`` is capped at ``burst``, which could never
-        be reached otherwise): a caller that needs several requests for one answer never
+        """``n`` tokens at once or none (``n`` is capped at what the caller could ever get:
+        ``burst + reserve - keep``): a caller that needs several requests for one answer never
         gets half of them and wastes them while it waits for the rest. ``keep``: granted only
-        if that many tokens are left after it (the realtime share; at most ``burst - n``)."""
+        if that many tokens are left after it (the realtime share, ``reserve``; at most
+        ``burst + reserve - 1``, so every caller can get one)."""
         granted, wait, _ = self._run(take=True, n=n, keep=keep)
         return Grant(granted=bool(granted), wait_seconds=wait)
 
     def available(self) -> int:
-        """Tokens that could be taken right now (0 while paused); takes none."""
+        """Tokens any lane could take right now, the realtime reserve left out (0 while
+        paused); takes none."""
         _, wait, tokens = self._run(take=False)
-        return 0 if wait > 0 else math.floor(tokens)
+        return 0 if wait > 0 else max(0, math.floor(tokens) - self.reserve)
 
     def pause(self, seconds: float) -> None:
         """Pause every taker for ``seconds``, unless a longer pause is already running."""
@@ -163,6 +183,11 @@ class CacheWindowLimiter:
     @property
     def capacity(self) -> int:
         return self.rate_per_minute
+
+    @property
+    def reserve(self) -> int:
+        """The calls of each minute's budget other lanes leave to realtime leads."""
+        return realtime_reserve(self.rate_per_minute)
 
     def take(self, n: int = 1, *, keep: int = 0) -> Grant:
         paused = self._paused_for()
@@ -195,14 +220,16 @@ class CacheWindowLimiter:
             cache.set(key, until, timeout=max(1, math.ceil(seconds)))
 
 
+def realtime_reserve(capacity: int) -> int:
+    """``REALTIME_RESERVED_SHARE`` of ``capacity``, rounded up (any share above 0 keeps one)."""
+    share = min(max(float(settings.REALTIME_RESERVED_SHARE), 0.0), 1.0)
+    return math.ceil(capacity * share) if share > 0 else 0
+
+
 def realtime_keep(limiter: RateLimiter, lane: str | None) -> int:
     """The tokens a call for a lead in ``lane`` must leave for realtime leads' calls: none for a
-    realtime lead, else ``REALTIME_RESERVED_SHARE`` of the limiter's capacity (rounded up, so
-    any share above 0 keeps at least one)."""
-    if lane == REALTIME:
-        return 0
-    share = min(max(float(settings.REALTIME_RESERVED_SHARE), 0.0), 1.0)
-    return math.ceil(limiter.capacity * share) if share > 0 else 0
+    realtime lead, else the limiter's ``reserve``."""
+    return 0 if lane == REALTIME else limiter.reserve
 
 
 def http_rate_limiter() -> RateLimiter:

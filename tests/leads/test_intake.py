@@ -542,3 +542,23 @@ def test_a_well_formed_raw_multipart_body_is_accepted(client, source, published)
     response = _multipart(client, body)
     assert response.status_code == 202, response.content
     assert Lead.objects.get().raw_payload == {"email": "m@b.co", "company": "Café"}
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/x-www-form-urlencoded", "multipart/form-data; boundary=b"]
+)
+def test_a_form_body_with_too_many_fields_is_a_json_400(client, source, settings, content_type):
+    """More fields than DATA_UPLOAD_MAX_NUMBER_FIELDS (our own form parser for urlencoded
+    bodies, Django's for multipart): a JSON 400 in the API's shape, as Django's own path
+    answers TooManyFieldsSent, and nothing stored."""
+    count = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1
+    if content_type.startswith("multipart"):
+        parts = "".join(
+            f'--b\r\nContent-Disposition: form-data; name="f{i}"\r\n\r\nx\r\n' for i in range(count)
+        )
+        body = parts + "--b--\r\n"
+    else:
+        body = "email=bo%40example.com&" + "&".join(f"f{i}=x" for i in range(count))
+    response = client.post(URL, data=body, content_type=content_type, **auth())
+    assert_error(response, 400, "invalid_body")
+    assert not Lead.objects.exists()

@@ -322,3 +322,40 @@ def _json_schema(openapi: object) -> object:
     if openapi.get("nullable"):
         out["type"] = [openapi["type"], "null"]
     return out
+
+
+@pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
+def test_a_write_to_the_status_url_is_a_json_405_not_a_csrf_page(published, method):
+    """Even with CSRF checks on (as for a browser), the status URL answers a write with the
+    API's 405 and the methods it serves; the embed script's URL too."""
+    csrf_client = Client(enforce_csrf_checks=True)
+    lead = LeadFactory(source=SourceFactory(slug="webform"))
+    url = status_link_make(lead_id=lead.id, source=lead.source, now=timezone.now()).url
+    for path, allow in ((url, "GET, HEAD, OPTIONS"), ("/embed/owner.js", "GET, HEAD")):
+        response = getattr(csrf_client, method)(path, "{}", content_type="application/json")
+        assert response.status_code == 405, (path, response.content)
+        assert response["Content-Type"].startswith("application/json")
+        assert response["Allow"] == allow
+        assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize("assigned", [True, False])
+def test_the_status_read_is_one_query(django_assert_num_queries, assigned):
+    """The lead, its source's settings, its current assignment and rep: one LEFT JOIN, whether
+    the lead is assigned, still waiting or finished without an owner."""
+    source = SourceFactory(slug="webform")
+    if assigned:
+        lead = _assigned(source)
+    else:
+        lead = LeadFactory(source=source, status=LeadStatus.UNASSIGNED)
+    with django_assert_num_queries(1):
+        view = lead_status_read(lead_id=lead.id)
+    assert view is not None
+    assert view.document["status"] == ("assigned" if assigned else "not_assigned")
+    if assigned:
+        assert view.document["owner"]["name"] == "Ana"
+    pending = LeadFactory(source=source)
+    with django_assert_num_queries(1):
+        view = lead_status_read(lead_id=pending.id)
+    assert view is not None
+    assert view.document == {"id": str(pending.id), "status": "received", "owner": None}

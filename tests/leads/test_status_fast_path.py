@@ -56,8 +56,12 @@ def _call(
         "client": ("127.0.0.1", 50000),
     }
     sent: list[dict[str, Any]] = []
+    received: list[bool] = []
 
     async def receive() -> dict[str, Any]:
+        if received:  # as a server does: nothing more until the client goes away
+            await asyncio.Event().wait()
+        received.append(True)
         return {"type": "http.request", "body": b"", "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
@@ -260,3 +264,34 @@ def test_a_read_started_before_a_page_registered_is_not_shared_with_it(website, 
 
     asyncio.run(scenario())
     assert reads.calls == 2
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
+def test_a_write_through_the_asgi_application_is_a_json_405(website, method):
+    """config.asgi's application (the fast path in front of Django's handler, CSRF middleware
+    and all): a write to a status URL is the view's JSON 405 with its Allow header."""
+    from django.core.asgi import get_asgi_application
+
+    app = status_fast_path(get_asgi_application())
+    status, headers, body = _call(app, method, _path(LeadFactory(source=website)))
+    assert status == 405, body
+    assert headers["Content-Type"].startswith("application/json")
+    assert headers["Allow"] == "GET, HEAD, OPTIONS"
+    assert json.loads(body)["error"]["code"] == "method_not_allowed"
+
+
+def test_a_query_with_too_many_fields_is_the_django_views_400(client, website, settings):
+    """The fast path parses the query string under DATA_UPLOAD_MAX_NUMBER_FIELDS, as Django's
+    QueryDict does (TooManyFieldsSent): past it, the same JSON 400, never parsed unbounded."""
+    path = _path(LeadFactory(source=website))
+    limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+    query = "&".join(f"f{i}=x" for i in range(limit)) + "&wait=0"
+    reference = client.get(f"{path}?{query}")
+    status, headers, body = _call(status_fast_path(Django()), "GET", path, query=query)
+    assert status == reference.status_code == 400, body
+    assert headers["Content-Type"] == "application/json"
+    assert json.loads(body) == reference.json()
+    assert json.loads(body)["error"]["code"] == "bad_request"
+    at_limit = "&".join(f"f{i}=x" for i in range(limit - 1)) + "&wait=0"
+    status, _, body = _call(status_fast_path(Django()), "GET", path, query=at_limit)
+    assert status == client.get(f"{path}?{at_limit}").status_code == 200, body
