@@ -49,11 +49,10 @@ class RepPage:
 
 def _row(assignment: Assignment, now: datetime) -> RepLeadRow:
     lead = assignment.lead
-    name = f"{lead.first_name} {lead.last_name}".strip()
     sla = sla_state(assignment, now=now)
     return RepLeadRow(
         lead_id=lead.pk,
-        who=name or lead.email or lead.phone or "—",
+        who=lead.full_name or lead.email or lead.phone or "—",
         email=lead.email,
         phone=lead.phone,
         company=lead.company,

@@ -7,7 +7,8 @@ nothing about other reps' leads.
 
 from __future__ import annotations
 
-import zoneinfo
+from collections.abc import Callable
+from functools import wraps
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -20,58 +21,55 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from audit.forms import AbsenceForm
 from audit.rep_page import rep_page_read
+from audit.views import lead_id_or_404
+from routing.delivery.messages import zone_of
 from routing.models import Rep
-from routing.rep_access import lead_uuid, rep_of_user, touch_link_read, touch_link_use
+from routing.rep_access import rep_of_user, touch_link_read, touch_link_use
 from routing.services import LeadActionError, assignment_touch
 from routing.timeoff.models import RepAbsence
 from routing.timeoff.services import rep_absence_cancel, rep_absence_save
 from routing.touch_links import TouchLinkError
 
-
-def _rep_or_403(request: HttpRequest) -> Rep | HttpResponse:
-    rep = rep_of_user(request.user)
-    if rep is None:
-        return render(request, "audit/me_none.html", status=403)
-    return rep
+RepView = Callable[..., HttpResponse]
 
 
-def _zone(rep: Rep) -> zoneinfo.ZoneInfo:
-    try:
-        return zoneinfo.ZoneInfo(rep.timezone or "UTC")
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return zoneinfo.ZoneInfo("UTC")
+def rep_required(view: RepView) -> RepView:
+    """A logged-in user who is a rep: the view gets their ``Rep`` after the request; anyone else
+    logged in sees "you are not a rep" (403), anyone logged out the login page."""
+
+    @login_required
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        rep = rep_of_user(request.user)
+        if rep is None:
+            return render(request, "audit/me_none.html", status=403)
+        return view(request, rep, *args, **kwargs)
+
+    return wrapper
 
 
 def _page(request: HttpRequest, rep: Rep, form: AbsenceForm, status: int = 200) -> HttpResponse:
     page = rep_page_read(rep=rep, now=timezone.now())
-    context = {"page": page, "form": form, "rep_zone": _zone(rep).key}
+    context = {"page": page, "form": form, "rep_zone": zone_of(rep.timezone).key}
     return render(request, "audit/me.html", context, status=status)
 
 
-@login_required
 @require_GET
-def me(request: HttpRequest) -> HttpResponse:
+@rep_required
+def me(request: HttpRequest, rep: Rep) -> HttpResponse:
     """The rep's leads waiting for a first touch, touched lately, and their time off."""
-    rep = _rep_or_403(request)
-    if isinstance(rep, HttpResponse):
-        return rep
-    return _page(request, rep, AbsenceForm(zone=_zone(rep)))
+    return _page(request, rep, AbsenceForm(zone=zone_of(rep.timezone)))
 
 
 def _actor(request: HttpRequest) -> str:
     return f"user:{request.user.get_username()}"
 
 
-@login_required
 @require_POST
-def me_touch(request: HttpRequest, lead_id: str) -> HttpResponse:
+@rep_required
+def me_touch(request: HttpRequest, rep: Rep, lead_id: str) -> HttpResponse:
     """ "I'm on it": the rep's first touch of one of their own leads."""
-    rep = _rep_or_403(request)
-    if isinstance(rep, HttpResponse):
-        return rep
-    lead = lead_uuid(lead_id)
-    if lead is None:
-        raise Http404("No such lead.")
+    lead = lead_id_or_404(lead_id)
     try:
         assignment_touch(lead_id=lead, actor=_actor(request), owner_user_id=request.user.pk)
     except LeadActionError as exc:
@@ -83,14 +81,11 @@ def me_touch(request: HttpRequest, lead_id: str) -> HttpResponse:
     return redirect("me")
 
 
-@login_required
 @require_POST
-def me_absence_add(request: HttpRequest) -> HttpResponse:
+@rep_required
+def me_absence_add(request: HttpRequest, rep: Rep) -> HttpResponse:
     """Plan time off (the rep's zone); refused with the reason, nothing saved, when invalid."""
-    rep = _rep_or_403(request)
-    if isinstance(rep, HttpResponse):
-        return rep
-    form = AbsenceForm(request.POST, zone=_zone(rep))
+    form = AbsenceForm(request.POST, zone=zone_of(rep.timezone))
     if not form.is_valid():
         return _page(request, rep, form, status=400)
     absence = RepAbsence(
@@ -109,12 +104,9 @@ def me_absence_add(request: HttpRequest) -> HttpResponse:
     return redirect("me")
 
 
-@login_required
 @require_POST
-def me_absence_cancel(request: HttpRequest, absence_id: int) -> HttpResponse:
-    rep = _rep_or_403(request)
-    if isinstance(rep, HttpResponse):
-        return rep
+@rep_required
+def me_absence_cancel(request: HttpRequest, rep: Rep, absence_id: int) -> HttpResponse:
     if not rep_absence_cancel(rep_id=rep.pk, absence_id=absence_id, actor=_actor(request)):
         raise Http404("No such planned absence (one under way cannot be cancelled here).")
     messages.success(request, "Time off cancelled.")

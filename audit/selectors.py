@@ -375,7 +375,7 @@ def history_row(lead: Lead) -> HistoryRow:
     return HistoryRow(
         id=str(lead.pk),
         received_at=lead.received_at,
-        name=f"{lead.first_name} {lead.last_name}".strip(),
+        name=lead.full_name,
         email=lead.email,
         company=lead.company,
         source=lead.source.slug,

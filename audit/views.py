@@ -150,12 +150,17 @@ def history_export(request: HttpRequest) -> StreamingHttpResponse:
     return response
 
 
-def _lead_or_404(request: HttpRequest, lead_id: str) -> uuid.UUID:
-    """The id of a lead ``request.user`` may see; 404 for anything else (no probing)."""
+def lead_id_or_404(lead_id: str) -> uuid.UUID:
+    """A lead id from the URL; 404 when it is not one."""
     try:
-        lead_uuid = uuid.UUID(lead_id)
+        return uuid.UUID(lead_id)
     except ValueError:
         raise Http404("No such lead.") from None
+
+
+def _lead_or_404(request: HttpRequest, lead_id: str) -> uuid.UUID:
+    """The id of a lead ``request.user`` may see; 404 for anything else (no probing)."""
+    lead_uuid = lead_id_or_404(lead_id)
     if not leads_visible_to(request.user).filter(pk=lead_uuid).exists():
         raise Http404("No such lead.")
     return lead_uuid

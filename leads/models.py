@@ -531,12 +531,12 @@ class Lead(models.Model):
         ]
 
     def __str__(self) -> str:
-        return (
-            self.email
-            or self.phone
-            or f"{self.first_name} {self.last_name}".strip()
-            or str(self.id)
-        )
+        return self.email or self.phone or self.full_name or str(self.id)
+
+    @property
+    def full_name(self) -> str:
+        """First and last name as a person reads them ("" when neither is known)."""
+        return f"{self.first_name} {self.last_name}".strip()
 
 
 class LeadTag(models.Model):

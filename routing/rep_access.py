@@ -19,7 +19,6 @@ reset token: it expires after ``PASSWORD_RESET_TIMEOUT`` and stops working once 
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -50,8 +49,7 @@ class TouchLinkView:
     @property
     def who(self) -> str:
         lead = self.assignment.lead
-        name = f"{lead.first_name} {lead.last_name}".strip()
-        return name or lead.email or lead.phone or "this lead"
+        return lead.full_name or lead.email or lead.phone or "this lead"
 
 
 def _view(assignment: Assignment, nonce: str) -> TouchLinkView:
@@ -197,10 +195,3 @@ def rep_of_user(user: object) -> Rep | None:
     if not getattr(user, "is_authenticated", False):
         return None
     return Rep.objects.filter(user_id=user.pk).first()  # type: ignore[attr-defined]
-
-
-def lead_uuid(value: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        return None
