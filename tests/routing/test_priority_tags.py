@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any, cast
 
 import pytest
+from django.apps import apps as django_apps
 from hypothesis import given
 from hypothesis import strategies as st
 
+from audit.models import EventType
+from audit.services import event_record
 from leads.models import Lead, LeadStatus, LeadTag
 from leads.priority import (
     MAX_TAGS,
@@ -20,7 +23,8 @@ from leads.priority import (
 from leads.services import lead_tags_set
 from routing import decisions
 from routing.models import Assignment
-from routing.services import lead_reassign
+from routing.priority_backfill import priority_tags_backfill
+from routing.services import lead_process, lead_reassign
 from tests.leads.factories import LeadFactory, SourceFactory
 from tests.routing.factories import make_rep, published_ruleset
 
@@ -145,3 +149,62 @@ def test_high_priorities_match_in_any_case() -> None:
     assert not priority_is_high("normal", ["hot", "urgent"])
     assert not priority_is_high("", ["", "hot"])
     assert not priority_is_high(None, ["hot"])
+
+
+def _routed(**payload: Any) -> Lead:
+    """A lead through the pipeline, which writes its routing event."""
+    lead = cast(Lead, LeadFactory(source=SourceFactory(slug="webform"), raw_payload=payload))
+    lead_process(lead_id=lead.pk)
+    return Lead.objects.get(pk=lead.pk)
+
+
+def _as_before_the_columns(*leads: Lead) -> None:
+    """What a lead routed before ``leads 0014`` looks like: its priority and tags only in its
+    routing event."""
+    ids = [lead.pk for lead in leads]
+    Lead.objects.filter(pk__in=ids).update(priority="", tags=[])
+    LeadTag.objects.filter(lead_id__in=ids).delete()
+    Assignment.objects.filter(lead_id__in=ids).update(priority="", tags=[])
+
+
+@pytest.mark.django_db
+def test_the_backfill_reads_leads_routed_before_the_columns_back_from_their_events() -> None:
+    ana = make_rep(email="ana@x.example")
+    published_ruleset(*HOT_RULES, {"name": "Ana", "action": {"type": "rep", "rep": ana.email}})
+    hot = _routed(email="hot@corp.example", employees=5000, country="Germany")
+    plain = _routed(email="plain@corp.example", employees=10)
+    _as_before_the_columns(hot, plain)
+
+    counts = priority_tags_backfill(django_apps, batch_size=1)  # every batch boundary crossed
+
+    stored = Lead.objects.get(pk=hot.pk)
+    assert (stored.priority, stored.tags) == ("hot", ["enterprise", "webinar", "dach"])
+    assert _tag_rows(stored) == {"enterprise", "webinar", "dach"}
+    assignment = Assignment.objects.get(lead=hot)
+    assert (assignment.priority, assignment.tags) == ("hot", ["enterprise", "webinar", "dach"])
+    untouched = Lead.objects.get(pk=plain.pk)
+    assert (untouched.priority, untouched.tags) == ("", [])
+    assert (counts.leads, counts.assignments, counts.tag_rows) == (1, 1, 3)
+    # Run again (the migration on a database that has it): nothing changes.
+    assert priority_tags_backfill(django_apps).leads == 0
+
+
+@pytest.mark.django_db
+def test_the_backfill_takes_the_last_routing_event_and_leaves_tagged_leads_alone() -> None:
+    published_ruleset(*HOT_RULES, {"name": "Nobody", "action": {"type": "exclude", "reason": "x"}})
+    retagged = _routed(email="again@corp.example", employees=5000)
+    kept = _routed(email="kept@corp.example", employees=5000)
+    _as_before_the_columns(retagged)
+    # Routed again later with no tag rule matching: its last event carries none.
+    event_record(
+        type=EventType.UNASSIGNED,
+        lead_id=retagged.pk,
+        data={"reason": "no rule", "tags": [], "priority": None},
+    )
+    Lead.objects.filter(pk=kept.pk).update(priority="warm")  # set since: not overwritten
+
+    assert priority_tags_backfill(django_apps).leads == 0
+    assert (Lead.objects.get(pk=retagged.pk).priority, Lead.objects.get(pk=kept.pk).priority) == (
+        "",
+        "warm",
+    )
