@@ -118,6 +118,7 @@ class StatusWaiters:
         self._listener: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listening: asyncio.Event | None = None
+        self._was_lost = False  # a subscription was lost and not yet made again
 
     async def listening(self, timeout: float) -> bool:
         """Wait (at most ``timeout``) until the listener hears announcements; whether it does.
@@ -161,11 +162,18 @@ class StatusWaiters:
             if not future.done():
                 future.set_result(heard_at)
 
+    def wake_all(self) -> None:
+        """Wake every waiter of this process: each reads its lead once more."""
+        for lead_id in list(self._waiting):
+            self.wake(lead_id)
+
     def _heard(self, listening: bool) -> None:
         if self._listening is not None:
             if listening:
                 self._listening.set()
+                self._was_lost = False
             else:
+                self._was_lost = self._was_lost or self._listening.is_set()
                 self._listening.clear()
 
     def _ensure_listener(self) -> None:
@@ -175,6 +183,7 @@ class StatusWaiters:
         self._loop = loop
         self._waiting.clear()  # futures of another loop (a test's) can never be woken here
         self._listening = asyncio.Event()
+        self._was_lost = False
         listen = self._listen_redis if settings.STATUS_REDIS_URL else self._listen_socket
         self._listener = loop.create_task(listen(), name="lead-status-listener")
 
@@ -242,7 +251,12 @@ class StatusWaiters:
                         self.wake(data.decode(errors="replace"))
                 elif kind == "subscribe":
                     logger.info("lead status listener subscribed to %s", settings.STATUS_CHANNEL)
+                    again = self._listening is not None and self._was_lost
                     self._heard(True)
+                    if again:
+                        # Announcements made while it was away were lost: every waiter reads
+                        # its lead once more now instead of at the end of its wait.
+                        self.wake_all()
                     yield
             if now - heard_at > silent_after:
                 raise TimeoutError(f"no answer from Redis for {now - heard_at:.1f} s")

@@ -26,6 +26,7 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
+from leads.models import Lead, LeadStatus
 from leads.status import status_link_make
 from tests.leads.factories import LeadFactory, SourceFactory
 from tests.leads.test_status_wake import Waiter
@@ -204,8 +205,19 @@ def test_a_hung_redis_is_noticed_waiters_answer_by_their_bound_and_it_subscribes
             assert waiter.answer["status"] == "received"
         assert time.monotonic() - stopped < 10
 
+        # An outcome written while Redis hangs: its announcement is lost (nobody hears it), so
+        # the waiter learns it when the listener is back, not at the end of its 10 s wait.
+        late = _waiter(f"{url}?wait=10")
+        time.sleep(2.0)  # it waited 1 s for the listener, read the lead (received), waits on
+        assert late.is_alive(), (late.answer, late.error)
+        Lead.objects.filter(pk=lead_id).update(status=LeadStatus.EXCLUDED)
         os.kill(server.pid, signal.SIGCONT)
         _subscribed(proc, 2, timeout=10)
+        took = _answered_within(late, 8.0)
+        print(f"the waiter of an outcome written during the outage answered after {took:.1f} s")
+        assert late.answer == {"id": str(lead_id), "status": "not_assigned", "owner": None}
+
+        Lead.objects.filter(pk=lead_id).update(status=LeadStatus.RECEIVED)
         _woken_promptly(proc, url, port, lead_id)
 
 
