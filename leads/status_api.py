@@ -87,10 +87,17 @@ class StatusAnswer:
     headers: dict[str, str]
 
 
+# On the URL's errors (a 404, a bad wait): never cached, and readable by a script on any origin,
+# so the form page's script can tell an expired link (fallback at once) from a network failure
+# (ask again). It tells a page nothing that requesting the URL outside a browser would not: the
+# URL reads no cookie, and every 404 is the same whatever its cause.
+_ERROR_HEADERS = {"Cache-Control": "no-store", "Access-Control-Allow-Origin": "*"}
+
+
 def _not_found() -> StatusAnswer:
     # The same answer for a forged, expired or another lead's token and a lead that is gone.
     return StatusAnswer(
-        404, error_body("not_found", "No such status, or its link has expired."), {}
+        404, error_body("not_found", "No such status, or its link has expired."), _ERROR_HEADERS
     )
 
 
@@ -134,7 +141,7 @@ async def lead_status_answer(
         return StatusAnswer(
             400,
             error_body("invalid_wait", "wait must be a number of seconds (at most 10)."),
-            {},
+            _ERROR_HEADERS,
         )
     if not can_wait:
         view = await _read_in_request_thread(lead_uuid)

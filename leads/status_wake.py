@@ -19,9 +19,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import socket
 import uuid
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from leads.breaker import CircuitBreaker
 
 logger = logging.getLogger(__name__)
 
+_BACKOFF_MIN_SECONDS = 0.5
 _DATAGRAM_BYTES = 8192  # ids per datagram: 200 or so, far below any socket's limit
 _sync_redis: Any = None
 announce_breaker = CircuitBreaker()
@@ -116,6 +118,7 @@ class StatusWaiters:
         self._listener: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listening: asyncio.Event | None = None
+        self._was_lost = False  # a subscription was lost and not yet made again
 
     async def listening(self, timeout: float) -> bool:
         """Wait (at most ``timeout``) until the listener hears announcements; whether it does.
@@ -159,11 +162,18 @@ class StatusWaiters:
             if not future.done():
                 future.set_result(heard_at)
 
+    def wake_all(self) -> None:
+        """Wake every waiter of this process: each reads its lead once more."""
+        for lead_id in list(self._waiting):
+            self.wake(lead_id)
+
     def _heard(self, listening: bool) -> None:
         if self._listening is not None:
             if listening:
                 self._listening.set()
+                self._was_lost = False
             else:
+                self._was_lost = self._was_lost or self._listening.is_set()
                 self._listening.clear()
 
     def _ensure_listener(self) -> None:
@@ -173,34 +183,86 @@ class StatusWaiters:
         self._loop = loop
         self._waiting.clear()  # futures of another loop (a test's) can never be woken here
         self._listening = asyncio.Event()
+        self._was_lost = False
         listen = self._listen_redis if settings.STATUS_REDIS_URL else self._listen_socket
         self._listener = loop.create_task(listen(), name="lead-status-listener")
 
     async def _listen_redis(self) -> None:
+        """Subscribe, hear announcements, and start again whenever the connection fails or goes
+        silent, after a pause that doubles (with jitter) up to STATUS_LISTENER_BACKOFF_MAX_SECONDS
+        and starts again from its minimum once a subscription is confirmed."""
         import redis.asyncio as aioredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
 
+        backoff = _BACKOFF_MIN_SECONDS
         while True:
             client = aioredis.Redis.from_url(
                 settings.STATUS_REDIS_URL,
                 socket_connect_timeout=settings.CELERY_BROKER_CONNECTION_TIMEOUT,
+                # Bounds the commands (SUBSCRIBE, PING); a read of pub/sub messages has its own
+                # timeout, and a silent connection is found by the pings below.
+                socket_timeout=settings.STATUS_LISTENER_TIMEOUT_SECONDS,
+                socket_keepalive=True,
+                # Our own reconnect loop below; redis-py's retries would hide a dead server.
+                retry=Retry(NoBackoff(), 0),
             )
             try:
-                async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
+                async with client.pubsub() as pubsub:
                     await pubsub.subscribe(settings.STATUS_CHANNEL)
-                    self._heard(True)
-                    async for message in pubsub.listen():
-                        data = message.get("data")
-                        if isinstance(data, bytes):
-                            self.wake(data.decode(errors="replace"))
+                    async for _ in self._hear(pubsub):
+                        backoff = _BACKOFF_MIN_SECONDS  # subscribed: the next failure starts low
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis away: waiters answer at their timeout meanwhile
-                logger.warning("lead status listener: %s: %s", type(exc).__name__, exc)
+                logger.warning(
+                    "lead status listener lost Redis (%s: %s); subscribing again in %.1f s",
+                    type(exc).__name__,
+                    exc,
+                    backoff,
+                )
             finally:
                 self._heard(False)
                 with contextlib.suppress(Exception):
                     await client.aclose()
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(backoff * random.uniform(0.8, 1.2))  # noqa: S311 (jitter)
+            backoff = min(backoff * 2, settings.STATUS_LISTENER_BACKOFF_MAX_SECONDS)
+
+    async def _hear(self, pubsub: Any) -> AsyncIterator[None]:
+        """Wake the waiters of each announcement on ``pubsub``; yields once subscribed.
+
+        A read of pub/sub messages waits for as long as no message comes, so a connection that
+        died silently (a half-open TCP connection, a server that hangs) would be waited on for
+        ever: every STATUS_LISTENER_PING_SECONDS the listener pings, and when nothing at all (no
+        message, no pong) has come for that plus STATUS_LISTENER_TIMEOUT_SECONDS it raises."""
+        loop = asyncio.get_running_loop()
+        every = settings.STATUS_LISTENER_PING_SECONDS
+        silent_after = every + settings.STATUS_LISTENER_TIMEOUT_SECONDS
+        heard_at = pinged_at = loop.time()
+        while True:
+            message = await pubsub.get_message(timeout=min(1.0, every))
+            now = loop.time()
+            if message is not None:
+                heard_at = now
+                kind = message.get("type")
+                if kind == "message":
+                    data = message.get("data")
+                    if isinstance(data, bytes):
+                        self.wake(data.decode(errors="replace"))
+                elif kind == "subscribe":
+                    logger.info("lead status listener subscribed to %s", settings.STATUS_CHANNEL)
+                    again = self._listening is not None and self._was_lost
+                    self._heard(True)
+                    if again:
+                        # Announcements made while it was away were lost: every waiter reads
+                        # its lead once more now instead of at the end of its wait.
+                        self.wake_all()
+                    yield
+            if now - heard_at > silent_after:
+                raise TimeoutError(f"no answer from Redis for {now - heard_at:.1f} s")
+            if now - pinged_at >= every:
+                await pubsub.ping()
+                pinged_at = now
 
     async def _listen_socket(self) -> None:
         folder = Path(settings.STATUS_WAKE_DIR)

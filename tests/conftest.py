@@ -1,8 +1,9 @@
 """Shared fixtures and the service-marker policy.
 
 Tests marked ``postgres`` or ``redis`` need those servers (``DATABASE_URL`` / ``REDIS_URL``);
-``browser`` needs Debian's Chromium. Without them the tests skip with the reason, and the run
-ends with a banner listing what was not tested. With ``REQUIRE_SERVICES=1`` (CI) a missing
+``browser`` needs Debian's Chromium, ``redis_server`` the ``redis-server`` program (for a
+throwaway server the test starts and faults). Without them the tests skip with the reason, and
+the run ends with a banner listing what was not tested. With ``REQUIRE_SERVICES=1`` (CI) a missing
 service is a failure, not a skip.
 """
 
@@ -22,7 +23,7 @@ _skipped_for_services: list[str] = []
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    for marker in ("postgres", "redis", "browser"):
+    for marker in ("postgres", "redis", "redis_server", "browser"):
         if item.get_closest_marker(marker) is None:
             continue
         reason = service_missing_reason(marker)

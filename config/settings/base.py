@@ -409,6 +409,16 @@ STATUS_READ_THREADS = max(1, env.int("STATUS_READ_THREADS", default=4))
 STATUS_REDIS_URL: str = env.str("STATUS_REDIS_URL", default="") or REDIS_URL
 STATUS_CHANNEL: str = env.str("STATUS_CHANNEL", default="leadrouter:lead-status")
 STATUS_WAKE_DIR = Path(env.str("LEADROUTER_STATUS_WAKE_DIR", default=str(VAR_DIR / "wake")))
+# The status process's pub/sub listener pings Redis every STATUS_LISTENER_PING_SECONDS; heard
+# nothing for that plus STATUS_LISTENER_TIMEOUT_SECONDS (a half-open connection, a hung server),
+# it drops the connection and subscribes again, retrying with backoff up to ..._BACKOFF_MAX_SECONDS.
+STATUS_LISTENER_PING_SECONDS = max(0.2, env.float("STATUS_LISTENER_PING_SECONDS", default=2.0))
+STATUS_LISTENER_TIMEOUT_SECONDS = max(
+    0.2, env.float("STATUS_LISTENER_TIMEOUT_SECONDS", default=2.0)
+)
+STATUS_LISTENER_BACKOFF_MAX_SECONDS = max(
+    0.5, env.float("STATUS_LISTENER_BACKOFF_MAX_SECONDS", default=10.0)
+)
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(INTAKE_MAX_BODY_BYTES, INTAKE_MAX_BATCH_BODY_BYTES)
 FILE_UPLOAD_MAX_MEMORY_SIZE = INTAKE_MAX_BATCH_BODY_BYTES

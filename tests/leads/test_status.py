@@ -86,8 +86,15 @@ def test_forged_expired_and_other_leads_tokens_get_the_same_404(client, publishe
         "not a lead id": f"/api/v1/status/not-a-uuid/{token}/",
         "garbage": "/api/v1/status/%00%ff/%00/",
     }
-    bodies = {name: _not_found_body(client.get(url)) for name, url in urls.items()}
+    answers = {name: client.get(url, HTTP_ORIGIN=ORIGIN) for name, url in urls.items()}
+    bodies = {name: _not_found_body(answer) for name, answer in answers.items()}
     assert len({json.dumps(b, sort_keys=True) for b in bodies.values()}) == 1, bodies
+    # The same headers too: never cached, and readable by the form page's script (so it shows
+    # its fallback at once instead of asking again), whichever origin it is on: the 404 says
+    # nothing that requesting the URL outside a browser would not (no cookie is ever read).
+    for name, answer in answers.items():
+        assert answer["Cache-Control"] == "no-store", name
+        assert answer["Access-Control-Allow-Origin"] == "*", name
     assert client.get(mine["status_url"]).status_code == 200  # the real one still works
 
 
@@ -137,6 +144,8 @@ def test_a_wait_that_is_no_number_is_a_400(client, published, raw):
     response = client.get(body["status_url"], {"wait": raw})
     assert response.status_code == 400, response.content
     assert response.json()["error"]["code"] == "invalid_wait"
+    assert response["Cache-Control"] == "no-store"
+    assert response["Access-Control-Allow-Origin"] == "*"
 
 
 def test_the_sync_web_server_never_holds_a_request(client, published):

@@ -130,9 +130,11 @@ def test_forged_and_bad_waits_and_hosts_get_the_views_json_errors(client, websit
     forged = path[:-3] + ("A" if path[-3] != "A" else "B") + path[-2:]
     other = f"/api/v1/status/{uuid.uuid4()}/{path.rstrip('/').rsplit('/', 1)[1]}/"
     for bad in (forged, other, "/api/v1/status/not-a-uuid/x/"):
-        status, _, body = _call(app, "GET", bad)
+        status, headers, body = _call(app, "GET", bad)
         assert status == client.get(bad).status_code == 404
         assert json.loads(body)["error"]["code"] == "not_found"
+        assert headers["Cache-Control"] == "no-store"
+        assert headers["Access-Control-Allow-Origin"] == "*"
     status, _, body = _call(app, "GET", path, query="wait=soon")
     assert status == 400
     assert json.loads(body)["error"]["code"] == "invalid_wait"

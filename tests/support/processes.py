@@ -200,6 +200,15 @@ def wait_for_no_processes_with_env(name: str, value: str, timeout: float) -> dic
 def status_server(extra_env: dict[str, str] | None = None) -> Iterator[str]:
     """A real ``uvicorn config.asgi:application`` (make run's `status` process) on this test
     run's database and broker; yields its base URL once it answers."""
+    with status_server_process(extra_env) as (base, _proc):
+        yield base
+
+
+@contextlib.contextmanager
+def status_server_process(
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[tuple[str, ManagedProcess]]:
+    """``status_server``, yielding the process too (its output: what its listener logged)."""
     import urllib.request
 
     port = free_port()
@@ -219,6 +228,6 @@ def status_server(extra_env: dict[str, str] | None = None) -> Iterator[str]:
 
     try:
         wait_until(answers, timeout=60, message=lambda: f"uvicorn never answered:\n{proc.text()}")
-        yield base
+        yield base, proc
     finally:
         proc.stop()

@@ -26,6 +26,10 @@ def service_missing_reason(kind: str) -> str | None:
         if os.environ.get("REDIS_URL") or not settings.BROKER_IS_FILESYSTEM:
             return None
         return "Redis not configured (set REDIS_URL=redis://...)"
+    if kind == "redis_server":
+        if shutil.which("redis-server") is None:
+            return "redis-server not installed (Debian package `redis-server`)"
+        return None
     if kind == "browser":
         if chromium_path() is None:
             return "Chromium not installed (Debian package `chromium`)"
