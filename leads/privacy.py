@@ -40,6 +40,9 @@ PERSONAL_DATA_KEYS = frozenset({"summary", "matched_on", "error", "person", "com
 PERSONAL_CRM_KEYS = frozenset({"person", "company", "person_owner"})
 
 _CACHE_SIZE = 4096
+# How ``Lead.last_error`` starts on a lead failed because its person key cannot be opened
+# (routing.services; counted in /metrics as leadrouter_leads_failed_privacy_key).
+LEAD_ERROR_PREFIX = "privacy key"
 
 
 class PrivacyKeyError(ValueError):
@@ -55,6 +58,70 @@ def _master() -> MultiFernet:
             "PRIVACY_KEYS holds a value that is not a Fernet key (32 url-safe base64 bytes; "
             "make one with `manage.py privacy_rewrap --new-key`)"
         ) from exc
+
+
+# The shortest ``PRIVACY_HASH_KEY`` accepted: the generated one is 43 characters (32 random bytes).
+HASH_KEY_MIN_LENGTH = 32
+
+
+def key_material_problems() -> list[str]:
+    """What is wrong with the configured key material, in words that never quote a key (empty:
+    usable). Checked at start-up (config/checks.py, leadrouter.E003; the worker's start)."""
+    problems = []
+    keys = [k.strip() for k in settings.PRIVACY_KEYS if k.strip()]
+    if not keys:
+        problems.append("PRIVACY_KEYS holds no key")
+    for n, key in enumerate(keys, start=1):
+        try:
+            Fernet(key.encode())
+        except (ValueError, TypeError):
+            problems.append(
+                f"PRIVACY_KEYS key {n} of {len(keys)} is not a Fernet key (32 bytes in url-safe "
+                "base64, 44 characters)"
+            )
+    hash_key = settings.PRIVACY_HASH_KEY
+    if len(hash_key.strip()) < HASH_KEY_MIN_LENGTH:
+        problems.append(
+            f"PRIVACY_HASH_KEY is shorter than {HASH_KEY_MIN_LENGTH} characters"
+            if hash_key.strip()
+            else "PRIVACY_HASH_KEY is empty"
+        )
+    elif hash_key != hash_key.strip():
+        # A pasted newline or space changes every lookup hash: each person would get a new key.
+        problems.append("PRIVACY_HASH_KEY starts or ends with white space")
+    return problems
+
+
+def unopenable_key_groups() -> list[tuple[str, int]]:
+    """(``wrapped_by``, how many) of the live person keys that no key in ``PRIVACY_KEYS``
+    unwraps, found by trying one key per master-key fingerprint (a few queries, whatever the
+    number of people). Keys already marked ``LOST`` are included under that name."""
+    from django.db.models import Count
+
+    from leads.models import PersonKey
+
+    master = _master()
+    groups = (
+        PersonKey.objects.filter(wrapped__isnull=False)
+        .order_by()
+        .values_list("wrapped_by")
+        .annotate(n=Count("pk"))
+    )
+    found = []
+    for wrapped_by, n in groups:
+        if wrapped_by == LOST:
+            found.append((wrapped_by, n))
+            continue
+        sample = (
+            PersonKey.objects.filter(wrapped__isnull=False, wrapped_by=wrapped_by)
+            .values_list("wrapped", flat=True)
+            .first()
+        )
+        try:
+            master.decrypt((sample or "").encode())
+        except InvalidToken:
+            found.append((wrapped_by, n))
+    return found
 
 
 def new_master_key() -> str:
