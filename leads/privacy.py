@@ -199,6 +199,14 @@ def cache_clear() -> None:
     _cache.clear()
 
 
+def unwrap(wrapped: str) -> Fernet:
+    """A person's data key from its wrapped form; PrivacyKeyError when no master key opens it."""
+    fernet = _unwrap(wrapped)
+    if fernet is None:
+        raise PrivacyKeyError("no wrapped key")
+    return fernet
+
+
 def _unwrap(wrapped: str | None) -> Fernet | None:
     if not wrapped:
         return None
