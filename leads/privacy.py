@@ -261,17 +261,37 @@ def person_key_for(*, email: str = "", phone: str = "") -> int | None:
         lookup = lookup_hash(email=email, phone=phone)
     except ValueError:
         return None
-    existing = PersonKey.objects.filter(lookup=lookup).values_list("pk", flat=True).first()
+    # The wrapped key comes with the id and is cached: sealing the lead's events right after
+    # reads no key again (one read per lead, not a second one for the data key).
+    existing = PersonKey.objects.filter(lookup=lookup).values_list("pk", "wrapped").first()
     if existing is not None:
-        return existing
-    wrapped = _master().encrypt(Fernet.generate_key()).decode()
+        key_id, wrapped = existing
+        hit, _ = _cache.get(key_id)
+        if not hit:
+            try:
+                _cache.put(key_id, _unwrap(wrapped))
+            except PrivacyKeyError:  # said where the key is used (audit.sealing.event_seal)
+                pass
+        return int(key_id)
+    data_key = Fernet.generate_key()
+    wrapped = _master().encrypt(data_key).decode()
     try:
         with transaction.atomic():
-            return PersonKey.objects.create(
+            key_id = PersonKey.objects.create(
                 lookup=lookup, wrapped=wrapped, wrapped_by=primary_fingerprint()
             ).pk
     except IntegrityError:  # another worker created it meanwhile
         return PersonKey.objects.filter(lookup=lookup).values_list("pk", flat=True).get()
+    fernet = Fernet(data_key)
+    connection = transaction.get_connection()
+    if connection.vendor == "postgresql":
+        # A sequence never hands out an id twice, even after a rollback: cached at once, so
+        # the lead's events are sealed without reading the key just written.
+        _cache.put(key_id, fernet)
+    else:
+        # SQLite reuses the id of a rolled-back row: cached only once the row is committed.
+        transaction.on_commit(lambda: _cache.put(key_id, fernet))
+    return key_id
 
 
 def seal(fernet: Fernet, value: Any) -> str:
