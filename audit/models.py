@@ -139,6 +139,8 @@ class Event(models.Model):
     prev_hash = models.CharField(max_length=64, blank=True)
     hash = models.CharField(max_length=64)
 
+    objects = EventQuerySet.as_manager()
+
     class Meta:
         ordering = ("chain", "seq")
         constraints = [
@@ -149,8 +151,6 @@ class Event(models.Model):
             models.Index(fields=("type", "at"), name="audit_event_type_at_idx"),
             models.Index(fields=("at",), name="audit_event_at_idx"),
         ]
-
-    objects = EventQuerySet.as_manager()
 
     def __str__(self) -> str:
         return f"{self.type} #{self.seq} of {self.chain}"

@@ -45,9 +45,7 @@ def _people(count: int, start: int, rep: Any) -> list[Lead]:
         lead.save(update_fields=["person_key"])
         AssignmentFactory(lead=lead, rep=rep, rule_name="R")
         for what in ("first", "second"):
-            event_record(
-                type=EventType.CRM_CHECKED, lead=lead, data={"summary": f"{what} {email}"}
-            )
+            event_record(type=EventType.CRM_CHECKED, lead=lead, data={"summary": f"{what} {email}"})
         leads.append(lead)
     return leads
 

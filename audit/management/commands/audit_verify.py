@@ -11,7 +11,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from audit.heads import audit_heads_check
 from audit.verify import audit_verify
 
-
 # Exit codes: 1 the log was tampered with (rows altered, relinked or removed); 3 the chains hold
 # but sealed events cannot be opened and no erasure records why (lost keys).
 LOST_KEYS_EXIT = 3
@@ -59,7 +58,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"audit log intact, but {len(report.key_problems)} person key(s) lost: "
                 f"{unreadable} sealed event(s) cannot be opened and no erasure records why "
-                "(not tampering; docs/operations.md, \"Losing a key\"); " + summary,
+                '(not tampering; docs/operations.md, "Losing a key"); ' + summary,
                 returncode=LOST_KEYS_EXIT,
             )
         self.stdout.write(f"audit log intact: {summary}")
