@@ -23,7 +23,7 @@ _OPEN_LATER: contextvars.ContextVar[bool] = contextvars.ContextVar("open_later",
 _OPEN_CHUNK = 500
 
 
-class _OpenedEventIterable(ModelIterable):  # type: ignore[type-arg]
+class _OpenedEventIterable(ModelIterable):
     """Events loaded a chunk at a time, their sealed content opened per chunk: a page of N
     events of N people costs one person-key query, not N."""
 
@@ -47,7 +47,7 @@ class _OpenedEventIterable(ModelIterable):  # type: ignore[type-arg]
             yield from chunk
 
 
-class EventQuerySet(models.QuerySet):  # type: ignore[type-arg]
+class EventQuerySet(models.QuerySet):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._iterable_class = _OpenedEventIterable
