@@ -37,9 +37,11 @@ class PersonExportView(APIView):
         responses={
             200: OpenApiResponse(
                 {"type": "object", "additionalProperties": True},
-                description="format leadrouter.subject-access/1: the person's leads (fields, "
-                "payload as received, assignments, events in words, deliveries) and refused "
-                "inbox rows; found false when nothing is held.",
+                description="format leadrouter.subject-access/1: the person's leads (every "
+                "field, payload as received, custom values, enrichment/CRM/fetch results, "
+                "assignments, events in words with their opened data, deliveries and their "
+                "attempts, admin log lines) and refused inbox rows; found false when nothing "
+                "is held.",
             ),
             **error_responses(400, 401, 403),
         },

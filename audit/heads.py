@@ -158,6 +158,8 @@ def audit_verify_scheduled(*, now: datetime | None = None) -> list[Finding] | No
     try:
         report = audit_verify()
         findings = list(report.findings)
+        for problem in report.key_problems:  # lost data, not tampering: said, not alerted as such
+            logger.error("audit verification: %s", problem)
         files = sorted(directory.glob(HEADS_FILE_PATTERN)) if directory.is_dir() else []
         checked = ""
         if files:

@@ -9,10 +9,48 @@ rows were altered or removed by someone who bypassed the triggers.
 
 from __future__ import annotations
 
+import contextvars
+from collections.abc import Iterator
 from typing import Any
 
 from django.db import models
+from django.db.models.query import ModelIterable
 from django.utils import timezone
+
+# Set while an event queryset loads a chunk of rows: ``Event.from_db`` then leaves the sealed
+# content for the chunk to open at once, with one person-key lookup (audit.sealing.events_open).
+_OPEN_LATER: contextvars.ContextVar[bool] = contextvars.ContextVar("open_later", default=False)
+_OPEN_CHUNK = 500
+
+
+class _OpenedEventIterable(ModelIterable):
+    """Events loaded a chunk at a time, their sealed content opened per chunk: a page of N
+    events of N people costs one person-key query, not N."""
+
+    def __iter__(self) -> Iterator[Any]:
+        from audit.sealing import events_open
+
+        rows = super().__iter__()
+        while True:
+            chunk = []
+            token = _OPEN_LATER.set(True)
+            try:
+                for event in rows:  # the rows' own code runs with the flag set, not the caller's
+                    chunk.append(event)
+                    if len(chunk) >= _OPEN_CHUNK:
+                        break
+            finally:
+                _OPEN_LATER.reset(token)
+            if not chunk:
+                return
+            events_open(chunk)
+            yield from chunk
+
+
+class EventQuerySet(models.QuerySet):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._iterable_class = _OpenedEventIterable
 
 
 class EventType(models.TextChoices):
@@ -101,6 +139,8 @@ class Event(models.Model):
     prev_hash = models.CharField(max_length=64, blank=True)
     hash = models.CharField(max_length=64)
 
+    objects = EventQuerySet.as_manager()
+
     class Meta:
         ordering = ("chain", "seq")
         constraints = [
@@ -117,9 +157,10 @@ class Event(models.Model):
 
     @classmethod
     def from_db(cls, *args: Any, **kwargs: Any) -> Event:
-        """Loaded with its sealed content opened (or "erased person" when the key is gone)."""
+        """Loaded with its sealed content opened (or "erased person" when the key is gone);
+        by its queryset a chunk at a time, otherwise (a related object) one by one."""
         event = super().from_db(*args, **kwargs)
-        if event.__dict__.get("sealed"):
+        if event.__dict__.get("sealed") and not _OPEN_LATER.get():
             from audit.sealing import event_open
 
             event_open(event)

@@ -2,11 +2,13 @@
 
 ``person_export`` finds the person as erasure does (routing.erasure.person_identify: the e-mail
 and phone given, their keys' lookup hashes, the raw payloads of leads not yet normalised, and
-every e-mail those leads hold) and gathers, per lead: its fields, the payload as received, custom
-values, enrichment, CRM and fetch results, every assignment (rep, team, rule, when, SLA, first
-touch), every audit event in the words of the lead page (opened: the sealed parts read in
-clear, or "erased person" once the person is erased), every delivery (channel, status, when,
-the body sent); and the refused inbox rows that hold the e-mail or phone. An erased person
+every e-mail those leads hold) and gathers, per lead: every column of the lead (through the
+model, so none is forgotten), the payload as received, custom values, enrichment, CRM and fetch
+results, every assignment (rep, team, rule, when, SLA, first touch, its trace), every audit event
+in the words of the lead page with its data and trace opened (the sealed parts read in clear, or
+"erased person" once the person is erased), every delivery (channel, status, when, the body
+sent, each attempt's error and response excerpt), the admin's change log lines about it; and the
+refused inbox rows that hold the e-mail or phone. An erased person
 exports as what remains: the decisions, with "erased person" where their data was.
 """
 
@@ -14,15 +16,18 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
+from django.db.models import Prefetch
 from django.utils import timezone
 
 from audit.models import Event
 from audit.selectors import decision_sentence, timeline_entry
 from leads.models import Lead, RefusedPayload
-from routing.delivery.models import Delivery
+from routing.delivery.models import Delivery, DeliveryAttempt
 from routing.erasure import (
     ErasureRefused,
     is_erased,
@@ -35,16 +40,10 @@ from routing.models import Assignment
 logger = logging.getLogger(__name__)
 
 FORMAT = "leadrouter.subject-access/1"
-LEAD_FIELDS = (
-    "first_name",
-    "last_name",
-    "email",
-    "phone",
-    "company",
-    "title",
-    "country",
-    "city",
-    "postal_code",
+# Lead columns exported under names of their own (not in ``fields``), or not the person's: the
+# key's id (internal) and the source (``source``, its slug).
+_LEAD_ELSEWHERE = frozenset(
+    {"id", "source", "raw_payload", "custom", "enrichment", "crm", "fetch", "person_key"}
 )
 
 
@@ -54,6 +53,27 @@ class SubjectAccessRefused(ValueError):
 
 def _when(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+def _plain(value: Any) -> Any:
+    """A column's value as JSON: times in ISO 8601, decimals and ids as strings."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Decimal | uuid.UUID):
+        return str(value)
+    return value
+
+
+def _lead_fields(lead: Lead) -> dict[str, Any]:
+    """Every column of the lead (going through the model, so a column added later is exported
+    too), but those exported under names of their own."""
+    out: dict[str, Any] = {}
+    for field in Lead._meta.concrete_fields:
+        if field.name in _LEAD_ELSEWHERE:
+            continue
+        name = field.attname if field.is_relation else field.name
+        out[name] = _plain(getattr(lead, field.attname))
+    return out
 
 
 def _assignment(assignment: Assignment) -> dict[str, Any]:
@@ -68,9 +88,12 @@ def _assignment(assignment: Assignment) -> dict[str, Any]:
         "current_owner": assignment.active,
         "priority": assignment.priority,
         "tags": list(assignment.tags or []),
+        "sla_minutes": assignment.sla_minutes,
         "sla_due_at": _when(assignment.sla_due_at),
         "sla_breached_at": _when(assignment.sla_breached_at),
         "first_touch_at": _when(assignment.touched_at),
+        "first_touch_by": assignment.touch_source,
+        "trace": assignment.trace,
     }
 
 
@@ -81,7 +104,19 @@ def _event(event: Event) -> dict[str, Any]:
         words += f": {entry.who}"
     if entry.detail:
         words += f" ({entry.detail})"
-    out = {"at": _when(event.at), "type": event.type, "by": event.actor, "words": words}
+    out = {
+        "at": _when(event.at),
+        "type": event.type,
+        "by": event.actor,
+        "words": words,
+        "rep": event.rep_name,
+        "team": event.team_name,
+        "rule": event.rule_name,
+        "ruleset_version": event.ruleset_version,
+        # Opened: the sealed parts in clear (or "erased person" once the person is erased).
+        "data": event.data,
+        "trace": event.trace,
+    }
     sentence = decision_sentence(event)
     if sentence:
         out["decision"] = sentence
@@ -98,6 +133,18 @@ def _delivery(delivery: Delivery) -> dict[str, Any]:
         "attempts": delivery.attempts,
         "recipient": delivery.recipient,
         "body": delivery.payload,
+        "last_error": delivery.last_error,
+        "attempt_log": [
+            {
+                "number": attempt.number,
+                "at": _when(attempt.at),
+                "outcome": attempt.outcome,
+                "status_code": attempt.status_code,
+                "error": attempt.error,
+                "response_excerpt": attempt.response_excerpt,
+            }
+            for attempt in delivery.attempt_log.all()
+        ],
     }
 
 
@@ -116,9 +163,32 @@ def _refused(row: RefusedPayload) -> dict[str, Any]:
     }
 
 
+def _admin_log(lead: Lead) -> list[dict[str, Any]]:
+    """The admin's change log lines about the lead (they name it by its e-mail)."""
+    from django.contrib.admin.models import LogEntry
+    from django.contrib.contenttypes.models import ContentType
+
+    lines = LogEntry.objects.filter(
+        content_type=ContentType.objects.get_for_model(Lead), object_id=str(lead.pk)
+    ).order_by("action_time", "pk")
+    return [
+        {
+            "at": _when(line.action_time),
+            "action": line.get_action_flag_display(),
+            "object": line.object_repr,
+            "change": line.get_change_message(),
+        }
+        for line in lines
+    ]
+
+
 def _lead(lead: Lead) -> dict[str, Any]:
     assignments = Assignment.objects.filter(lead=lead).order_by("assigned_at", "pk")
-    deliveries = Delivery.objects.filter(assignment__lead=lead).order_by("created_at", "pk")
+    deliveries = (
+        Delivery.objects.filter(assignment__lead=lead)
+        .prefetch_related(Prefetch("attempt_log", DeliveryAttempt.objects.order_by("number")))
+        .order_by("created_at", "pk")
+    )
     events = Event.objects.filter(chain=str(lead.pk)).order_by("seq")
     return {
         "id": str(lead.pk),
@@ -126,7 +196,7 @@ def _lead(lead: Lead) -> dict[str, Any]:
         "source": lead.source.slug,
         "received_at": _when(lead.received_at),
         "status": lead.status,
-        "fields": {name: getattr(lead, name, "") for name in LEAD_FIELDS},
+        "fields": _lead_fields(lead),
         "custom": lead.custom,
         "as_received": lead.raw_payload,
         "enrichment": lead.enrichment,
@@ -135,6 +205,7 @@ def _lead(lead: Lead) -> dict[str, Any]:
         "assignments": [_assignment(a) for a in assignments],
         "events": [_event(e) for e in events],
         "deliveries": [_delivery(d) for d in deliveries],
+        "admin_log": _admin_log(lead),
     }
 
 

@@ -10,6 +10,7 @@ from django.db import transaction
 
 from audit.hashing import HASHED, SEALED, event_hash
 from audit.models import Event, EventType
+from leads import privacy
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,14 +30,42 @@ class Finding:
         return f"{self.kind}: chain {self.chain} seq {self.seq} ({row}): {self.detail}"
 
 
+@dataclass(frozen=True, slots=True)
+class KeyProblem:
+    """A person key that cannot open its sealed events, without an erasure to explain it: not
+    tampering of the chain (the hashes hold), but personal data lost. ``kind`` is ``missing``
+    (no such key row), ``destroyed`` (destroyed without ``erased_at``: no erasure or retention
+    recorded it), ``lost`` (no key in ``PRIVACY_KEYS`` unwraps it) or ``unopenable`` (it
+    unwraps, but does not open what was sealed with it: the wrapped key was replaced)."""
+
+    kind: str
+    person_key_id: int
+    events: int
+
+    def __str__(self) -> str:
+        why = {
+            "missing": "no such person key",
+            "destroyed": "destroyed without an erasure record",
+            "lost": "no key in PRIVACY_KEYS unwraps it (a master key removed or lost)",
+            "unopenable": "it does not open what was sealed with it",
+        }[self.kind]
+        return (
+            f"lost key: person key {self.person_key_id} ({why}): {self.events} sealed "
+            "event(s) unreadable"
+        )
+
+
 @dataclass(slots=True)
 class Report:
     chains: int = 0
     events: int = 0
-    # Erasures are not tampering: `erased` events, and sealed events whose key is destroyed.
+    # Erasures are not tampering: `erased` events, and sealed events whose key an erasure (or
+    # retention) destroyed, as its `erased_at` records.
     erasures: int = 0
     sealed_erased: int = 0
     findings: list[Finding] = field(default_factory=list)
+    # Sealed events no key opens and no erasure explains: lost data, not tampering.
+    key_problems: list[KeyProblem] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -53,10 +82,49 @@ def _rows(chain: str | None, batch: int) -> Iterator[dict[str, Any]]:
         yield from rows.values("id", "hash", *HASHED, *SEALED).iterator(chunk_size=batch)
 
 
-def _erased_key_ids() -> set[int]:
-    from leads.models import PersonKey
+class _Keys:
+    """The person keys of sealed events, read once each: erased (proven by ``erased_at``), or
+    the unwrapped key, or why it cannot open anything."""
 
-    return set(PersonKey.objects.filter(wrapped__isnull=True).values_list("pk", flat=True))
+    def __init__(self) -> None:
+        self._state: dict[int, tuple[str, Any]] = {}
+
+    def state(self, key_id: int) -> tuple[str, Any]:
+        if key_id not in self._state:
+            self._state[key_id] = self._read(key_id)
+        return self._state[key_id]
+
+    def _read(self, key_id: int) -> tuple[str, Any]:
+        from leads.models import PersonKey
+
+        row = PersonKey.objects.filter(pk=key_id).values_list("wrapped", "erased_at").first()
+        if row is None:
+            return "missing", None
+        wrapped, erased_at = row
+        if wrapped is None:
+            return ("erased", None) if erased_at is not None else ("destroyed", None)
+        try:
+            fernet = privacy.unwrap(wrapped)
+        except privacy.PrivacyKeyError:
+            return "lost", None
+        return "live", fernet
+
+
+def _key_check(keys: _Keys, row: dict[str, Any], problems: dict[tuple[str, int], int]) -> bool:
+    """Whether the sealed ``row`` is an erased person's (else any problem is counted)."""
+    state, fernet = keys.state(row["person_key_id"])
+    if state == "erased":
+        return True
+    if state == "live":
+        try:
+            privacy.unseal(fernet, row["sealed"])
+        except (privacy.PrivacyKeyError, ValueError, TypeError):
+            state = "unopenable"
+        else:
+            return False
+    problem = (state, row["person_key_id"])
+    problems[problem] = problems.get(problem, 0) + 1
+    return False
 
 
 def audit_verify(*, chain: str | None = None, batch: int = 2000) -> Report:
@@ -65,12 +133,16 @@ def audit_verify(*, chain: str | None = None, batch: int = 2000) -> Report:
     current = ""
     expected_seq = 1
     prev_hash = ""
-    erased_keys = _erased_key_ids()
+    keys = _Keys()
+    problems: dict[tuple[str, int], int] = {}
     for row in _rows(chain, batch):
         if row["type"] == EventType.ERASED:
             report.erasures += 1
-        if row["sealed"] and row["person_key_id"] in erased_keys:
-            report.sealed_erased += 1
+        if row["sealed"]:
+            if row["person_key_id"] is None:
+                problems[("missing", 0)] = problems.get(("missing", 0), 0) + 1
+            elif _key_check(keys, row, problems):
+                report.sealed_erased += 1
         if report.events == 0 or row["chain"] != current:
             current = row["chain"]
             report.chains += 1
@@ -99,4 +171,7 @@ def audit_verify(*, chain: str | None = None, batch: int = 2000) -> Report:
             )
         prev_hash = row["hash"]
         expected_seq = seq + 1
+    report.key_problems = [
+        KeyProblem(kind, key_id, n) for (kind, key_id), n in sorted(problems.items())
+    ]
     return report

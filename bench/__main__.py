@@ -17,6 +17,7 @@ BENCHMARKS = [
     "bench.metrics",
     "bench.spike",
     "bench.history_search",
+    "bench.privacy",
 ]
 
 

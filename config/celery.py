@@ -67,6 +67,38 @@ def _preload_geography(**kwargs: Any) -> None:
 
 
 worker_init.connect(_preload_geography, weak=False)
+
+
+def worker_privacy_keys_check(**kwargs: Any) -> None:
+    """A worker does not start with malformed privacy keys (``manage.py check`` says the same,
+    leadrouter.E003): every lead would fail at its first sealed event. A master key that cannot
+    open existing person keys is logged at CRITICAL, and the worker starts (new people route;
+    the leads of those people fail with a privacy key error, counted in /metrics)."""
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db import DatabaseError
+
+    from leads import privacy
+
+    problems = privacy.key_material_problems()
+    if problems:
+        raise ImproperlyConfigured(
+            "privacy keys: " + "; ".join(problems) + ' (docs/operations.md, "Keys")'
+        )
+    try:
+        groups = privacy.unopenable_key_groups()
+    except DatabaseError:  # the database is not reachable yet: the first lead says it
+        return
+    for wrapped_by, n in groups:
+        logging.getLogger(__name__).critical(
+            "%d person key(s) wrapped by master key %s cannot be opened with PRIVACY_KEYS: "
+            "their leads fail with a privacy key error until that key is back in PRIVACY_KEYS "
+            '(docs/operations.md, "Losing a key")',
+            n,
+            wrapped_by,
+        )
+
+
+worker_init.connect(worker_privacy_keys_check, weak=False)
 worker_process_init.connect(_install_worker_session_timeouts, weak=False)
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import Error, Tags, register
+from django.core.checks import Warning as CheckWarning
 
 from config.staticfiles import COLLECT_COMMAND, manifest_missing
 
@@ -45,4 +46,54 @@ def privacy_keys_check(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             "var/privacy-hash-key into them.",
             id="leadrouter.E002",
         )
+    ]
+
+
+@register(Tags.security)
+def privacy_key_material_check(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """The privacy keys are well formed, or nothing starts (``migrate``, ``runserver``, the
+    worker): a malformed key would otherwise stop routing at the first lead."""
+    from leads.privacy import key_material_problems
+
+    return [
+        Error(
+            f"{problem}.",
+            hint="Fix the variable (a Fernet key from `manage.py privacy_rewrap --new-key`; "
+            "PRIVACY_HASH_KEY set once, at least 32 random characters) and start again "
+            '(docs/operations.md, "Keys").',
+            id="leadrouter.E003",
+        )
+        for problem in key_material_problems()
+    ]
+
+
+@register(Tags.database)
+def privacy_keys_open_check(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckWarning]:
+    """The configured master keys open the person keys in the database (``migrate`` and
+    ``check --database`` run it): a removed or lost master key is said before the first lead
+    of one of its people fails. A warning, not an error: new people still route."""
+    from django.db import DatabaseError
+
+    from leads.privacy import PrivacyKeyError, key_material_problems, unopenable_key_groups
+
+    if not databases or key_material_problems():
+        return []
+    try:
+        groups = unopenable_key_groups()
+    except (DatabaseError, PrivacyKeyError):  # no table yet (before migrate), or said by E003
+        return []
+    return [
+        CheckWarning(
+            f"{n} person key(s) wrapped by master key {wrapped_by} cannot be opened with "
+            "PRIVACY_KEYS: their people's sealed history reads 'unreadable', and their next "
+            "leads fail with a privacy key error until the key is back."
+            if wrapped_by != "lost"
+            else f"{n} person key(s) are marked lost (no key in PRIVACY_KEYS opens them).",
+            hint="Put the removed master key back in PRIVACY_KEYS, after the first, restart, "
+            'and run `manage.py privacy_rewrap` (docs/operations.md, "Losing a key").',
+            id="leadrouter.W001",
+        )
+        for wrapped_by, n in groups
     ]

@@ -17,6 +17,7 @@ event or field); an erasure clears its own process's cache at once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -40,6 +41,9 @@ PERSONAL_DATA_KEYS = frozenset({"summary", "matched_on", "error", "person", "com
 PERSONAL_CRM_KEYS = frozenset({"person", "company", "person_owner"})
 
 _CACHE_SIZE = 4096
+# How ``Lead.last_error`` starts on a lead failed because its person key cannot be opened
+# (routing.services; counted in /metrics as leadrouter_leads_failed_privacy_key).
+LEAD_ERROR_PREFIX = "privacy key"
 
 
 class PrivacyKeyError(ValueError):
@@ -55,6 +59,70 @@ def _master() -> MultiFernet:
             "PRIVACY_KEYS holds a value that is not a Fernet key (32 url-safe base64 bytes; "
             "make one with `manage.py privacy_rewrap --new-key`)"
         ) from exc
+
+
+# The shortest ``PRIVACY_HASH_KEY`` accepted: the generated one is 43 characters (32 random bytes).
+HASH_KEY_MIN_LENGTH = 32
+
+
+def key_material_problems() -> list[str]:
+    """What is wrong with the configured key material, in words that never quote a key (empty:
+    usable). Checked at start-up (config/checks.py, leadrouter.E003; the worker's start)."""
+    problems = []
+    keys = [k.strip() for k in settings.PRIVACY_KEYS if k.strip()]
+    if not keys:
+        problems.append("PRIVACY_KEYS holds no key")
+    for n, key in enumerate(keys, start=1):
+        try:
+            Fernet(key.encode())
+        except (ValueError, TypeError):
+            problems.append(
+                f"PRIVACY_KEYS key {n} of {len(keys)} is not a Fernet key (32 bytes in url-safe "
+                "base64, 44 characters)"
+            )
+    hash_key = settings.PRIVACY_HASH_KEY
+    if len(hash_key.strip()) < HASH_KEY_MIN_LENGTH:
+        problems.append(
+            f"PRIVACY_HASH_KEY is shorter than {HASH_KEY_MIN_LENGTH} characters"
+            if hash_key.strip()
+            else "PRIVACY_HASH_KEY is empty"
+        )
+    elif hash_key != hash_key.strip():
+        # A pasted newline or space changes every lookup hash: each person would get a new key.
+        problems.append("PRIVACY_HASH_KEY starts or ends with white space")
+    return problems
+
+
+def unopenable_key_groups() -> list[tuple[str, int]]:
+    """(``wrapped_by``, how many) of the live person keys that no key in ``PRIVACY_KEYS``
+    unwraps, found by trying one key per master-key fingerprint (a few queries, whatever the
+    number of people). Keys already marked ``LOST`` are included under that name."""
+    from django.db.models import Count
+
+    from leads.models import PersonKey
+
+    master = _master()
+    groups = (
+        PersonKey.objects.filter(wrapped__isnull=False)
+        .order_by()
+        .values_list("wrapped_by")
+        .annotate(n=Count("pk"))
+    )
+    found = []
+    for wrapped_by, n in groups:
+        if wrapped_by == LOST:
+            found.append((wrapped_by, n))
+            continue
+        sample = (
+            PersonKey.objects.filter(wrapped__isnull=False, wrapped_by=wrapped_by)
+            .values_list("wrapped", flat=True)
+            .first()
+        )
+        try:
+            master.decrypt((sample or "").encode())
+        except InvalidToken:
+            found.append((wrapped_by, n))
+    return found
 
 
 def new_master_key() -> str:
@@ -132,6 +200,14 @@ def cache_clear() -> None:
     _cache.clear()
 
 
+def unwrap(wrapped: str) -> Fernet:
+    """A person's data key from its wrapped form; PrivacyKeyError when no master key opens it."""
+    fernet = _unwrap(wrapped)
+    if fernet is None:
+        raise PrivacyKeyError("no wrapped key")
+    return fernet
+
+
 def _unwrap(wrapped: str | None) -> Fernet | None:
     if not wrapped:
         return None
@@ -179,24 +255,47 @@ def person_fernets(key_ids: set[int]) -> dict[int, Fernet | None]:
 
 
 def person_key_for(*, email: str = "", phone: str = "") -> int | None:
-    """The id of the person's key, created on first use; None without an e-mail or phone."""
+    """The id of the person's key, created on first use; None without an e-mail or phone, or
+    with ``PRIVACY_SEALING`` off (the benchmark's comparison: events are then stored plain)."""
     from leads.models import PersonKey
+
+    if not settings.PRIVACY_SEALING:
+        return None
 
     try:
         lookup = lookup_hash(email=email, phone=phone)
     except ValueError:
         return None
-    existing = PersonKey.objects.filter(lookup=lookup).values_list("pk", flat=True).first()
+    # The wrapped key comes with the id and is cached: sealing the lead's events right after
+    # reads no key again (one read per lead, not a second one for the data key).
+    existing = PersonKey.objects.filter(lookup=lookup).values_list("pk", "wrapped").first()
     if existing is not None:
-        return existing
-    wrapped = _master().encrypt(Fernet.generate_key()).decode()
+        key_id, wrapped = existing
+        hit, _ = _cache.get(key_id)
+        if not hit:
+            # A key that cannot be unwrapped is said where it is used (audit.sealing.event_seal).
+            with contextlib.suppress(PrivacyKeyError):
+                _cache.put(key_id, _unwrap(wrapped))
+        return int(key_id)
+    data_key = Fernet.generate_key()
+    wrapped = _master().encrypt(data_key).decode()
     try:
         with transaction.atomic():
-            return PersonKey.objects.create(
+            key_id = PersonKey.objects.create(
                 lookup=lookup, wrapped=wrapped, wrapped_by=primary_fingerprint()
             ).pk
     except IntegrityError:  # another worker created it meanwhile
         return PersonKey.objects.filter(lookup=lookup).values_list("pk", flat=True).get()
+    fernet = Fernet(data_key)
+    connection = transaction.get_connection()
+    if connection.vendor == "postgresql":
+        # A sequence never hands out an id twice, even after a rollback: cached at once, so
+        # the lead's events are sealed without reading the key just written.
+        _cache.put(key_id, fernet)
+    else:
+        # SQLite reuses the id of a rolled-back row: cached only once the row is committed.
+        transaction.on_commit(lambda: _cache.put(key_id, fernet))
+    return key_id
 
 
 def seal(fernet: Fernet, value: Any) -> str:

@@ -19,6 +19,7 @@ from django.utils import timezone
 from audit.models import EventType
 from audit.services import event_record, event_record_for_assignment
 from config.logging import log_context, log_context_add
+from leads import privacy
 from leads.models import EnrichmentStatus, Lead, LeadStatus
 from leads.services import (
     BACK_FROM_ENRICHMENT,
@@ -167,6 +168,8 @@ def _lead_process(lead_uuid: uuid.UUID) -> str | None:
         return None
     try:
         return _lead_process_claimed(lead_uuid, lease)
+    except privacy.PrivacyKeyError as exc:
+        return _quarantine_keyless(lead_uuid, lease, exc)
     except Exception as exc:
         if _hand_back(lead_uuid, lease, exc):
             return None  # put off, not failed
@@ -253,6 +256,38 @@ def _quarantine(lead: Lead, now: datetime) -> str:
     event_record(type=EventType.FAILED, lead=lead, at=now, data={"error": lead.last_error})
     logger.error("lead %s quarantined as failed: %s", lead.id, lead.last_error)
     return lead.status
+
+
+def _quarantine_keyless(lead_uuid: uuid.UUID, lease: datetime, exc: Exception) -> str | None:
+    """A lead whose person key cannot be opened (a master key removed or lost) or whose key
+    material is malformed fails at once, with the reason on the lead: retrying cannot help until
+    an operator puts the key back, so it neither retries nor comes back to the queue.
+    ``leadrouter_leads_failed_privacy_key`` counts these leads; once the key is back, route them
+    again (the lead page's *Route again*, or the admin's action). The ``failed`` event holds
+    no personal data: it is written without the person's key."""
+    now = timezone.now()
+    message = (
+        f"{privacy.LEAD_ERROR_PREFIX}: {exc} (docs/operations.md, 'Losing a key'); route it again "
+        "once the key is back in PRIVACY_KEYS"
+    )[:2000]
+    with transaction.atomic(durable=True):
+        lead = (
+            Lead.objects.select_for_update(of=("self",), no_key=True)
+            .filter(id=lead_uuid, status=LeadStatus.PROCESSING, claimed_until=lease)
+            .first()
+        )
+        if lead is None:
+            logger.warning("process_lead: lease on lead %s lost; writing nothing", lead_uuid)
+            return None
+        lead.status = LeadStatus.FAILED
+        lead.claimed_until = None
+        lead.last_error = message
+        lead.processed_at = now
+        lead.save(update_fields=["status", "claimed_until", "last_error", "processed_at"])
+        # `reason` is plain data: nothing here needs (or may use) the key that cannot be opened.
+        event_record(type=EventType.FAILED, lead=lead, at=now, data={"reason": message})
+    logger.error("lead %s failed: %s", lead_uuid, message)
+    return LeadStatus.FAILED
 
 
 def _assign_sticky(lead: Lead, now: datetime) -> Assignment | None:

@@ -708,6 +708,11 @@ PRIVACY_KEYS_GENERATED: list[str] = [
     )
     if not configured
 ]
+# Seal the personal content of audit events under per-person keys (crypto-shredding, issue 21).
+# Off: no person keys are made and new events are stored plain, so an erasure cannot make their
+# personal parts unreadable (it still overwrites the lead). For measuring the cost (bench.privacy)
+# and nothing else: keep it on in production.
+PRIVACY_SEALING = env.bool("PRIVACY_SEALING", default=True)
 # How long a process may keep a person's unwrapped data key to open sealed audit data: one read
 # per lead, not per event. An erasure clears its own process at once; others within this.
 PRIVACY_KEY_CACHE_SECONDS = env.float("PRIVACY_KEY_CACHE_SECONDS", default=5.0)

@@ -81,6 +81,7 @@ class MetricsSnapshot:
     # Person keys not (yet) wrapped under the first master key: pending re-wrap, and lost.
     privacy_keys_to_rewrap: int = 0
     privacy_keys_lost: int = 0
+    leads_failed_privacy_key: int = 0
 
 
 def metrics_snapshot() -> MetricsSnapshot:
@@ -145,6 +146,9 @@ def metrics_snapshot() -> MetricsSnapshot:
         snap.privacy_keys_to_rewrap = -1
     snap.privacy_keys_lost = PersonKey.objects.filter(
         wrapped__isnull=False, wrapped_by=privacy.LOST
+    ).count()
+    snap.leads_failed_privacy_key = Lead.objects.filter(
+        status=LeadStatus.FAILED, last_error__startswith=f"{privacy.LEAD_ERROR_PREFIX}:"
     ).count()
     report = last_backlog_report() or {}
     for queue, length in (report.get("queue_lengths") or {}).items():
@@ -270,6 +274,12 @@ def _families(snap: MetricsSnapshot) -> list[Metric]:
             "leadrouter_privacy_keys_lost",
             "Person keys none of PRIVACY_KEYS unwraps (their sealed history is unreadable).",
             value=snap.privacy_keys_lost,
+        ),
+        GaugeMetricFamily(
+            "leadrouter_leads_failed_privacy_key",
+            "Leads failed because their person key cannot be opened with PRIVACY_KEYS (a "
+            "master key removed or lost); alert above 0, route them again once it is back.",
+            value=snap.leads_failed_privacy_key,
         ),
         GaugeMetricFamily(
             "leadrouter_retention_last_success_timestamp_seconds",

@@ -141,3 +141,138 @@ def test_the_export_refuses_a_fragment_of_an_address():
     assert answer.status_code == 400
     assert answer.json()["error"]["code"] == "invalid_filter"
     assert "not a whole" in answer.json()["error"]["message"]
+
+
+def test_a_lead_with_every_field_filled_exports_each_value():
+    """Issue 21: the export held nine lead fields, no opened event data, no delivery attempts."""
+    from decimal import Decimal
+
+    from django.contrib.admin.models import CHANGE, LogEntry
+    from django.contrib.contenttypes.models import ContentType
+    from django.utils import timezone
+
+    from audit.models import EventType
+    from leads.models import Lead
+    from routing.delivery.models import Delivery, DeliveryAttempt
+
+    leads, _ = _person_everywhere()
+    lead = leads[0]
+    now = timezone.now().replace(microsecond=0)
+    filled = {
+        "email_domain": "quartzly.example",
+        "domain": "quartzly-corp.example",
+        "title": "Head of Quartz",
+        "country": "DE",
+        "region": "BE",
+        "city": "Berlin-Quartz",
+        "postal_code": "10115",
+        "employees": 4321,
+        "annual_revenue": Decimal("1234567.89"),
+        "industry": "Quartz mining",
+        "lead_score": 87.5,
+        "utm_source": "quartz-source",
+        "utm_medium": "quartz-medium",
+        "utm_campaign": "quartz-campaign",
+        "flags": ["quartz_flag"],
+        "last_error": f"an old error quoting {EMAIL}",
+        "idempotency_key": "quartz-idem-1",
+        "priority": "hot",
+        "tags": ["quartz-tag"],
+        "custom": {"Favourite colour": "quartz pink"},
+        "enrichment": {"clearbit": {"company": "Quartzly GmbH"}},
+        "crm": {"hubspot": {"person": {"email": EMAIL, "id": "hs-quartz"}}},
+        "fetch": {"leadgen_id": "quartz-fetch", "field_data": [{"name": "email"}]},
+        "normalized_at": now,
+    }
+    Lead.objects.filter(pk=lead.pk).update(**filled)
+    lead.refresh_from_db()
+    assignment = lead.assignments.get()
+    assignment.touched_at = now
+    assignment.touch_source = "link"
+    assignment.sla_due_at = now
+    assignment.save()
+    delivery = Delivery.objects.filter(assignment=assignment).first()
+    DeliveryAttempt.objects.create(
+        delivery=delivery,
+        number=1,
+        at=now,
+        status_code=500,
+        error="quartz error",
+        response_excerpt=f"they said {FIRST}",
+        outcome="retry",
+    )
+    LogEntry.objects.create(
+        user=User.objects.create_user("quartz-admin"),
+        content_type=ContentType.objects.get_for_model(Lead),
+        object_id=str(lead.pk),
+        object_repr=EMAIL,
+        action_flag=CHANGE,
+        change_message="Changed title.",
+    )
+
+    document = person_export(email=EMAIL, actor="user:dpo")
+    exported = next(x for x in document["leads"] if x["id"] == str(lead.pk))
+    fields = exported["fields"]
+    for name in (
+        "email_domain",
+        "domain",
+        "title",
+        "country",
+        "region",
+        "city",
+        "postal_code",
+        "employees",
+        "lead_score",
+        "utm_source",
+        "utm_medium",
+        "utm_campaign",
+        "flags",
+        "last_error",
+        "idempotency_key",
+        "priority",
+        "tags",
+    ):
+        assert fields[name] == filled[name], name
+    assert fields["annual_revenue"] == "1234567.89"
+    assert fields["normalized_at"] == now.isoformat()
+    assert fields["first_name"] == FIRST
+    assert fields["last_name"] == LAST
+    assert fields["phone"] == PHONE
+    assert fields["company"] == "Quartzly"
+    assert fields["dedup_key"] == lead.dedup_key
+    # Every column of the model is there, but those exported under names of their own.
+    elsewhere = {"id", "source", "raw_payload", "custom", "enrichment", "crm", "fetch"}
+    for field in Lead._meta.concrete_fields:
+        if field.name not in elsewhere and field.name != "person_key":
+            assert (field.attname if field.is_relation else field.name) in fields, field.name
+    assert exported["custom"] == filled["custom"]
+    assert exported["enrichment"] == filled["enrichment"]
+    assert exported["crm"] == filled["crm"]
+    assert exported["fetched"] == filled["fetch"]
+    assert exported["as_received"]["Favourite colour"] == f"{FIRST}'s own words"
+
+    owner = exported["assignments"][0]
+    assert owner["rep"] in ("Ana", "Ben")
+    assert owner["rule"] == "Everyone"
+    assert owner["first_touch_at"] == now.isoformat()
+    assert owner["first_touch_by"] == "link"
+    assert owner["sla_due_at"] == now.isoformat()
+    assert owner["trace"] == assignment.trace
+
+    # Events with their opened (sealed) data and trace.
+    crm = next(e for e in exported["events"] if e["type"] == EventType.CRM_CHECKED)
+    assert crm["data"]["summary"] == f"HubSpot: contact {FIRST} {LAST}"
+    assert crm["data"]["crm"]["hubspot"]["person"] == {"email": EMAIL}
+    assigned = next(e for e in exported["events"] if e["type"] == EventType.ASSIGNED)
+    assert assigned["rule"] == "Everyone"
+    assert assigned["trace"]
+    assert assigned["trace"] != [{"rule": None, "matched": False, "why": privacy.ERASED}]
+    assert "_sealed" not in assigned["data"]
+
+    sent = next(d for d in exported["deliveries"] if d["attempt_log"])
+    assert sent["body"] == delivery.payload
+    assert sent["attempt_log"][0]["response_excerpt"] == f"they said {FIRST}"
+    assert sent["attempt_log"][0]["error"] == "quartz error"
+    assert exported["admin_log"][0]["object"] == EMAIL
+    assert exported["admin_log"][0]["change"] == "Changed title."
+    assert json.dumps(document)

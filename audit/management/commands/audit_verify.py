@@ -11,9 +11,16 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from audit.heads import audit_heads_check
 from audit.verify import audit_verify
 
+# Exit codes: 1 the log was tampered with (rows altered, relinked or removed); 3 the chains hold
+# but sealed events cannot be opened and no erasure records why (lost keys).
+LOST_KEYS_EXIT = 3
+
 
 class Command(BaseCommand):
-    help = "Verify the audit log's hash chains; exit 1 naming each altered or removed row."
+    help = (
+        "Verify the audit log's hash chains; exit 1 naming each altered or removed row, 3 "
+        "naming each person key lost without an erasure record."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--chain", help="Only this chain (a lead id, or 'routing').")
@@ -42,6 +49,16 @@ class Command(BaseCommand):
             summary += f"; {heads.checked} exported heads checked"
         for finding in findings:
             self.stderr.write(str(finding))
+        for problem in report.key_problems:
+            self.stderr.write(str(problem))
         if findings:
             raise CommandError(f"audit log tampered: {len(findings)} finding(s); {summary}")
+        if report.key_problems:
+            unreadable = sum(problem.events for problem in report.key_problems)
+            raise CommandError(
+                f"audit log intact, but {len(report.key_problems)} person key(s) lost: "
+                f"{unreadable} sealed event(s) cannot be opened and no erasure records why "
+                '(not tampering; docs/operations.md, "Losing a key"); ' + summary,
+                returncode=LOST_KEYS_EXIT,
+            )
         self.stdout.write(f"audit log intact: {summary}")
