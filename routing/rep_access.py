@@ -15,6 +15,10 @@ link in a message before the rep does.
 **The invitation.** ``rep_invite`` gives a rep a login (a user named by their e-mail, with no
 usable password until they choose one) and e-mails them a set-password link (Django's password
 reset token: it expires after ``PASSWORD_RESET_TIMEOUT`` and stops working once used).
+
+**Single sign-on.** ``user_sso_login`` decides whom a provider's verified e-mail signs in as
+(audit.sso is the web edge): a rep's login, made at the first sign-in for an active rep, or an
+existing login for anyone else; never a new login for a manager.
 """
 
 from __future__ import annotations

@@ -181,6 +181,8 @@ OIDC_ALLOWED_EMAIL_DOMAINS: list[str] = [
 OIDC_PASSWORD_LOGIN_SUPERUSERS_ONLY = env.bool("OIDC_PASSWORD_LOGIN_SUPERUSERS_ONLY", default=False)
 OIDC_TIMEOUT = env.float("OIDC_TIMEOUT_SECONDS", default=5.0)  # each call to the provider
 OIDC_DISCOVERY_CACHE_SECONDS = env.int("OIDC_DISCOVERY_CACHE_SECONDS", default=3600)
+# The client's secret in an HTTP Basic header (client_secret_basic) instead of the form body.
+OIDC_TOKEN_USE_BASIC_AUTH = env.bool("OIDC_TOKEN_USE_BASIC_AUTH", default=False)
 OIDC_RP_SIGN_ALGO = "RS256"
 OIDC_RP_SCOPES = "openid email profile"
 OIDC_USE_PKCE = True

@@ -390,3 +390,14 @@ def test_two_first_sign_ins_of_a_rep_at_once_make_one_login(sso: OidcProvider) -
     assert User.objects.count() == 1
     assert Rep.objects.get(pk=rep.pk).user_id == User.objects.get().pk
     assert Event.objects.filter(data__action="sso_linked").count() == 1
+
+
+def test_the_client_secret_can_go_in_a_basic_header(
+    client: Client, sso: OidcProvider, settings: Any
+) -> None:
+    settings.OIDC_TOKEN_USE_BASIC_AUTH = True
+    RepFactory(email="ana@example.com")
+    sso.person("ana@example.com")
+    assert _landing(client, _sign_in(client)).redirect_chain[-1][0] == "/me/"
+    token_call = next(values for path, values in sso.calls if path == "/token")
+    assert "client_secret" not in token_call
