@@ -31,7 +31,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.cache import cache
-from django.core.exceptions import SuspiciousOperation
+from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
@@ -309,20 +309,49 @@ class SsoCallbackView(OIDCAuthenticationCallbackView):
         )
 
 
-class PasswordLoginForm(AuthenticationForm):
-    """The password form; with ``OIDC_PASSWORD_LOGIN_SUPERUSERS_ONLY``, for superusers only."""
+def _passwords_for_superusers_only() -> bool:
+    return bool(settings.SSO_ENABLED and settings.OIDC_PASSWORD_LOGIN_SUPERUSERS_ONLY)
 
-    def confirm_login_allowed(self, user: Any) -> None:
-        super().confirm_login_allowed(user)
-        if (
-            settings.SSO_ENABLED
-            and settings.OIDC_PASSWORD_LOGIN_SUPERUSERS_ONLY
-            and not user.is_superuser
-        ):
-            raise forms.ValidationError(
-                f"Sign in with {_provider()}: passwords are kept for administrators.",
-                code="sso_only",
-            )
+
+class PasswordBackend(ModelBackend):
+    """Django's password login; with ``OIDC_PASSWORD_LOGIN_SUPERUSERS_ONLY``, superusers only.
+
+    Refused here, not in a form, so that every password login (the login page, the admin's own
+    login page) keeps to it.
+    """
+
+    def authenticate(
+        self,
+        request: HttpRequest | None,
+        username: str | None = None,
+        password: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        user = super().authenticate(request, username=username, password=password, **kwargs)
+        if user is not None and _passwords_for_superusers_only() and not user.is_superuser:
+            raise PermissionDenied  # stops Django trying the backends after this one
+        return user
+
+
+class PasswordLoginForm(AuthenticationForm):
+    """The password form, saying so when a right password is refused for being no superuser's."""
+
+    def clean(self) -> dict[str, Any]:
+        try:
+            return super().clean()
+        except forms.ValidationError:
+            if _passwords_for_superusers_only():
+                user = ModelBackend().authenticate(
+                    self.request,
+                    username=self.cleaned_data.get("username"),
+                    password=self.cleaned_data.get("password"),
+                )
+                if user is not None:
+                    raise forms.ValidationError(
+                        f"Sign in with {_provider()}: passwords are kept for administrators.",
+                        code="sso_only",
+                    ) from None
+            raise
 
 
 class LoginPage(auth_views.LoginView):

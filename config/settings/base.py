@@ -201,10 +201,13 @@ if SSO_ENABLED and not OIDC_OP_ISSUER and not all(_OIDC_ENDPOINTS):
         "Single sign-on needs OIDC_OP_ISSUER, or all four of OIDC_OP_AUTHORIZATION_ENDPOINT, "
         "OIDC_OP_TOKEN_ENDPOINT, OIDC_OP_USER_ENDPOINT and OIDC_OP_JWKS_ENDPOINT."
     )
-# The password backend first; the provider's is inert while single sign-on is off.
+# Passwords first (Django's, keeping to OIDC_PASSWORD_LOGIN_SUPERUSERS_ONLY); the provider's is
+# inert while single sign-on is off. Django's own stays last so that sessions logged in before
+# these two existed stay logged in (it is never reached by a password the first one refused).
 AUTHENTICATION_BACKENDS = [
-    "django.contrib.auth.backends.ModelBackend",
+    "audit.sso.PasswordBackend",
     "audit.sso.SsoBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 # --- end Pages
 

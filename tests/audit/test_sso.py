@@ -354,6 +354,13 @@ def test_the_password_form_can_be_kept_for_superusers(
     assert refused.status_code == 200
     assert "passwords are kept for administrators" in refused.content.decode()
     assert _signed_in_user(client) is None
+    wrong = client.post("/accounts/login/", {"username": "mia", "password": "not-it"})
+    assert "passwords are kept" not in wrong.content.decode()  # a wrong one is just wrong
+    # The admin's own login page keeps to it too.
+    User.objects.filter(username="mia").update(is_staff=True)
+    admin = client.post("/admin/login/", {"username": "mia", "password": "pw-mia-123"})
+    assert admin.status_code == 200
+    assert _signed_in_user(client) is None
     User.objects.create_superuser("root", password="pw-root-123")
     answer = client.post("/accounts/login/", {"username": "root", "password": "pw-root-123"})
     assert answer.status_code == 302
