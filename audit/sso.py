@@ -27,13 +27,17 @@ import jwt
 import requests
 from django import forms
 from django.conf import settings
+from django.contrib import admin
+from django.contrib.auth import REDIRECT_FIELD_NAME
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth.views import redirect_to_login
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
@@ -377,3 +381,12 @@ class LoginPage(auth_views.LoginView):
             (error.messages[0] for error in refusals if error.code == "sso_only"), None
         )
         return context
+
+
+def admin_login(request: HttpRequest) -> HttpResponse:
+    """The admin's login page; with single sign-on, the login page that offers it."""
+    if settings.SSO_ENABLED:
+        return redirect_to_login(
+            request.GET.get(REDIRECT_FIELD_NAME) or reverse("admin:index"), reverse("login")
+        )
+    return admin.site.login(request)

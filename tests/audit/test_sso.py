@@ -15,6 +15,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 import requests
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth import authenticate
 from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db import connection
@@ -105,10 +107,19 @@ def test_without_configuration_the_login_page_and_password_login_are_as_before(
     assert 'name="password"' in page
     assert client.get("/accounts/sso/start/").status_code == 404
     assert client.get("/accounts/sso/callback/?code=x&state=y").status_code == 404
+    assert "id_password" in client.get("/admin/login/?next=/admin/").content.decode()
     manager("mia")
     answer = client.post("/accounts/login/", {"username": "mia", "password": "pw-mia-123"})
     assert answer.status_code == 302
     assert answer["Location"] == "/"
+
+
+def test_when_configured_the_admin_sends_people_to_the_login_page_that_offers_it(
+    client: Client, sso: OidcProvider
+) -> None:
+    answer = client.get("/admin/", follow=True)
+    assert answer.redirect_chain[-1][0] == "/accounts/login/?next=/admin/"
+    assert "Sign in with Standin ID" in answer.content.decode()
 
 
 def test_when_configured_the_login_page_offers_the_provider_beside_the_password_form(
@@ -356,11 +367,11 @@ def test_the_password_form_can_be_kept_for_superusers(
     assert _signed_in_user(client) is None
     wrong = client.post("/accounts/login/", {"username": "mia", "password": "not-it"})
     assert "passwords are kept" not in wrong.content.decode()  # a wrong one is just wrong
-    # The admin's own login page keeps to it too.
+    # Refused by the backend, so every password login keeps to it (the admin's form too).
+    assert authenticate(username="mia", password="pw-mia-123") is None
     User.objects.filter(username="mia").update(is_staff=True)
-    admin = client.post("/admin/login/", {"username": "mia", "password": "pw-mia-123"})
-    assert admin.status_code == 200
-    assert _signed_in_user(client) is None
+    form = AdminAuthenticationForm(data={"username": "mia", "password": "pw-mia-123"})
+    assert not form.is_valid()
     User.objects.create_superuser("root", password="pw-root-123")
     answer = client.post("/accounts/login/", {"username": "root", "password": "pw-root-123"})
     assert answer.status_code == 302
