@@ -1,13 +1,20 @@
-"""Pages: login/logout/password change, history, a lead and its actions, the dashboard."""
+"""Pages: login (password or single sign-on), logout, password change, history, dashboard."""
 
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from audit import rep_views, views
+from audit import rep_views, sso, views
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", sso.LoginPage.as_view(), name="login"),
+    # Single sign-on (404 while not configured); the callback is the redirect URI to register.
+    path("accounts/sso/start/", sso.SsoStartView.as_view(), name="oidc_authentication_init"),
+    path(
+        "accounts/sso/callback/",
+        sso.SsoCallbackView.as_view(),
+        name="oidc_authentication_callback",
+    ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(
         "accounts/password/",

@@ -5,6 +5,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from audit import api as audit_api
+from audit import sso
 from config import health
 from leads import status_api
 from routing.monitoring import metrics
@@ -14,6 +15,8 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("embed/owner.js", status_api.embed_script, name="embed-owner"),
+    # With single sign-on on, the admin's login is the login page that offers it.
+    path("admin/login/", sso.admin_login, name="admin-login"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("leads.urls")),
     path("api/v1/", include("routing.urls")),

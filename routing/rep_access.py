@@ -15,18 +15,24 @@ link in a message before the rep does.
 **The invitation.** ``rep_invite`` gives a rep a login (a user named by their e-mail, with no
 usable password until they choose one) and e-mails them a set-password link (Django's password
 reset token: it expires after ``PASSWORD_RESET_TIMEOUT`` and stops working once used).
+
+**Single sign-on.** ``user_sso_login`` decides whom a provider's verified e-mail signs in as
+(audit.sso is the web edge): a rep's login, made at the first sign-in for an active rep, or an
+existing login for anyone else; never a new login for a manager.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.tokens import default_token_generator
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.encoding import force_bytes
@@ -188,6 +194,86 @@ def rep_invite(*, rep_id: int, actor: str) -> str:
             "invite again to send a new link."
         ) from exc
     return link
+
+
+# --- Single sign-on ---------------------------------------------------------------------------
+
+
+class LoginRefused(Exception):
+    """A sign-in the provider vouched for that LeadRouter still refuses, in a sentence."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _users_named(address: str) -> list[Any]:
+    users = get_user_model()
+    found = users.objects.filter(Q(email__iexact=address) | Q(username__iexact=address))
+    return list(found.order_by("pk")[:2])
+
+
+def _existing_login(address: str) -> Any:
+    candidates = _users_named(address)
+    if not candidates:
+        raise LoginRefused(
+            f"{address} has no LeadRouter login and is not a rep's e-mail. Ask RevOps to add you."
+        )
+    if len(candidates) > 1:
+        raise LoginRefused(f"More than one login has the e-mail {address}. Ask RevOps to fix it.")
+    return candidates[0]
+
+
+def user_sso_login(*, email: str, allowed_domains: list[str], actor: str) -> Any:
+    """The user a provider's verified e-mail signs in as; an active rep's login is made if needed.
+
+    The e-mail is matched, ignoring case, to a rep first: the rep's login if they have one, else
+    (an active rep only, as for ``rep_invite``) the existing login of that name or e-mail that
+    belongs to no other rep, else a new one named by the e-mail with no usable password; linking
+    it is audited as ``config_changed`` on the rep (action ``sso_linked``). Anyone else must
+    already have a login with that e-mail or name: no login is ever made for them, so managers
+    are only ever matched. ``LoginRefused`` says why not.
+    """
+    address = email.strip().lower()
+    if "@" not in address:
+        raise LoginRefused("The provider sent no usable e-mail address.")
+    domain = address.rsplit("@", 1)[1]
+    if allowed_domains and domain not in allowed_domains:
+        raise LoginRefused(f"E-mail addresses at {domain} may not sign in here.")
+    with transaction.atomic():
+        rep = Rep.objects.select_for_update().filter(email__iexact=address).first()
+        if rep is not None and rep.user_id is not None:
+            user: Any = rep.user
+        elif rep is not None and rep.active:
+            candidates = _users_named(address)
+            if len(candidates) > 1:
+                raise LoginRefused(
+                    f"More than one login has the e-mail {address}. Ask RevOps to fix it."
+                )
+            created = not candidates
+            if created:
+                user = get_user_model().objects.create_user(username=address, email=rep.email)
+                user.set_unusable_password()
+                user.save(update_fields=["password"])
+            else:
+                user = candidates[0]
+                if Rep.objects.filter(user=user).exists():
+                    raise LoginRefused(
+                        f"The login {user.get_username()} already belongs to another rep."
+                    )
+            rep.user = user
+            rep.save(update_fields=["user", "updated_at"])
+            config_change_record(
+                actor=actor,
+                obj=rep,
+                action="sso_linked",
+                extra={"login": user.get_username(), "login_created": created},
+            )
+        else:  # not a rep, or an inactive one: existing logins only
+            user = _existing_login(address)
+    if not user.is_active:
+        raise LoginRefused(f"The login {user.get_username()} is disabled.")
+    return user
 
 
 def rep_of_user(user: object) -> Rep | None:

@@ -158,6 +158,57 @@ HISTORY_SCOPE_TO_MANAGED_TEAMS = env.bool("HISTORY_SCOPE_TO_MANAGED_TEAMS", defa
 # The zone pages show times in for a user who chose none and whose browser said none (an IANA
 # name). Stored times and the API stay UTC whatever it says.
 PAGES_TIME_ZONE = env.str("PAGES_TIME_ZONE", default="UTC")
+# Single sign-on with OpenID Connect (audit.sso, mozilla-django-oidc): off unless a client id is
+# set. The provider is its issuer (endpoints from its /.well-known/openid-configuration, fetched
+# when first needed and cached) or the four endpoints set one by one; id tokens must be RS256,
+# signed by a key of the provider's JWKS, for this client (aud) and, with an issuer, from it.
+OIDC_RP_CLIENT_ID: str = env.str("OIDC_RP_CLIENT_ID", default="")
+OIDC_RP_CLIENT_SECRET: str = env.str("OIDC_RP_CLIENT_SECRET", default="")
+OIDC_OP_ISSUER: str = env.str("OIDC_OP_ISSUER", default="")
+OIDC_OP_AUTHORIZATION_ENDPOINT: str = env.str("OIDC_OP_AUTHORIZATION_ENDPOINT", default="")
+OIDC_OP_TOKEN_ENDPOINT: str = env.str("OIDC_OP_TOKEN_ENDPOINT", default="")
+OIDC_OP_USER_ENDPOINT: str = env.str("OIDC_OP_USER_ENDPOINT", default="")
+OIDC_OP_JWKS_ENDPOINT: str = env.str("OIDC_OP_JWKS_ENDPOINT", default="")
+OIDC_PROVIDER_NAME: str = env.str("OIDC_PROVIDER_NAME", default="single sign-on")
+# Only these e-mail domains may sign in this way (lower case; empty = any the provider vouches for).
+OIDC_ALLOWED_EMAIL_DOMAINS: list[str] = [
+    domain.strip().lower().lstrip("@")
+    for domain in env.list("OIDC_ALLOWED_EMAIL_DOMAINS", default=[])
+    if domain.strip()
+]
+# When on, the login page offers only the provider; passwords still work for superusers (the way
+# in when the provider is down), behind "Log in with a password".
+OIDC_PASSWORD_LOGIN_SUPERUSERS_ONLY = env.bool("OIDC_PASSWORD_LOGIN_SUPERUSERS_ONLY", default=False)
+OIDC_TIMEOUT = env.float("OIDC_TIMEOUT_SECONDS", default=5.0)  # each call to the provider
+OIDC_DISCOVERY_CACHE_SECONDS = env.int("OIDC_DISCOVERY_CACHE_SECONDS", default=3600)
+# The client's secret in an HTTP Basic header (client_secret_basic) instead of the form body.
+OIDC_TOKEN_USE_BASIC_AUTH = env.bool("OIDC_TOKEN_USE_BASIC_AUTH", default=False)
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_RP_SCOPES = "openid email profile"
+OIDC_USE_PKCE = True
+OIDC_CREATE_USER = False  # a rep's login is made by routing.rep_access.user_sso_login, no other
+SSO_ENABLED = bool(OIDC_RP_CLIENT_ID)
+_OIDC_ENDPOINTS = (
+    OIDC_OP_AUTHORIZATION_ENDPOINT,
+    OIDC_OP_TOKEN_ENDPOINT,
+    OIDC_OP_USER_ENDPOINT,
+    OIDC_OP_JWKS_ENDPOINT,
+)
+if SSO_ENABLED and not OIDC_RP_CLIENT_SECRET:
+    raise ImproperlyConfigured("OIDC_RP_CLIENT_ID is set but OIDC_RP_CLIENT_SECRET is not.")
+if SSO_ENABLED and not OIDC_OP_ISSUER and not all(_OIDC_ENDPOINTS):
+    raise ImproperlyConfigured(
+        "Single sign-on needs OIDC_OP_ISSUER, or all four of OIDC_OP_AUTHORIZATION_ENDPOINT, "
+        "OIDC_OP_TOKEN_ENDPOINT, OIDC_OP_USER_ENDPOINT and OIDC_OP_JWKS_ENDPOINT."
+    )
+# Passwords first (Django's, keeping to OIDC_PASSWORD_LOGIN_SUPERUSERS_ONLY); the provider's is
+# inert while single sign-on is off. Django's own stays last so that sessions logged in before
+# these two existed stay logged in (it is never reached by a password the first one refused).
+AUTHENTICATION_BACKENDS = [
+    "audit.sso.PasswordBackend",
+    "audit.sso.SsoBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 # --- end Pages
 
 LANGUAGE_CODE = "en-us"
