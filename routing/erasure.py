@@ -323,28 +323,32 @@ def person_erase(
         result.keys = PersonKey.objects.filter(pk__in=key_ids, wrapped__isnull=False).update(
             wrapped=None, lookup=None, erased_at=now
         )
-        lead_ids = [lead.pk for lead in leads]
+        # Re-checked under the lock: of two erasures at once, the second finds the leads
+        # erased by the first and writes nothing again (no second `erased` event).
+        fresh = [lead for lead in leads if lead.erased_at is None]
+        result.already_erased = len(leads) - len(fresh)
+        lead_ids = [lead.pk for lead in fresh]
         cleared = leads_around_clear(lead_ids=lead_ids, refused_ids=_refused_ids(emails, phones))
         result.refused_payloads = cleared.refused_payloads
         result.assignments = cleared.assignments
         result.deliveries = cleared.deliveries
         result.delivery_attempts = cleared.delivery_attempts
-        for lead in leads:
-            if lead.first_name == ERASED and not lead.email and not lead.phone:
-                result.already_erased += 1
+        for lead in fresh:
             for name, value in LEAD_ERASED_VALUES.items():
                 setattr(lead, name, value)
-            lead.save(update_fields=list(LEAD_ERASED_VALUES))
+            lead.erased_at = now
+            lead.save(update_fields=[*LEAD_ERASED_VALUES, "erased_at"])
             result.leads += 1
             result.lead_ids.append(str(lead.pk))
         counts = result.counts()
-        for lead in leads:
+        why = reason[:500]
+        for lead in fresh:
             event_record(
                 type=EventType.ERASED,
                 lead_id=lead.pk,
                 actor=actor,
                 at=now,
-                data={"reason": reason[:500], "erased": counts},
+                data={"reason": why, "erased": counts},
             )
     privacy.cache_clear()
     logger.info("person erased by %s: %s", actor, result.sentence())
@@ -352,15 +356,16 @@ def person_erase(
 
 
 def is_erased(lead: Lead) -> bool:
-    """Whether this lead's person was erased (its fields overwritten by ``person_erase``)."""
-    return lead.first_name == ERASED and not lead.email and not lead.phone
+    """Whether this lead's person was erased (``erased_at``, set by ``person_erase``)."""
+    return lead.erased_at is not None
 
 
 def lead_person_erase(*, lead_id: Any, actor: str, reason: str) -> ErasureResult:
     """Erase the person of one lead: this lead and every other lead of theirs (by its e-mail and
     phone), as ``person_erase``. A lead erased before answers ``already_erased`` and nothing
-    is written again; an unknown lead raises ``Lead.DoesNotExist``."""
-    lead = Lead.objects.only("pk", "email", "phone", "first_name").get(pk=lead_id)
+    is written again (checked again under the lock: two erasures at once write one); an
+    unknown lead raises ``Lead.DoesNotExist``."""
+    lead = Lead.objects.only("pk", "email", "phone", "erased_at").get(pk=lead_id)
     if is_erased(lead):
         return ErasureResult(already_erased=1, lead_ids=[str(lead.pk)])
     return person_erase(
