@@ -42,7 +42,7 @@ from tests.routing.test_pipeline import RULES
 from tests.support.crm_hubspot import HubSpotStandIn, hubspot_standin
 from tests.support.meta_graph import MetaGraphStandIn, meta_graph
 
-__all__ = ["hubspot_standin", "http", "meta_graph", "meta_source", "sent"]
+__all__ = ["http", "hubspot_standin", "meta_graph", "meta_source", "sent"]
 
 EMAIL = "zebulon.quartermaine@quartzly.example"
 PHONE = "+4930555123456"
