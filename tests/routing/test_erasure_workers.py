@@ -16,10 +16,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.db import connection
+from django.test import Client
 from werkzeug import Request, Response
 
 from audit.models import Event, EventType
+from audit.subject_access import person_export
 from leads import privacy
 from leads.models import CrmLookupStatus, EnrichmentStatus, FetchStatus, Lead, LeadStatus
 from leads.services import lead_ingest
@@ -34,6 +37,7 @@ from routing.fetch.meta import lead_meta_fetch, meta_fetch_sweep_due
 from routing.models import Assignment
 from routing.rules_io import rules_import
 from routing.services import lead_process
+from tests.audit.test_pages import manager
 from tests.leads.factories import LeadFactory
 from tests.leads.meta_fetch.conftest import meta_source, notification
 from tests.routing.enrichment.conftest import Sent, http, sent
@@ -94,14 +98,27 @@ def _ended_erased(lead: Lead, stage: str) -> None:
 
 
 @pytest.mark.django_db
-def test_a_lead_erased_while_queued_is_ended_without_its_person_and_stays_erased() -> None:
+def test_a_lead_erased_while_queued_is_ended_without_its_person_and_stays_erased(
+    client: Client,
+) -> None:
     rules_import(RULES, publish=True)
     lead = LeadFactory(raw_payload=PAYLOAD)
     assert person_erase(email=EMAIL, actor="user:dpo", reason="request").leads == 1
     assert lead_process(lead_id=lead.id) == LeadStatus.EXCLUDED
     _ended_erased(lead, "routing")
-    # The mark is the column, not the fields: processing did not lose it.
+    # The mark is the column, not the fields: processing did not lose it (it used to:
+    # normalising the erased payload blanked "erased person", so is_erased said False).
     assert lead.normalized_at is None
+    user = manager("mia")
+    user.user_permissions.add(Permission.objects.get(codename="view_lead"))
+    client.force_login(user)
+    document = client.get(f"/api/v1/leads/{lead.pk}/").json()
+    assert document["erased_at"] == lead.erased_at.isoformat()
+    assert document["fields"]["first_name"] == privacy.ERASED
+    page = client.get(f"/history/{lead.pk}/").content.decode()
+    assert "Person erased" in page
+    exported = person_export(lead_ids=[lead.pk], actor="user:dpo")
+    assert [entry["erased"] for entry in exported["leads"]] == [True]
 
 
 @pytest.mark.django_db
