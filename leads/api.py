@@ -478,6 +478,12 @@ LEAD_SCHEMA: dict[str, Any] = {
         "lane": {"type": "string", "enum": list(Lane.values)},
         "received_at": {"type": "string", "format": "date-time"},
         "processed_at": {"type": "string", "format": "date-time", "nullable": True},
+        "erased_at": {
+            "type": "string",
+            "format": "date-time",
+            "nullable": True,
+            "description": "When the lead's person was erased (null: not erased).",
+        },
         "fields": {"type": "object", "additionalProperties": True},
         "flags": {"type": "array", "items": {"type": "string"}},
         "priority": {"type": "string", "nullable": True},

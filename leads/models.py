@@ -446,6 +446,10 @@ class Lead(models.Model):
     # fields, were pruned by the retention policy (the decision stays).
     raw_pruned_at = models.DateTimeField(null=True, blank=True, editable=False)
     personal_pruned_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Erasure (routing/erasure.py): when its person was erased. Every worker step that writes
+    # personal fields re-reads it under the lead's row lock and stops when it is set, so a lead
+    # erased while queued or parked (enrichment, CRM, a vendor fetch) is never written back.
+    erased_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     lane = models.CharField(
         max_length=16,

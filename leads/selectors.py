@@ -177,6 +177,8 @@ def lead_document(lead: Lead) -> dict[str, Any]:
         "lane": lead.lane,
         "received_at": lead.received_at.isoformat(),
         "processed_at": lead.processed_at.isoformat() if lead.processed_at else None,
+        # When its person was erased (routing/erasure.py): its fields say "erased person".
+        "erased_at": _iso(lead.erased_at),
         "fields": lead_fields(lead),
         "flags": list(lead.flags or []),
         "priority": lead.priority or None,

@@ -935,3 +935,50 @@ def _lead_tags_write(lead: Lead, value: str, kept: list[str]) -> None:
         LeadTag.objects.bulk_create(
             [LeadTag(lead_id=lead.pk, tag=tag) for tag in kept], ignore_conflicts=True
         )
+
+
+def lead_erased_close(*, lead: Lead, now: datetime, stage: str) -> str:
+    """End a lead whose person was erased before a worker finished with it (``erased_at`` set),
+    under the lead's row lock, in the caller's transaction: nothing personal is written back.
+
+    Whatever the worker holds in memory (the payload it read, a provider's, CRM's or vendor's
+    answer) is dropped; the lead keeps its erased fields, leaves every queue (not parked, not
+    leased, not retried) and ends ``excluded`` (there is no one left to route), with an
+    ``excluded`` event that says why and at which ``stage``, and nothing of the person."""
+    lead.status = LeadStatus.EXCLUDED
+    lead.claimed_until = None
+    lead.processed_at = now
+    lead.unassigned_retry_at = None
+    lead.enrichment, lead.crm, lead.fetch = {}, {}, {}
+    if lead.enrichment_status == EnrichmentStatus.PENDING:
+        lead.enrichment_status = EnrichmentStatus.NONE
+    if lead.crm_status == CrmLookupStatus.PENDING:
+        lead.crm_status = CrmLookupStatus.NONE
+    if lead.fetch_status == FetchStatus.PENDING:
+        lead.fetch_status = FetchStatus.NONE
+    lead.enrichment_next_at = lead.crm_next_at = lead.fetch_next_at = None
+    lead.save(
+        update_fields=[
+            "status",
+            "claimed_until",
+            "processed_at",
+            "unassigned_retry_at",
+            "enrichment",
+            "crm",
+            "fetch",
+            "enrichment_status",
+            "crm_status",
+            "fetch_status",
+            "enrichment_next_at",
+            "crm_next_at",
+            "fetch_next_at",
+        ]
+    )
+    event_record(
+        type=EventType.EXCLUDED,
+        lead_id=lead.pk,
+        at=now,
+        data={"reason": "its person was erased before it was routed", "stage": stage},
+    )
+    logger.info("lead %s: its person was erased (%s); ended without routing", lead.pk, stage)
+    return str(lead.status)

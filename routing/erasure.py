@@ -31,7 +31,7 @@ from audit.services import event_record
 from leads import privacy
 from leads.models import Lead, PersonKey, RefusedPayload
 from routing.delivery.models import Delivery, DeliveryAttempt, DeliveryStatus
-from routing.models import Assignment
+from routing.models import AdminJob, AdminJobKind, Assignment
 
 logger = logging.getLogger(__name__)
 
@@ -39,16 +39,32 @@ ERASED = privacy.ERASED
 ERASED_PAYLOAD: dict[str, Any] = {"erased": True}
 ERASED_TRACE: list[dict[str, Any]] = [{"rule": None, "matched": False, "why": ERASED}]
 
-# What erasure overwrites on a lead, and with what. The display name becomes "erased person".
+# What erasure overwrites on a lead, and with what (field by field through ``Lead``; the display
+# name becomes "erased person"). Everything that says who the person is, where they are, who
+# they work for or how they reached us goes. What stays, on purpose: ``country`` (a country
+# names nobody, and reports of the decisions count by it), ``flags`` (what normalisation found
+# wrong, e.g. "invalid_email": no value of the person), ``priority`` and ``tags`` (what the
+# rules decided), the statuses, times and counters, ``person_key`` (destroyed: the link from
+# its sealed events stays) and ``duplicate_of`` (which lead it matched: structure, not data).
 LEAD_ERASED_VALUES: dict[str, Any] = {
     "first_name": ERASED,
     "last_name": "",
     "email": "",
+    "email_domain": "",
     "phone": "",
     "company": "",
+    "domain": "",
     "title": "",
+    "region": "",
     "city": "",
     "postal_code": "",
+    "employees": None,
+    "annual_revenue": None,
+    "industry": "",
+    "lead_score": None,
+    "utm_source": "",
+    "utm_medium": "",
+    "utm_campaign": "",
     "raw_payload": ERASED_PAYLOAD,
     "custom": {},
     "enrichment": {},
@@ -59,6 +75,31 @@ LEAD_ERASED_VALUES: dict[str, Any] = {
     "idempotency_key": None,
     "request_fingerprint": "",
 }
+
+REDACTED = "[redacted]"
+# An e-mail address, and a run of at least PHONE_MIN_DIGITS digits written as phones are
+# (spaces, dots, dashes, slashes, brackets, a leading +) in an erasure's reason.
+_REASON_EMAIL = re.compile(r"[^\s@<>()\[\],;:\"']+@[^\s@<>()\[\],;:\"']+")
+_REASON_DIGITS = re.compile(r"\+?\(?\d(?:[\s./()\-]{0,3}\d)+")
+# ... except a date (2026-12-03, 03.12.2026, 03/12/2026): a reason often says when it was asked.
+_REASON_DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{1,2}[./]\d{1,2}[./]\d{4}")
+
+
+def reason_redact(reason: str) -> str:
+    """The reason of an erasure as it may enter the append-only audit log: any e-mail address
+    and any phone-like run of digits (``PHONE_MIN_DIGITS`` or more) replaced by "[redacted]".
+
+    The reason is typed by a person and stays in the log for good: the data they erase must
+    not be written there by mistake ("as asked by ann@example.com")."""
+    text = _REASON_EMAIL.sub(REDACTED, reason)
+
+    def digits(match: re.Match[str]) -> str:
+        run = match.group(0)
+        if _REASON_DATE.fullmatch(run.strip()):
+            return run
+        return REDACTED if sum(ch.isdigit() for ch in run) >= PHONE_MIN_DIGITS else run
+
+    return _REASON_DIGITS.sub(digits, text)
 
 
 class ErasureRefused(ValueError):
@@ -167,11 +208,18 @@ def _refused_ids(emails: set[str], phones: set[str]) -> set[int]:
     candidates: set[int] = set()
     with connection.cursor() as cursor:
         for needle in _all_needles(emails, phones):
+            # Without regard to case (an e-mail is typed as "Ann@Example.com" as often as
+            # not). A body is bytes and need not be UTF-8: PostgreSQL compares it as its
+            # `escape` text (ASCII as is, other bytes as \nnn), SQLite as its bytes.
             if connection.vendor == "postgresql":
-                sql = f"SELECT id FROM {table} WHERE position(%s::bytea in body) > 0"  # noqa: S608
+                sql = (
+                    f"SELECT id FROM {table} "  # noqa: S608 (our own table's name)
+                    "WHERE position(%s in lower(encode(body, 'escape'))) > 0"
+                )
+                cursor.execute(sql, [_escaped(needle.lower())])
             else:
-                sql = f"SELECT id FROM {table} WHERE instr(body, %s) > 0"  # noqa: S608
-            cursor.execute(sql, [needle.encode()])
+                sql = f"SELECT id FROM {table} WHERE instr(lower(body), %s) > 0"  # noqa: S608
+                cursor.execute(sql, [needle.lower()])
             candidates |= {row[0] for row in cursor.fetchall()}
     patterns = _patterns(emails, phones)
     found: set[int] = set()
@@ -179,6 +227,19 @@ def _refused_ids(emails: set[str], phones: set[str]) -> set[int]:
         if _holds(bytes(body or b"").decode("utf-8", "replace"), patterns):
             found.add(pk)
     return found
+
+
+def _escaped(text: str) -> str:
+    """``text`` as PostgreSQL's ``encode(bytes, 'escape')`` writes its UTF-8 bytes."""
+    out = []
+    for byte in text.encode():
+        if byte == 0x5C:
+            out.append("\\\\")
+        elif byte == 0 or byte >= 0x80:
+            out.append(f"\\{byte:03o}")
+        else:
+            out.append(chr(byte))
+    return "".join(out)
 
 
 def _all_needles(emails: set[str], phones: set[str]) -> list[str]:
@@ -260,13 +321,61 @@ class Cleared:
     assignments: int = 0
     deliveries: int = 0
     delivery_attempts: int = 0
+    admin_jobs: int = 0
+
+
+# A replay's stored result (routing/admin_jobs.py, ``replay_result_data``) names each lead it
+# decided by its e-mail and company: those of erased or pruned leads are blanked in place.
+_REPLAY_PERSONAL = ("email", "company")
+_REPLAY_ID_CHUNK = 200
+
+
+def admin_jobs_redact(*, lead_ids: list[Any]) -> int:
+    """Blank what the stored replay results say about these leads' people (their e-mail and
+    company); the rows stay (which lead, before and after). The number of jobs changed."""
+    wanted = {str(pk) for pk in lead_ids}
+    if not wanted:
+        return 0
+    ids = sorted(wanted)
+    candidates: set[int] = set()
+    for start in range(0, len(ids), _REPLAY_ID_CHUNK):
+        contains = Q()
+        for lead_id in ids[start : start + _REPLAY_ID_CHUNK]:
+            contains |= Q(result_text__contains=lead_id)
+        candidates |= set(
+            AdminJob.objects.filter(kind=AdminJobKind.REPLAY)
+            .annotate(result_text=Cast("result", TextField()))
+            .filter(contains)
+            .values_list("pk", flat=True)
+        )
+    changed = 0
+    jobs = AdminJob.objects.filter(pk__in=candidates).order_by("pk")
+    if connection.features.has_select_for_update:
+        jobs = jobs.select_for_update()
+    for job in jobs:
+        result = job.result if isinstance(job.result, dict) else {}
+        rows = result.get("rows")
+        if not isinstance(rows, list):
+            continue
+        touched = False
+        for row in rows:
+            if isinstance(row, dict) and str(row.get("lead_id")) in wanted:
+                for name in _REPLAY_PERSONAL:
+                    if row.get(name):
+                        row[name] = ""
+                        touched = True
+        if touched:
+            AdminJob.objects.filter(pk=job.pk).update(result=result)
+            changed += 1
+    return changed
 
 
 def leads_around_clear(*, lead_ids: list[Any], refused_ids: set[int] | None = None) -> Cleared:
     """Clear what is personal *around* these (locked) leads, inside the caller's transaction:
     their refused inbox rows (and ``refused_ids``) deleted, their assignments' traces, their
     deliveries' bodies (pending ones cancelled) and attempts' excerpts blanked, the admin's log
-    lines naming them. Shared by erasure and retention (routing/retention/)."""
+    lines naming them, and their e-mail and company in stored replay results. Shared by
+    erasure and retention (routing/retention/)."""
     cleared = Cleared()
     refused = set(refused_ids or ()) | set(
         RefusedPayload.objects.filter(lead_id__in=lead_ids).values_list("pk", flat=True)
@@ -289,6 +398,7 @@ def leads_around_clear(*, lead_ids: list[Any], refused_ids: set[int] | None = No
         content_type=ContentType.objects.get_for_model(Lead),
         object_id__in=[str(pk) for pk in lead_ids],
     ).update(object_repr=ERASED, change_message="")
+    cleared.admin_jobs = admin_jobs_redact(lead_ids=lead_ids)
     return cleared
 
 
@@ -323,28 +433,32 @@ def person_erase(
         result.keys = PersonKey.objects.filter(pk__in=key_ids, wrapped__isnull=False).update(
             wrapped=None, lookup=None, erased_at=now
         )
-        lead_ids = [lead.pk for lead in leads]
+        # Re-checked under the lock: of two erasures at once, the second finds the leads
+        # erased by the first and writes nothing again (no second `erased` event).
+        fresh = [lead for lead in leads if lead.erased_at is None]
+        result.already_erased = len(leads) - len(fresh)
+        lead_ids = [lead.pk for lead in fresh]
         cleared = leads_around_clear(lead_ids=lead_ids, refused_ids=_refused_ids(emails, phones))
         result.refused_payloads = cleared.refused_payloads
         result.assignments = cleared.assignments
         result.deliveries = cleared.deliveries
         result.delivery_attempts = cleared.delivery_attempts
-        for lead in leads:
-            if lead.first_name == ERASED and not lead.email and not lead.phone:
-                result.already_erased += 1
+        for lead in fresh:
             for name, value in LEAD_ERASED_VALUES.items():
                 setattr(lead, name, value)
-            lead.save(update_fields=list(LEAD_ERASED_VALUES))
+            lead.erased_at = now
+            lead.save(update_fields=[*LEAD_ERASED_VALUES, "erased_at"])
             result.leads += 1
             result.lead_ids.append(str(lead.pk))
         counts = result.counts()
-        for lead in leads:
+        why = reason_redact(reason)[:500]
+        for lead in fresh:
             event_record(
                 type=EventType.ERASED,
                 lead_id=lead.pk,
                 actor=actor,
                 at=now,
-                data={"reason": reason[:500], "erased": counts},
+                data={"reason": why, "erased": counts},
             )
     privacy.cache_clear()
     logger.info("person erased by %s: %s", actor, result.sentence())
@@ -352,15 +466,16 @@ def person_erase(
 
 
 def is_erased(lead: Lead) -> bool:
-    """Whether this lead's person was erased (its fields overwritten by ``person_erase``)."""
-    return lead.first_name == ERASED and not lead.email and not lead.phone
+    """Whether this lead's person was erased (``erased_at``, set by ``person_erase``)."""
+    return lead.erased_at is not None
 
 
 def lead_person_erase(*, lead_id: Any, actor: str, reason: str) -> ErasureResult:
     """Erase the person of one lead: this lead and every other lead of theirs (by its e-mail and
     phone), as ``person_erase``. A lead erased before answers ``already_erased`` and nothing
-    is written again; an unknown lead raises ``Lead.DoesNotExist``."""
-    lead = Lead.objects.only("pk", "email", "phone", "first_name").get(pk=lead_id)
+    is written again (checked again under the lock: two erasures at once write one); an
+    unknown lead raises ``Lead.DoesNotExist``."""
+    lead = Lead.objects.only("pk", "email", "phone", "erased_at").get(pk=lead_id)
     if is_erased(lead):
         return ErasureResult(already_erased=1, lead_ids=[str(lead.pk)])
     return person_erase(

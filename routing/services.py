@@ -25,6 +25,7 @@ from leads.services import (
     BACK_FROM_ENRICHMENT,
     lead_apply_normalization,
     lead_enqueue_later,
+    lead_erased_close,
     leads_enqueue,
     leads_enqueue_after_commit,
     realtime_peek,
@@ -488,6 +489,10 @@ def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
         log_context_add(source=lead.source.slug)
         now = timezone.now()
         lead.claimed_until = None
+        if lead.erased_at is not None:
+            # Erased while it waited (queued, or parked for a fetch, the CRM or enrichment):
+            # re-read under this lock, so nothing of the person is normalised or routed again.
+            return lead_erased_close(lead=lead, now=now, stage="routing")
         if lead.attempts > settings.LEAD_MAX_ATTEMPTS:
             return _quarantine(lead, now)
         if lead_meta_fetch_wanted(lead):

@@ -44,7 +44,7 @@ from config.logging import log_context
 from leads.lanes import stage_queue
 from leads.models import CrmLookupStatus, Lead, LeadStatus
 from leads.normalize import FLAG_FREE_EMAIL, is_free_email_domain
-from leads.services import broker_breaker, lead_lanes, leads_enqueue
+from leads.services import broker_breaker, lead_erased_close, lead_lanes, leads_enqueue
 from routing.crm.base import CrmError
 from routing.crm.connections import crm_client
 from routing.crm.facts import crm_label
@@ -518,9 +518,11 @@ def _lookup(lead_uuid: uuid.UUID) -> str | None:
     claim = _claim(lead_uuid, now)
     if claim is None:
         return None
-    lead = Lead.objects.only("id", "email", "email_domain", "domain", "flags", "crm").get(
-        id=lead_uuid
-    )
+    lead = Lead.objects.only(
+        "id", "email", "email_domain", "domain", "flags", "crm", "erased_at"
+    ).get(id=lead_uuid)
+    if lead.erased_at is not None:  # erased while parked: the CRM is not asked about it
+        return _write(claim, {}, now)
     record: dict[str, Any] = dict(lead.crm) if isinstance(lead.crm, dict) else {}
     since = parse_datetime(str(record.get("_since") or "")) or now
     waited = (now - since).total_seconds()
@@ -564,6 +566,9 @@ def _write(
         lead = claim.locked_lead()
         if lead is None:
             return None
+        if lead.erased_at is not None:
+            # Erased while the CRM was asked: what it said about the person is dropped.
+            return lead_erased_close(lead=lead, now=now, stage="crm lookup")
         record: dict[str, Any] = dict(lead.crm) if isinstance(lead.crm, dict) else {}
         for kind, step in steps.items():
             if step.entry is not None:

@@ -58,6 +58,7 @@ from routing.delivery.models import (
     message_id_for,
     notice_event_for,
 )
+from routing.erasure import ERASED_PAYLOAD
 from routing.models import Assignment, AssignmentKind, Rep, Team
 from routing.touch_links import touch_link_url
 
@@ -693,14 +694,17 @@ def _attempt_record(*, delivery_id: int, number: int, result: _Result, ms: int) 
             outcome = "failed"
     elif outcome in ("gone", "refused", "permanent"):
         outcome = "failed"
+    # The lead's person was erased while this was being sent (the erasure blanked the body and
+    # cancelled the delivery under this lock): what the receiver answered may quote them.
+    erased = delivery.payload == ERASED_PAYLOAD
     DeliveryAttempt.objects.create(
         delivery=delivery,
         number=number,
         at=now,
         status_code=result.status_code,
-        error=result.error[:2000],
+        error="" if erased else result.error[:2000],
         duration_ms=ms,
-        response_excerpt=result.excerpt[: egress.RESPONSE_EXCERPT_CHARS],
+        response_excerpt="" if erased else result.excerpt[: egress.RESPONSE_EXCERPT_CHARS],
         outcome="retry" if next_at else _LOGGED_OUTCOME.get(result.outcome, outcome),
     )
     if delivery.status != DeliveryStatus.PENDING or delivery.attempts != number:

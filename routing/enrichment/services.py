@@ -32,7 +32,7 @@ from config.celery import app as celery_app
 from config.logging import log_context, log_context_add
 from leads.lanes import stage_queue
 from leads.models import EnrichmentStatus, Lead, LeadStatus
-from leads.services import broker_breaker, lead_lanes, leads_enqueue
+from leads.services import broker_breaker, lead_erased_close, lead_lanes, leads_enqueue
 from routing.enrichment.breaker import Breaker, BreakerCheck, http_breaker
 from routing.enrichment.builtin import HTTP_PROVIDER
 from routing.enrichment.merge import fill_empty, provider_values
@@ -174,6 +174,8 @@ def _reschedule(
         lead = claim.locked_lead()
         if lead is None:
             return None
+        if lead.erased_at is not None:
+            return lead_erased_close(lead=lead, now=now, stage="enrichment")
         record = _http_record(lead)
         record.setdefault("since", now.isoformat())
         record.update(status="pending", next_at=at.isoformat(), note=note)
@@ -186,6 +188,14 @@ def _reschedule(
         lead.enrichment_next_at = at
         lead.save(update_fields=["enrichment", "enrichment_next_at", "enrichment_attempts"])
     return "retry" if counts_as_attempt else "waiting"
+
+
+def _erased_end(claim: _Claim, now: datetime) -> str | None:
+    with transaction.atomic(durable=True):
+        lead = claim.locked_lead()
+        if lead is None:
+            return None
+        return lead_erased_close(lead=lead, now=now, stage="enrichment")
 
 
 def _json_value(value: Any) -> Any:
@@ -207,6 +217,9 @@ def _finish(
         lead = claim.locked_lead()
         if lead is None:
             return None
+        if lead.erased_at is not None:
+            # Erased while the provider was asked: its answer (about the person) is dropped.
+            return lead_erased_close(lead=lead, now=now, stage="enrichment")
         record = _http_record(lead)
         record.setdefault("since", now.isoformat())
         record.pop("next_at", None)
@@ -331,10 +344,14 @@ def _lead_enrich(lead_uuid: uuid.UUID) -> str | None:
         return None
     lead = (
         Lead.objects.select_related("source")
-        .only("id", "email", "domain", "company", "country", "enrichment", "source__slug")
+        .only(
+            "id", "email", "domain", "company", "country", "enrichment", "erased_at", "source__slug"
+        )
         .get(id=lead_uuid)
     )
     log_context_add(source=lead.source.slug)
+    if lead.erased_at is not None:  # erased while parked: the provider is not asked about it
+        return _erased_end(claim, now)
     record = _http_record(lead)
     max_attempts = settings.ENRICHMENT_HTTP_MAX_ATTEMPTS
     last_error = record.get("error") or "none finished (worker crash or time limit)"

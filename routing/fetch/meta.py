@@ -53,7 +53,7 @@ from config.celery import app as celery_app
 from config.logging import log_context, log_context_add
 from leads.lanes import stage_queue
 from leads.models import FetchStatus, Lead, LeadStatus, Source
-from leads.services import broker_breaker, lead_lanes, leads_enqueue
+from leads.services import broker_breaker, lead_erased_close, lead_lanes, leads_enqueue
 from leads.sources.meta_lead_ads import (
     BASE_URL_OPTION,
     DEFAULT_GRAPH_BASE_URL,
@@ -229,7 +229,7 @@ def meta_fetch_enqueue(
 class _Step:
     """What a try came to: ``done`` (``lead``), ``failed`` (``reason``) or a wait of ``wait`` s."""
 
-    outcome: str  # done | failed | wait
+    outcome: str  # done | failed | wait | erased (the person was erased: nothing is asked)
     wait: float = 0.0
     note: str = ""
     reason: str = ""
@@ -423,6 +423,8 @@ def _fetch(lead_uuid: uuid.UUID) -> str | None:
     lease, attempt = claimed
     lead = Lead.objects.select_related("source").get(id=lead_uuid)
     log_context_add(source=lead.source.slug)
+    if lead.erased_at is not None:  # erased while parked: Meta is not asked for the person
+        return _write(lead_uuid, lease, _Step(outcome="erased"), graph_settings(lead.source), now)
     record: dict[str, Any] = dict(lead.fetch) if isinstance(lead.fetch, dict) else {}
     since = parse_datetime(str(record.get("_since") or "")) or now
     graph = graph_settings(lead.source)
@@ -445,6 +447,10 @@ def _write(
         if lead is None:
             logger.warning("meta fetch: claim on lead %s lost; writing nothing", lead_uuid)
             return None
+        if lead.erased_at is not None:
+            # Erased while the Graph API was asked: the record it returned is dropped.
+            lead_erased_close(lead=lead, now=now, stage="meta fetch")
+            return "erased"
         record: dict[str, Any] = dict(lead.fetch) if isinstance(lead.fetch, dict) else {}
         record["at"] = now.isoformat()
         if step.outcome == "wait":

@@ -10,7 +10,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from leads.models import Lead, LeadStatus
-from leads.privacy import ERASED
 from routing.services import LeadActionError, lead_retry_unassigned
 
 logger = logging.getLogger(__name__)
@@ -39,8 +38,7 @@ def unassigned_retry(*, now: datetime | None = None, batch_size: int | None = No
         .filter(due)
         # A lead whose person was erased, or whose personal data retention pruned, has
         # nothing left to route on: it stays unassigned.
-        .filter(personal_pruned_at__isnull=True)
-        .exclude(first_name=ERASED, email="", phone="")
+        .filter(personal_pruned_at__isnull=True, erased_at__isnull=True)
         .order_by("received_at")
         .values_list("id", flat=True)[:batch_size]
     )

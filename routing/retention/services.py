@@ -127,7 +127,11 @@ def retention_periods(source: Source) -> dict[str, int]:
 
 
 def _candidates(policy: str, source: Source, cutoff: datetime) -> QuerySet[Lead]:
-    rows = Lead.objects.filter(source=source, received_at__lt=cutoff, status__in=FINISHED)
+    # An erased lead holds nothing of its person any more: pruning it again would count it
+    # again in the totals (/metrics).
+    rows = Lead.objects.filter(
+        source=source, received_at__lt=cutoff, status__in=FINISHED, erased_at__isnull=True
+    )
     if policy == RAW_PAYLOAD:
         return rows.filter(raw_pruned_at__isnull=True)  # lead_raw_retained_idx
     rows = rows.filter(personal_pruned_at__isnull=True)  # lead_personal_retained_idx
@@ -197,9 +201,10 @@ def _refused_batch(source: Source, cutoff: datetime, batch: int, now: datetime) 
 def _key_still_needed(key_id: int, pruning: set[Any]) -> bool:
     """Whether a lead outside ``pruning`` still holds personal data under this key."""
     return (
-        Lead.objects.filter(person_key_id=key_id, personal_pruned_at__isnull=True)
+        Lead.objects.filter(
+            person_key_id=key_id, personal_pruned_at__isnull=True, erased_at__isnull=True
+        )
         .exclude(pk__in=pruning)
-        .exclude(first_name=privacy.ERASED, email="", phone="")
         .exists()
     )
 

@@ -338,3 +338,16 @@ def test_personal_period_on_postgresql(client: Client, settings: Any) -> None:
 @pytest.mark.postgres
 def test_crash_and_resume_on_postgresql(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     test_a_run_that_crashes_half_way_resumes_without_pruning_more_or_less(settings, monkeypatch)
+
+
+def test_a_lead_erased_before_is_not_pruned_or_counted_again(settings: Any) -> None:
+    """Review of issue 21: retention re-pruned erased leads and counted them in /metrics."""
+    from routing.erasure import person_erase
+
+    settings.RETENTION_PERSONAL_DAYS = 365
+    settings.RETENTION_RAW_PAYLOAD_DAYS = 30
+    _routed("gone@retention.example", at=OLD)
+    person_erase(email="gone@retention.example", actor="user:dpo", reason="request")
+    result = retention_apply(now=NOW)
+    assert result.counts["personal_leads"] == 0
+    assert result.counts["raw_payloads"] == 0
