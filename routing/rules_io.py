@@ -967,10 +967,12 @@ def rep_fields_check(raw: Any) -> dict[str, Any]:
     for key in raw:
         if key not in REP_FIELDS:
             checker.error(f".{key}", f'unknown key "{key}"')
-    entry = checker.rep("", {key: raw[key] for key in raw if key in REP_FIELDS})
-    if checker.errors:
+    given = {key: raw[key] for key in raw if key in REP_FIELDS}
+    # An entry is keyed by its e-mail: a change that leaves the e-mail out borrows one.
+    entry = checker.rep("", {"email": "rep@example.com", **given})
+    if checker.errors or entry is None:
         raise RulesFileErrors([RuleError(e.path.lstrip("."), e.message) for e in checker.errors])
-    return dict(entry.fields) if entry is not None else {}
+    return {key: value for key, value in entry.fields.items() if key in given}
 
 
 def absence_fields_check(raw: Any) -> tuple[datetime, datetime, str]:
