@@ -8,6 +8,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.urls import reverse
 
 from audit.config_changes import actor_of
 from routing.config_api.models import ApiToken, ApiTokenScope
@@ -79,12 +81,27 @@ class ApiTokenAdmin(admin.ModelAdmin):
         obj.__dict__.update(
             {f.attname: getattr(created.token, f.attname) for f in obj._meta.concrete_fields}
         )
-        self.message_user(
-            request,
-            f'Token "{obj.name}" created. Its secret, shown this once (only a hash is kept): '
-            f"{created.secret}",
-            messages.WARNING,
-        )
+        request.__dict__["_new_api_token_secret"] = created.secret
+
+    def response_add(
+        self, request: HttpRequest, obj: ApiToken, post_url_continue: Any = None
+    ) -> Any:
+        """The secret in the response itself, never in a message (messages may be stored in a
+        cookie): copy it now, it is not shown again."""
+        secret = request.__dict__.get("_new_api_token_secret")
+        if secret is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Copy the new token now",
+            "token": obj,
+            "secret": secret,
+            "changelist": reverse("admin:routing_apitoken_changelist"),
+        }
+        response = TemplateResponse(request, "admin/routing/apitoken/new_secret.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
 
     @admin.action(description="Revoke (refused from now on)", permissions=["view"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:

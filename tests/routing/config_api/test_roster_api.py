@@ -210,3 +210,24 @@ def test_absences_add_list_cancel(client):
     assert _call(client, "delete", f"{url}{absence_id}/", secret).status_code == 404
     actions = [e["action"] for e in _config_events("token:hr-sync")]
     assert actions == ["added", "deleted"]
+
+
+def test_the_admin_shows_a_new_secret_once_on_the_page_and_revokes(admin_client):
+    user = User.objects.create(username="hr")
+    response = admin_client.post(
+        "/admin/routing/apitoken/add/",
+        {"name": "hr-sync", "user": user.pk, "scopes": ["roster", "read"]},
+    )
+    assert response.status_code == 200, response.content[:1000]
+    assert "no-store" in response["Cache-Control"]
+    token = ApiToken.objects.get(name="hr-sync")
+    secret = response.context["secret"]
+    assert secret in response.content.decode()
+    assert token.token_hash != secret
+    assert not list(response.wsgi_request._messages)  # never in a message (a cookie)
+    admin_client.post(
+        "/admin/routing/apitoken/",
+        {"action": "revoke", "_selected_action": [token.pk]},
+    )
+    token.refresh_from_db()
+    assert token.revoked_at is not None
