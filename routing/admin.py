@@ -773,6 +773,7 @@ class QueueHeartbeatAdmin(admin.ModelAdmin):
         return False
 
 
+from routing.config_api import admin as config_api_admin  # noqa: E402,F401
 from routing.crm import admin as crm_admin  # noqa: E402,F401
 from routing.delivery import admin as delivery_admin  # noqa: E402,F401
 from routing.monitoring import admin as monitoring_admin  # noqa: E402,F401

@@ -1097,6 +1097,7 @@ class RoutingTestCase(models.Model):
             )
 
 
+from routing.config_api.models import *  # noqa: E402,F403
 from routing.crm.models import *  # noqa: E402,F403
 from routing.delivery.models import *  # noqa: E402,F403
 from routing.monitoring.models import *  # noqa: E402,F403

@@ -296,10 +296,20 @@ class _Plan:
 
 
 class _Checker:
-    def __init__(self, data: Mapping[str, Any], *, prune: bool = False) -> None:
+    def __init__(
+        self, data: Mapping[str, Any], *, prune: bool = False, lookups: bool = True
+    ) -> None:
         self.data = data
         self.prune = prune
         self.errors: list[RuleError] = []
+        if not lookups:  # one entry's own fields (the roster API): no references to resolve
+            self.rep_ids: dict[str, int] = {}
+            self.team_ids: dict[str, int] = {}
+            self.territory_names: set[str] = set()
+            self.source_tokens: dict[str, str] = {}
+            self.source_slugs: set[str] = set()
+            self.value_lists: dict[str, list[str]] = {}
+            return
         # Under --prune, a section the file has is the whole of it: what it does not define is
         # deleted, so a reference must point at an object the file itself defines.
         kept = {section for section in SECTIONS if not (prune and section in data)}
@@ -312,7 +322,7 @@ class _Checker:
         self.territory_names = set(Territory.objects.values_list("name", flat=True))
         self.source_tokens = dict(Source.objects.values_list("slug", "token_hash"))
         self.source_slugs = set(self.source_tokens) if "sources" in kept else set()
-        self.value_lists: dict[str, list[str]] = (
+        self.value_lists = (
             dict(ValueList.objects.values_list("name", "values")) if "value_lists" in kept else {}
         )
 
@@ -931,6 +941,53 @@ def _stored_rule(raw: Mapping[str, Any]) -> dict[str, Any]:
         "on_sla_breach": raw.get("on_sla_breach") or OnSlaBreach.NOTIFY,
         "active": raw.get("active", True),
     }
+
+
+REP_FIELDS = frozenset(
+    {
+        "email",
+        "name",
+        "active",
+        "out_of_office_until",
+        "timezone",
+        "working_hours",
+        "max_open",
+        "max_per_day",
+    }
+)
+
+
+def rep_fields_check(raw: Any) -> dict[str, Any]:
+    """One rep's fields (``REP_FIELDS``) checked as a rules file's ``reps[]`` entry is, with
+    the same messages; the keys present, normalised. Raises RulesFileErrors, each error's path
+    the key (``timezone``, ``working_hours.days``). For the roster API."""
+    checker = _Checker({}, lookups=False)
+    if not isinstance(raw, Mapping):
+        raise RulesFileErrors([RuleError("", f"must be a JSON object, got {_shown(raw)}")])
+    for key in raw:
+        if key not in REP_FIELDS:
+            checker.error(f".{key}", f'unknown key "{key}"')
+    given = {key: raw[key] for key in raw if key in REP_FIELDS}
+    # An entry is keyed by its e-mail: a change that leaves the e-mail out borrows one.
+    entry = checker.rep("", {"email": "rep@example.com", **given})
+    if checker.errors or entry is None:
+        raise RulesFileErrors([RuleError(e.path.lstrip("."), e.message) for e in checker.errors])
+    return {key: value for key, value in entry.fields.items() if key in given}
+
+
+def absence_fields_check(raw: Any) -> tuple[datetime, datetime, str]:
+    """One planned absence ``{from, to, note}`` checked as a rules file's
+    ``reps[].absences[]`` entry is; (start, end, note). Raises RulesFileErrors by key."""
+    checker = _Checker({}, lookups=False)
+    if not isinstance(raw, Mapping):
+        raise RulesFileErrors([RuleError("", f"must be a JSON object, got {_shown(raw)}")])
+    found = checker.absences([raw], "")
+    if checker.errors or found is _ABSENT or not found:
+        raise RulesFileErrors(
+            [RuleError(e.path.removeprefix("[0]").lstrip("."), e.message) for e in checker.errors]
+        )
+    start, end, note = found[0]
+    return start, end, note
 
 
 def rules_plan(data: Any, *, prune: bool = False) -> _Plan:

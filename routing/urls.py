@@ -1,6 +1,6 @@
 """Routing API URLs, included under ``/api/v1/``."""
 
-from django.urls import path, re_path
+from django.urls import include, path, re_path
 
 from routing import api
 from routing.monitoring import api as monitoring_api
@@ -12,4 +12,5 @@ urlpatterns = [
     path("leads/<str:lead_id>/reroute/", api.LeadRerouteView.as_view(), name="lead-reroute"),
     path("leads/<str:lead_id>/erase/", api.LeadEraseView.as_view(), name="lead-erase"),
     path("alerts/", monitoring_api.AlertListView.as_view(), name="alert-list"),
+    path("config/", include("routing.config_api.urls")),
 ]
