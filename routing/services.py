@@ -239,9 +239,12 @@ def is_contention(exc: BaseException) -> bool:
 # --- Hooks into enrichment and delivery -------------------------------------------------------
 
 
-def schedule_delivery(*, assignment: Assignment, event: str) -> None:
-    """Outbound webhooks and the rep's e-mail for a new owner, sent after commit (never undone)."""
-    deliveries_schedule(assignment=assignment, event=event)
+def schedule_delivery(*, assignment: Assignment, event: str, fresh: bool = False) -> None:
+    """Outbound webhooks and the rep's e-mail for a new owner, sent after commit (never undone).
+
+    ``fresh``: ``assignment`` was created in this transaction (see ``deliveries_schedule``).
+    """
+    deliveries_schedule(assignment=assignment, event=event, fresh=fresh)
 
 
 def _quarantine(lead: Lead, now: datetime) -> str:
@@ -470,7 +473,8 @@ def _record_assigned(
         },
         trace=assignment.trace,
     )
-    schedule_delivery(assignment=assignment, event=EventType.ASSIGNED)
+    # Every caller has just created the assignment, in this transaction.
+    schedule_delivery(assignment=assignment, event=EventType.ASSIGNED, fresh=True)
 
 
 def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:

@@ -1,0 +1,137 @@
+"""Statements one lead costs through the pipeline, per shape, and a chunk of 50 (issue 18).
+
+Measured on PostgreSQL (the production database: SQLite's counts differ, it has no row locks).
+The figures are in docs/benchmarks.md ("The pipeline end to end"); a change that adds a round
+trip to the hot path fails here and must say why in the bound it raises. The counts are every
+statement Django sends, SAVEPOINT and RELEASE included (nested atomics are round trips in
+production too); the test's own transaction turns the pipeline's durable BEGIN/COMMIT (not
+captured) into one SAVEPOINT/RELEASE pair (captured): production sends the same number.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from leads.models import Lead, LeadStatus
+from routing.decisions import clear_live_config_cache
+from routing.rules_io import rules_import
+from routing.services import lead_process, leads_process_chunk
+from tests.leads.factories import LeadFactory
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+
+RULES: dict[str, Any] = {
+    "reps": [
+        {"email": f"rep{i}@example.com", "name": f"Rep {i}", "timezone": "UTC"} for i in range(4)
+    ],
+    "teams": [
+        {
+            "name": "Inbound SDR",
+            "strategy": "round_robin",
+            "members": [{"rep": f"rep{i}@example.com"} for i in range(4)],
+        }
+    ],
+    "value_lists": [{"name": "competitors", "values": ["rival.io"]}],
+    "ruleset": {
+        "name": "Inbound",
+        "rules": [
+            {
+                "name": "Exclude competitors",
+                "priority": 10,
+                "when": {
+                    "all": [{"field": "email_domain", "op": "in_list", "value": "competitors"}]
+                },
+                "action": {"type": "exclude", "reason": "competitor"},
+            },
+            {
+                "name": "Germany",
+                "priority": 20,
+                "when": {"all": [{"field": "country", "op": "eq", "value": "DE"}]},
+                "action": {"type": "team", "team": "Inbound SDR"},
+            },
+        ],
+    },
+}
+
+# The statements each shape costs today (PostgreSQL). Lower them when you cut one; raising one
+# needs a reason in the commit and in docs/benchmarks.md.
+BOUNDS = {"assigned": 42, "duplicate": 32, "excluded": 26, "unassigned": 27}
+
+
+@pytest.fixture
+def published() -> Any:
+    clear_live_config_cache()
+    rules_import(copy.deepcopy(RULES), publish=True)
+    yield
+    clear_live_config_cache()
+
+
+def _payload(shape: str, n: int) -> dict[str, str]:
+    if shape == "assigned":
+        return {"email": f"new{n}@acme.de", "country": "Germany"}
+    if shape == "duplicate":
+        return {"email": "original@acme.de", "country": "Germany"}
+    if shape == "excluded":
+        return {"email": f"spy{n}@rival.io", "country": "Germany"}
+    return {"email": f"far{n}@acme.com", "country": "United States"}
+
+
+EXPECTED = {
+    "assigned": LeadStatus.ASSIGNED,
+    "duplicate": LeadStatus.DUPLICATE,
+    "excluded": LeadStatus.EXCLUDED,
+    "unassigned": LeadStatus.UNASSIGNED,
+}
+
+
+def _warm() -> None:
+    """Compile and cache the live config; route the original the duplicates point at, and one
+    lead to each rep (a rep's first lead also creates its counters' row: not the typical lead)."""
+    payloads = [{"email": "original@acme.de", "country": "Germany"}]
+    payloads += [_payload("assigned", -n) for n in range(1, 5)]
+    for payload in payloads:
+        lead = LeadFactory(raw_payload=payload)
+        assert lead_process(lead_id=lead.id) == LeadStatus.ASSIGNED
+
+
+def _statements_for(shape: str, n: int) -> list[str]:
+    lead = LeadFactory(raw_payload=_payload(shape, n))
+    with CaptureQueriesContext(connection) as captured:
+        status = lead_process(lead_id=lead.id)
+    assert status == EXPECTED[shape], (shape, status)
+    return [query["sql"] for query in captured.captured_queries]
+
+
+@pytest.mark.parametrize("shape", list(BOUNDS))
+def test_statements_per_lead_for_each_shape(published: Any, shape: str) -> None:
+    _warm()
+    _statements_for(shape, 0)  # the shape's first lead may warm a cache of its own
+    statements = _statements_for(shape, 1)
+    print(f"\n{shape}: {len(statements)} statements")
+    for sql in statements:
+        print("   ", sql[:160])
+    assert len(statements) <= BOUNDS[shape], "\n".join(statements)
+
+
+# Nothing is shared across a chunk's leads yet: a chunk costs the sum of its leads (12 or 13 of
+# each shape, 1,598 statements). Sharing the config read and the dedup lookup must lower it.
+CHUNK_BOUND = 1598
+
+
+def test_statements_for_a_chunk_of_fifty(published: Any) -> None:
+    _warm()
+    shapes = list(BOUNDS)
+    leads = [LeadFactory(raw_payload=_payload(shapes[n % 4], n + 10)) for n in range(50)]
+    with CaptureQueriesContext(connection) as captured:
+        outcome = leads_process_chunk(lead_ids=[str(lead.id) for lead in leads], slice_seconds=0)
+    assert outcome.failures == 0
+    ids = [lead.id for lead in leads]
+    statuses = dict(Lead.objects.filter(id__in=ids).values_list("id", "status"))
+    assert [statuses[lead.id] for lead in leads] == [EXPECTED[shapes[n % 4]] for n in range(50)]
+    print(f"\nchunk of 50: {len(captured.captured_queries)} statements")
+    assert len(captured.captured_queries) <= CHUNK_BOUND
