@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.errors import ApiError
+from leads.api import _error_responses as _errors
 from leads.parsing import StrictJSONParser
 from routing.config_api import roster
 from routing.config_api.auth import HasScope, request_actor
@@ -21,25 +22,6 @@ from routing.models import Rep
 from routing.rules_io import RulesFileErrors, absence_fields_check, rep_fields_check
 from routing.timeoff.availability import reps_available
 from routing.timeoff.models import RepAbsence
-
-_ERROR: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "error": {
-            "type": "object",
-            "properties": {
-                "code": {"type": "string"},
-                "message": {"type": "string"},
-                "fields": {
-                    "type": "object",
-                    "additionalProperties": {"type": "array", "items": {"type": "string"}},
-                },
-            },
-            "required": ["code", "message"],
-        }
-    },
-    "required": ["error"],
-}
 
 _MOMENT = {"type": "string", "format": "date-time", "nullable": True}
 _HOURS = {
@@ -124,10 +106,6 @@ ABSENCE_SCHEMA: dict[str, Any] = {
 _REF = OpenApiParameter(
     "ref", str, OpenApiParameter.PATH, description="The rep's id, or e-mail (ignoring case)."
 )
-
-
-def _errors(*codes: int) -> dict[int, OpenApiResponse]:
-    return {code: OpenApiResponse(_ERROR) for code in codes}
 
 
 def rep_document(rep: Rep, *, available: bool | None = None) -> dict[str, Any]:
