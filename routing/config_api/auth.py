@@ -8,7 +8,7 @@ are unchanged: on the scoped views they need the Django permission ``HasScope`` 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
@@ -16,8 +16,17 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from routing.config_api.models import ApiToken
-from routing.config_api.tokens import ApiTokenRefused, api_token_authenticate, token_actor
+if TYPE_CHECKING:
+    from routing.config_api.models import ApiToken
+
+# No model at import time: DRF imports this class (DEFAULT_AUTHENTICATION_CLASSES) whenever
+# rest_framework.views is first imported, which config.wsgi does before django.setup().
+
+
+def _is_api_token(auth: Any) -> bool:
+    from routing.config_api.models import ApiToken
+
+    return isinstance(auth, ApiToken)
 
 
 class ApiTokenAuthentication(BaseAuthentication):
@@ -26,6 +35,8 @@ class ApiTokenAuthentication(BaseAuthentication):
     keyword = "bearer"
 
     def authenticate(self, request: Request) -> tuple[Any, ApiToken] | None:
+        from routing.config_api.tokens import ApiTokenRefused, api_token_authenticate
+
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword.encode():
             return None
@@ -61,7 +72,7 @@ class HasScope(BasePermission):
 
     def has_permission(self, request: Request, view: Any) -> bool:
         token = request.auth
-        if isinstance(token, ApiToken):
+        if _is_api_token(token):
             if self.scope in token.scopes:
                 return True
             self.message = f'This API token lacks the "{self.scope}" scope.'
@@ -76,7 +87,9 @@ class HasScope(BasePermission):
 
 def request_actor(request: Request) -> str:
     """Who a change made through the API is recorded as: ``token:<name>`` or ``user:<name>``."""
-    if isinstance(request.auth, ApiToken):
+    from routing.config_api.tokens import token_actor
+
+    if _is_api_token(request.auth):
         return token_actor(request.auth)
     return f"user:{request.user.get_username()}"
 
