@@ -8,7 +8,7 @@ are unchanged: on the scoped views they need the Django permission ``HasScope`` 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 # rest_framework.views is first imported, which config.wsgi does before django.setup().
 
 
-def _is_api_token(auth: Any) -> bool:
+def _is_api_token(auth: Any) -> TypeGuard[ApiToken]:
     from routing.config_api.models import ApiToken
 
     return isinstance(auth, ApiToken)
