@@ -69,6 +69,21 @@ def _preload_geography(**kwargs: Any) -> None:
 worker_init.connect(_preload_geography, weak=False)
 
 
+def worker_lower_priority(**kwargs: Any) -> None:
+    """Lower this worker's OS priority to ``WORKER_NICE`` before its pool starts (the pool's
+    processes and threads inherit it): the web processes accept a spike first, and routing takes
+    the CPU they leave (issue 18). Never raises a priority: that needs privileges."""
+    from django.conf import settings
+
+    target = max(0, min(19, int(settings.WORKER_NICE)))
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if target > current:
+        os.setpriority(os.PRIO_PROCESS, 0, target)
+
+
+worker_init.connect(worker_lower_priority, weak=False)
+
+
 def worker_privacy_keys_check(**kwargs: Any) -> None:
     """A worker does not start with malformed privacy keys (``manage.py check`` says the same,
     leadrouter.E003): every lead would fail at its first sealed event. A master key that cannot

@@ -316,6 +316,10 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 # tasks get this long, then are requeued. A plain SIGTERM waits for running tasks without limit.
 CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = env.float("CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT", default=20.0)
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Worker processes run at this OS niceness (0 to 19; at least, a worker started nicer stays so),
+# so that on a host shared with the web processes a spike is accepted at its own rate while
+# routing catches up (issue 18). 0 leaves the priority as started.
+WORKER_NICE = env.int("WORKER_NICE", default=10)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = env.float("BROKER_CONNECT_TIMEOUT", default=0.5)
 CELERY_TASK_PUBLISH_RETRY = True

@@ -31,3 +31,8 @@ ENQUEUE_IN_BACKGROUND = False
 ALERT_RESOLVE_AFTER_SECONDS = 0.0
 # Transactional tests flush the database between tests, audit log included (audit's flush).
 AUDIT_ALLOW_FLUSH = True
+
+# Worker processes that tests start share the machine with the test process and, in CI, with
+# another test run: they keep the test process's priority so that timings stay comparable.
+# tests/routing/test_worker_process.py checks the setting on its own worker.
+WORKER_NICE = int(os.environ.get("WORKER_NICE", "0"))

@@ -1,5 +1,9 @@
 """A real worker process drains every queue the project declares, with no -Q flag."""
 
+import os
+import sys
+from pathlib import Path
+
 import pytest
 
 from config.celery import app
@@ -60,3 +64,43 @@ def test_a_worker_whose_filesystem_broker_folder_vanished_exits_with_an_error(tm
     assert f"the filesystem broker's folder {broker / 'queue'} is gone" in worker.text(), (
         worker.text()[-3000:]
     )
+
+
+def _niceness(pid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, pid)
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after it.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_worker_processes_run_at_the_configured_lower_priority():
+    """Issue 18: routing yields the CPU to the web processes that accept a spike. The worker and
+    its pool processes run at WORKER_NICE; this test process (the web's stand-in) is unchanged."""
+    own = _niceness(0)
+    target = min(19, own + 7)
+    with celery_worker(concurrency=2, extra_env={"WORKER_NICE": str(target)}) as worker:
+        wait_until(lambda: len(_children(worker.popen.pid)) >= 2, 30)
+        pool = _children(worker.popen.pid)
+        assert _niceness(worker.popen.pid) == target, worker.text()[-2000:]
+        assert [_niceness(pid) for pid in pool] == [target] * len(pool)
+    assert _niceness(0) == own
+
+
+def test_worker_nice_default_is_lower_than_the_web():
+    from config.settings import base
+
+    assert 0 < base.WORKER_NICE <= 19
