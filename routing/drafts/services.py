@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from django.contrib.auth.models import AnonymousUser as AnonymousUserType
 from django.db import transaction
 
 from audit.config_changes import config_change_record
@@ -60,9 +61,10 @@ from routing.rules_io import (
 from routing.selectors import ruleset_published
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
     Actor = AbstractBaseUser | None
+    User = AbstractBaseUser | AnonymousUser | None
 
 # PATCH sections: a draft's rows by natural key (rules by name, within the ruleset).
 PATCH_SECTIONS = tuple(KEYS)
@@ -349,8 +351,10 @@ class ConfigPublish:
     source_tokens: dict[str, str] = field(default_factory=dict)  # new source -> token, once
 
 
-def _actor_user(user: Actor) -> Actor:
-    return user if user is not None and user.is_authenticated else None
+def _actor_user(user: User) -> Actor:
+    if user is None or isinstance(user, AnonymousUserType) or not user.is_authenticated:
+        return None
+    return user
 
 
 def _publish_document(
@@ -358,7 +362,7 @@ def _publish_document(
     document: Any,
     kind: str,
     actor: str,
-    user: Actor,
+    user: User,
     force: bool,
     note: str,
     what: str,
@@ -418,7 +422,7 @@ def _publish_document(
 
 @transaction.atomic(durable=True)
 def config_draft_publish(
-    *, draft_id: int, actor: str, user: Actor = None, force: bool = False, note: str = ""
+    *, draft_id: int, actor: str, user: User = None, force: bool = False, note: str = ""
 ) -> ConfigPublish:
     """Publish a draft as the next configuration version, all or nothing.
 
@@ -464,7 +468,7 @@ def config_draft_publish(
 
 @transaction.atomic(durable=True)
 def config_rollback(
-    *, number: int, actor: str, user: Actor = None, force: bool = False, note: str = ""
+    *, number: int, actor: str, user: User = None, force: bool = False, note: str = ""
 ) -> ConfigPublish:
     """Publish configuration version ``number``'s document again, as a new version; the same
     checks and errors as ``config_draft_publish`` (no staleness: it replaces whatever is live).
