@@ -691,6 +691,28 @@ class DraftDiffView(_DraftScoped):
         )
 
 
+class DraftRebaseView(_DraftScoped):
+    """Begin a stale draft again from the published configuration, its changes applied."""
+
+    @extend_schema(
+        operation_id="config_drafts_rebase",
+        tags=["configuration"],
+        parameters=[_ID],
+        description="The draft's own changes (row by row, by natural key) applied to the "
+        "published configuration now. 409 rebase_conflict when a row was changed on both "
+        "sides; 400 when the result is invalid. A draft that is not stale is unchanged.",
+        request=None,
+        responses={200: OpenApiResponse(DRAFT_SCHEMA), **_errors(400, 401, 403, 404, 409)},
+    )
+    def post(self, request: Request, draft_id: int) -> Response:
+        draft = _draft_or_404(draft_id)
+        try:
+            draft = services.config_draft_rebase(draft_id=draft.pk, actor=request_actor(request))
+        except _REFUSALS as exc:
+            raise _refused(exc) from None
+        return Response(draft_document(draft))
+
+
 class DraftPublishView(_PublishScoped):
     """Publish the draft as the next version: all or nothing."""
 

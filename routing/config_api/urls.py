@@ -27,6 +27,11 @@ urlpatterns = [
         "drafts/<int:draft_id>/diff/", drafts_api.DraftDiffView.as_view(), name="config-draft-diff"
     ),
     path(
+        "drafts/<int:draft_id>/rebase/",
+        drafts_api.DraftRebaseView.as_view(),
+        name="config-draft-rebase",
+    ),
+    path(
         "drafts/<int:draft_id>/publish/",
         drafts_api.DraftPublishView.as_view(),
         name="config-draft-publish",

@@ -11,13 +11,16 @@ Publishing a draft, all or nothing in one transaction under the configuration lo
 ``routing_import`` and the publish of a ruleset take): refused when another import or publish is
 under way (``ConfigurationBusy``), when the published configuration changed since the draft
 began (``DraftStale``, with what changed), when the document is invalid, or when a saved test
-case fails against the resulting configuration unless ``force``. Each publish stores a numbered
+case fails against the resulting configuration unless ``force``. A stale draft can be rebased
+(``config_draft_rebase``: its own row changes applied to the published configuration, refused
+where both sides changed a row). Each publish stores a numbered
 snapshot and a new ruleset version, the version every lead routed afterwards records. A rollback
 publishes an earlier snapshot's document as a new version, with the same checks.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -34,7 +37,7 @@ from routing.configuration import (
     configuration_lock,
 )
 from routing.decisions import clear_live_config_cache
-from routing.drafts.diff import KEYS, RowChange, configuration_diff
+from routing.drafts.diff import KEYS, NOUNS, RowChange, configuration_diff
 from routing.drafts.models import (
     ConfigDraft,
     ConfigDraftStatus,
@@ -338,6 +341,109 @@ def config_draft_discard(*, draft_id: int, actor: str) -> ConfigDraft:
     return draft
 
 
+def _entries(document: Mapping[str, Any], section: str) -> dict[str, Any]:
+    """A section's rows by natural key (reps ignoring case), in document order."""
+    if section == "rules":
+        ruleset = document.get("ruleset")
+        raw = ruleset.get("rules") if isinstance(ruleset, Mapping) else None
+    else:
+        raw = document.get(section)
+    key_field = KEYS[section]
+    rows: dict[str, Any] = {}
+    for entry in raw if isinstance(raw, list) else []:
+        if isinstance(entry, Mapping) and isinstance(entry.get(key_field), str):
+            key = entry[key_field].strip()
+            rows[key.lower() if section == "reps" else key] = entry
+    return rows
+
+
+def _rebased(
+    base: Mapping[str, Any], mine: Mapping[str, Any], theirs: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """``mine``'s changes from ``base`` applied to ``theirs``, row by row; and the rows both
+    changed differently (conflicts), in words."""
+    result = copy.deepcopy(dict(theirs))
+    conflicts: list[str] = []
+    for section in KEYS:
+        b, m, t = _entries(base, section), _entries(mine, section), _entries(theirs, section)
+        merged = dict(t)
+        for key in [*m, *(k for k in b if k not in m)]:
+            if m.get(key) == b.get(key):
+                continue  # the draft left this row alone
+            if t.get(key) not in (b.get(key), m.get(key)):
+                shown = (m.get(key) or b.get(key) or {}).get(KEYS[section], key)
+                conflicts.append(
+                    f'{NOUNS[section]} "{shown}" was changed both in the draft and in the '
+                    "published configuration"
+                )
+            elif key in m:
+                merged[key] = m[key]
+            else:
+                merged.pop(key, None)
+        rows = [copy.deepcopy(entry) for entry in merged.values()]
+        if section == "rules":
+            result["ruleset"] = {**dict(result.get("ruleset") or {}), "rules": rows}
+        else:
+            result[section] = rows
+    names = [
+        doc.get("ruleset", {}).get("name") if isinstance(doc.get("ruleset"), Mapping) else None
+        for doc in (base, mine, theirs)
+    ]
+    if names[1] != names[0]:
+        if names[2] not in (names[0], names[1]):
+            conflicts.append("The ruleset was renamed both in the draft and since it began")
+        else:
+            result["ruleset"]["name"] = names[1]
+    return result, conflicts
+
+
+@transaction.atomic
+def config_draft_rebase(*, draft_id: int, actor: str) -> ConfigDraft:
+    """Begin the draft again from the published configuration now, with its own changes
+    applied row by row. Raises DraftRefused (``rebase_conflict``, the rows both sides changed)
+    or RulesFileErrors (the result is invalid, e.g. a row it needs was removed); nothing
+    written then. A draft that is not stale is left as it is."""
+    draft = _open_locked(draft_id)
+    try:
+        current = configuration_document()
+    except RuleSet.DoesNotExist:
+        raise _nothing_published() from None
+    digest = document_digest(current)
+    if digest == draft.base_digest:
+        return draft
+    merged, conflicts = _rebased(draft.base_document, draft.document, current)
+    if conflicts:
+        raise DraftRefused(
+            "rebase_conflict",
+            "Not rebased, nothing written: "
+            + "; ".join(conflicts[:_STALE_SHOWN])
+            + (
+                f" and {len(conflicts) - _STALE_SHOWN} more"
+                if len(conflicts) > _STALE_SHOWN
+                else ""
+            )
+            + ". Begin a new draft and apply the change again.",
+        )
+    draft_plan(merged)
+    latest = config_snapshot_latest()
+    before = draft.base_number
+    draft.document = merged
+    draft.base_document = current
+    draft.base_digest = digest
+    draft.base_number = latest.number if latest is not None else None
+    draft.save(
+        update_fields=["document", "base_document", "base_digest", "base_number", "updated_at"]
+    )
+    config_change_record(
+        actor=actor,
+        obj=draft,
+        action="rebased",
+        before={"base_number": before},
+        after={"base_number": draft.base_number},
+    )
+    return draft
+
+
 # --- Publishing ---------------------------------------------------------------------------------
 
 
@@ -442,8 +548,8 @@ def config_draft_publish(
             raise DraftStale(
                 f"The published configuration changed since this draft began (from version "
                 f"{draft.base_number}, now {latest.number if latest else '—'}): "
-                f"{shown or 'live edits'}{more}. Rebase: start a new draft and apply the "
-                "changes again.",
+                f"{shown or 'live edits'}{more}. Rebase the draft (its changes applied to "
+                "the published configuration) or begin a new one; nothing was written.",
                 changes,
             )
         published = _publish_document(

@@ -265,3 +265,38 @@ def test_a_routing_import_publish_is_a_version_when_it_changes_something(publish
     configuration_import(data=document, publish=True)
     assert ConfigSnapshot.objects.count() == 2
     assert draft_errors(draft=ConfigDraft.objects.get()) == []
+
+
+def test_a_stale_draft_is_rebased_row_by_row_and_refused_where_both_changed_a_row(published):
+    from routing.drafts.services import config_draft_rebase
+
+    first = config_draft_create(actor="user:rita")
+    second = config_draft_create(actor="user:sam")
+    clash = config_draft_create(actor="user:lee")
+    config_draft_patch(
+        draft_id=first.pk, changes={"value_lists": {"competitors": {"values": ["a.io"]}}}, actor="t"
+    )
+    config_draft_patch(
+        draft_id=second.pk,
+        changes={"teams": {"DACH AE": {"members": [{"rep": "ben@example.com"}]}}},
+        actor="t",
+    )
+    config_draft_patch(
+        draft_id=clash.pk, changes={"value_lists": {"competitors": {"values": ["c.io"]}}}, actor="t"
+    )
+    config_draft_publish(draft_id=first.pk, actor="user:rita")
+
+    rebased = config_draft_rebase(draft_id=second.pk, actor="user:sam")
+    assert rebased.base_number == 2
+    assert rebased.document["value_lists"] == [{"name": "competitors", "values": ["a.io"]}]
+    assert [t["name"] for t in rebased.document["teams"]] == ["EMEA SDR", "DACH AE"]
+    assert not draft_diff(draft=rebased).stale
+    config_draft_publish(draft_id=second.pk, actor="user:sam")  # no longer stale
+    assert ConfigSnapshot.objects.get(number=3).document["value_lists"][0]["values"] == ["a.io"]
+
+    before = ConfigDraft.objects.get(pk=clash.pk).document
+    with pytest.raises(DraftRefused) as caught:
+        config_draft_rebase(draft_id=clash.pk, actor="user:lee")
+    assert caught.value.code == "rebase_conflict"
+    assert 'Value list "competitors" was changed both' in caught.value.message
+    assert ConfigDraft.objects.get(pk=clash.pk).document == before

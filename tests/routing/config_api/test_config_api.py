@@ -202,6 +202,10 @@ def test_a_stale_draft_is_409_with_what_was_published_since(client, published):
         'Value list "competitors": values rival.io → a.io'
     ]
     assert ConfigSnapshot.objects.count() == 2
+    rebased = _call(client, "post", f"{BASE}drafts/{second}/rebase/", secret)
+    assert rebased.status_code == 200, rebased.content
+    assert rebased.json()["base_version"] == 2
+    assert _call(client, "post", f"{BASE}drafts/{second}/publish/", secret).status_code == 201
 
 
 def test_rollback_through_the_api(client, published):
