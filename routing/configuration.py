@@ -31,6 +31,7 @@ from audit.models import EventType
 from audit.services import event_record
 from leads.models import Lead, Source
 from routing.decisions import (
+    DECIDE_LOCK,
     LiveConfig,
     RulesetNotFound,
     _Snapshot,
@@ -92,7 +93,9 @@ class ConfigurationBusy(Exception):
 
 def configuration_lock() -> None:
     """Take the publish lock without waiting (PostgreSQL), or refuse: of two imports, or an
-    import and a publish, at once, the second is told why and writes nothing. (SQLite lets one
+    import and a publish, at once, the second is told why and writes nothing. Then the decide
+    lock, exclusively (``routing.decisions.DECIDE_LOCK``): leads being routed finish first,
+    and the next ones wait for this transaction. (SQLite lets one
     writer at a time in any case.) An admin publish waits for an import in flight instead."""
     if connection.vendor != "postgresql":
         return
@@ -104,6 +107,10 @@ def configuration_lock() -> None:
             "Another import or publish of the routing configuration is in progress; nothing "
             "was written. Try again when it has finished."
         )
+    # Before the first write: wait for the leads being decided now, and make the next ones
+    # wait for this commit, so that no lead is decided by a mix of two versions.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [DECIDE_LOCK])
 
 
 # --- Import -------------------------------------------------------------------------------------
