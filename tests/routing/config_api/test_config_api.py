@@ -229,3 +229,49 @@ def test_rollback_through_the_api(client, published):
 def test_nothing_published_is_a_409_for_a_new_draft(client):
     _error(_call(client, "post", f"{BASE}drafts/", _token(ALL)), 409, "nothing_published")
     _error(_call(client, "get", BASE, _token("read", name="r")), 404, "not_found")
+
+
+def test_publishing_an_invalid_document_is_400_and_writes_nothing(client, published):
+    secret = _token(ALL)
+    draft_id = _draft(client, secret)
+    draft = ConfigDraft.objects.get(pk=draft_id)
+    # A document stored before the checks it now fails (an older release, a database edit).
+    document = {**draft.document, "teams": [{"name": "EMEA SDR", "strategy": "random"}]}
+    document["value_lists"] = [{"name": "competitors", "values": ["z.io"]}]
+    ConfigDraft.objects.filter(pk=draft_id).update(document=document)
+    error = _error(
+        _call(client, "post", f"{BASE}drafts/{draft_id}/publish/", secret),
+        400,
+        "invalid_document",
+    )
+    assert list(error["fields"]) == ["teams[0].strategy"]
+    valid = _call(client, "post", f"{BASE}drafts/{draft_id}/validate/", secret).json()
+    assert valid["valid"] is False
+    assert valid["errors"][0]["path"] == "teams[0].strategy"
+    assert ConfigSnapshot.objects.count() == 1
+    assert _competitors() == ["rival.io"]  # nothing of it written
+
+
+def test_removing_a_row_live_leads_need_is_409_prune_refused(client, published):
+    from tests.leads.factories import LeadFactory
+
+    lead = LeadFactory(raw_payload={"email": "x@acme.com"})
+    secret = _token(ALL)
+    draft_id = _draft(client, secret)
+    slug = lead.source.slug
+    patch = {"sources": {slug: None}, "value_lists": {"competitors": {"values": ["q.io"]}}}
+    assert _call(client, "patch", f"{BASE}drafts/{draft_id}/", secret, patch).status_code == 200
+    error = _error(
+        _call(client, "post", f"{BASE}drafts/{draft_id}/publish/", secret), 409, "prune_refused"
+    )
+    assert error["fields"]["sources"] == [
+        f'"{slug}" is not in the file but leads came from it: keep it in the file'
+    ]
+    assert _competitors() == ["rival.io"]
+    assert ConfigSnapshot.objects.count() == 1
+
+
+def _competitors() -> list[str]:
+    from routing.models import ValueList
+
+    return list(ValueList.objects.get(name="competitors").values)
