@@ -35,6 +35,7 @@ from routing.drafts.snapshots import (
 from routing.engine import RuleErrors
 from routing.models import RuleSet
 from routing.rules_io import PruneRefused
+from routing.tables_io import TableErrors
 from routing.versions import Outcome, TestCasesFailing
 
 _INT_MAX = 2**31 - 1
@@ -687,6 +688,88 @@ class DraftDiffView(_DraftScoped):
                 "stale": diff.stale,
                 "changes": _changes(diff.changes),
                 "published_since": _changes(diff.stale_changes),
+            }
+        )
+
+
+_TABLE_INPUT = {
+    "type": "object",
+    "properties": {
+        "table": {"type": "string", "enum": ["territories", "accounts"]},
+        "csv": {
+            "type": "string",
+            "description": "The CSV file's text, in the format of the admin's CSV import "
+            "(docs/revops.md, 'Territories and accounts as CSV').",
+        },
+        "delete_missing": {
+            "type": "boolean",
+            "description": "Remove the draft's rows the file does not name. Default false.",
+        },
+    },
+    "required": ["table", "csv"],
+    "additionalProperties": False,
+}
+_TABLE_RESULT = {
+    "type": "object",
+    "properties": {
+        "draft": DRAFT_SCHEMA,
+        "rows": {"type": "integer"},
+        "set": {"type": "integer"},
+        "removed": {"type": "integer"},
+    },
+    "required": ["draft", "rows", "set", "removed"],
+}
+
+
+class DraftTableImportView(_DraftScoped):
+    """A territories or accounts CSV into the draft, with the CSV import's row-precise errors."""
+
+    @extend_schema(
+        operation_id="config_drafts_import_table",
+        tags=["configuration"],
+        parameters=[_ID],
+        description="400 invalid_csv lists every problem as 'row 17, column team: ...'; "
+        "400 invalid_document when the draft it would make is invalid. Nothing is written then.",
+        request={"application/json": _TABLE_INPUT},
+        responses={200: OpenApiResponse(_TABLE_RESULT), **_errors(400, 401, 403, 404, 409, 415)},
+    )
+    def post(self, request: Request, draft_id: int) -> Response:
+        body = _body(request, {"table": str, "csv": str, "delete_missing": bool})
+        table = body.get("table")
+        if table not in ("territories", "accounts") or "csv" not in body:
+            raise ApiError(
+                code="invalid_body",
+                message="The request is invalid.",
+                fields={
+                    "table" if table not in ("territories", "accounts") else "csv": [
+                        "territories or accounts, and the csv text, are required"
+                    ]
+                },
+            )
+        draft = _draft_or_404(draft_id)
+        try:
+            done = services.config_draft_import_table(
+                draft_id=draft.pk,
+                table=table,
+                content=body["csv"],
+                delete_missing=body.get("delete_missing", False),
+                actor=request_actor(request),
+            )
+        except TableErrors as exc:
+            more = [f"... and {exc.more} more"] if exc.more else []
+            raise ApiError(
+                code="invalid_csv",
+                message=f"{exc.count} problem(s) in the file; nothing was written.",
+                fields={"csv": [*exc.errors, *more]},
+            ) from None
+        except _REFUSALS as exc:
+            raise _refused(exc) from None
+        return Response(
+            {
+                "draft": draft_document(done.draft, whole=False),
+                "rows": done.rows,
+                "set": done.set,
+                "removed": done.removed,
             }
         )
 

@@ -27,6 +27,11 @@ urlpatterns = [
         "drafts/<int:draft_id>/diff/", drafts_api.DraftDiffView.as_view(), name="config-draft-diff"
     ),
     path(
+        "drafts/<int:draft_id>/tables/",
+        drafts_api.DraftTableImportView.as_view(),
+        name="config-draft-tables",
+    ),
+    path(
         "drafts/<int:draft_id>/rebase/",
         drafts_api.DraftRebaseView.as_view(),
         name="config-draft-rebase",

@@ -275,3 +275,60 @@ def _competitors() -> list[str]:
     from routing.models import ValueList
 
     return list(ValueList.objects.get(name="competitors").values)
+
+
+def test_a_territory_csv_lands_in_the_draft_with_row_precise_errors(client, published):
+    secret = _token(ALL)
+    draft_id = _draft(client, secret)
+    url = f"{BASE}drafts/{draft_id}/tables/"
+    bad = (
+        "territory,country,region,postal_prefix,team,rep\n"
+        "Bavaria,XX,BY,,EMEA SDR,\nNorth,DE,,,Ghost,\n"
+    )
+    error = _error(
+        _call(client, "post", url, secret, {"table": "territories", "csv": bad}), 400, "invalid_csv"
+    )
+    assert error["fields"]["csv"] == [
+        'row 2, column country: unknown country code "XX" (ISO 3166-1 alpha-2, e.g. DE)',
+        'row 3, column team: no team named "Ghost"',
+    ]
+    assert ConfigDraft.objects.get().document["territories"] == []
+    good = (
+        "territory,country,region,postal_prefix,team,rep\n"
+        "Bavaria,DE,BY,,EMEA SDR,\nBavaria,AT,,,,\nBerlin,DE,BE,,,ana@example.com\n"
+    )
+    done = _call(client, "post", url, secret, {"table": "territories", "csv": good})
+    assert done.status_code == 200, done.content
+    assert (done.json()["rows"], done.json()["set"]) == (3, 2)
+    territories = ConfigDraft.objects.get().document["territories"]
+    assert territories[0] == {
+        "name": "Bavaria",
+        "countries": ["DE", "AT"],
+        "regions": ["BY"],
+        "postal_prefixes": [],
+        "team": "EMEA SDR",
+    }
+    assert not Territory.objects.exists()  # only the draft
+    words = [
+        c["words"]
+        for c in _call(client, "get", f"{BASE}drafts/{draft_id}/diff/", secret).json()["changes"]
+    ]
+    assert (
+        'Territory "Berlin" added: countries DE; postal prefixes none; regions BE; '
+        "rep ana@example.com" in words
+    )
+    _error(_call(client, "post", url, secret, {"table": "leads", "csv": ""}), 400, "invalid_body")
+    accounts = "domain,name,owner_email,tier\nacme.com,Acme,ben@example.com,enterprise\n"
+    done = _call(client, "post", url, secret, {"table": "accounts", "csv": accounts})
+    assert done.status_code == 200, done.content
+    assert ConfigDraft.objects.get().document["accounts"] == [
+        {"domain": "acme.com", "name": "Acme", "owner": "ben@example.com", "tier": "enterprise"}
+    ]
+    only = "territory,country,region,postal_prefix,team,rep\nBerlin,DE,BE,,,ana@example.com\n"
+    done = _call(
+        client, "post", url, secret, {"table": "territories", "csv": only, "delete_missing": True}
+    )
+    assert done.json()["removed"] == 1
+    assert [t["name"] for t in ConfigDraft.objects.get().document["territories"]] == ["Berlin"]
+    assert _call(client, "post", f"{BASE}drafts/{draft_id}/publish/", secret).status_code == 201
+    assert list(Territory.objects.values_list("name", flat=True)) == ["Berlin"]
