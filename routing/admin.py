@@ -776,5 +776,6 @@ class QueueHeartbeatAdmin(admin.ModelAdmin):
 from routing.config_api import admin as config_api_admin  # noqa: E402,F401
 from routing.crm import admin as crm_admin  # noqa: E402,F401
 from routing.delivery import admin as delivery_admin  # noqa: E402,F401
+from routing.drafts import admin as drafts_admin  # noqa: E402,F401
 from routing.monitoring import admin as monitoring_admin  # noqa: E402,F401
 from routing.timeoff import admin as timeoff_admin  # noqa: E402,F401

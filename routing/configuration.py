@@ -31,6 +31,7 @@ from audit.models import EventType
 from audit.services import event_record
 from leads.models import Lead, Source
 from routing.decisions import (
+    DECIDE_LOCK,
     LiveConfig,
     RulesetNotFound,
     _Snapshot,
@@ -90,9 +91,11 @@ class ConfigurationBusy(Exception):
     """Another import or publish of the routing configuration holds the lock."""
 
 
-def _configuration_lock() -> None:
+def configuration_lock() -> None:
     """Take the publish lock without waiting (PostgreSQL), or refuse: of two imports, or an
-    import and a publish, at once, the second is told why and writes nothing. (SQLite lets one
+    import and a publish, at once, the second is told why and writes nothing. Then the decide
+    lock, exclusively (``routing.decisions.DECIDE_LOCK``): leads being routed finish first,
+    and the next ones wait for this transaction. (SQLite lets one
     writer at a time in any case.) An admin publish waits for an import in flight instead."""
     if connection.vendor != "postgresql":
         return
@@ -104,6 +107,10 @@ def _configuration_lock() -> None:
             "Another import or publish of the routing configuration is in progress; nothing "
             "was written. Try again when it has finished."
         )
+    # Before the first write: wait for the leads being decided now, and make the next ones
+    # wait for this commit, so that no lead is decided by a mix of two versions.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [DECIDE_LOCK])
 
 
 # --- Import -------------------------------------------------------------------------------------
@@ -163,8 +170,50 @@ def configuration_import(
 def _configuration_import(
     *, data: Any, publish: bool, prune: bool, force: bool, actor: Actor, file_name: str
 ) -> ConfigurationImport:
-    _configuration_lock()
-    plan = rules_plan(data, prune=prune)
+    configuration_lock()
+    imported = configuration_apply_plan(
+        plan=rules_plan(data, prune=prune),
+        publish=publish,
+        force=force,
+        actor=actor,
+        file_name=file_name,
+    )
+    if publish:
+        _snapshot_if_changed(imported, actor=actor, file_name=file_name)
+    return imported
+
+
+def _snapshot_if_changed(imported: ConfigurationImport, *, actor: Actor, file_name: str) -> None:
+    """A published import is a configuration version too (``routing.drafts``), when it
+    changed the configuration the latest version holds."""
+    from routing.drafts.models import ConfigSnapshotKind
+    from routing.drafts.snapshots import (
+        config_snapshot_latest,
+        config_snapshot_record,
+        configuration_document,
+        document_digest,
+    )
+
+    document = configuration_document()
+    latest = config_snapshot_latest()
+    if latest is not None and latest.digest == document_digest(document):
+        return
+    config_snapshot_record(
+        kind=ConfigSnapshotKind.IMPORT,
+        document=document,
+        ruleset_version=imported.result.ruleset.version,
+        actor=_actor_label(actor),
+        note=f"routing_import --publish {file_name}".strip()[:200],
+        failing_test_cases=imported.failing,
+    )
+
+
+def configuration_apply_plan(
+    *, plan: _Plan, publish: bool, force: bool, actor: Actor, file_name: str
+) -> ConfigurationImport:
+    """``configuration_import``'s writes for a checked plan, in the caller's transaction,
+    which holds ``configuration_lock``. Prunes when the plan was made with ``prune``."""
+    prune = plan.prune
     before = ruleset_published()
     result = rules_apply(plan=plan, actor=actor)
     counts = _merge({}, result.counts)
@@ -573,7 +622,13 @@ def configuration_check(
     Raises RulesFileErrors (every problem with its path). With ``prune``, the file is checked
     (and its configuration built) as ``routing_import --prune`` would take it.
     """
-    plan = rules_plan(data, prune=prune)
+    return configuration_check_plan(plan=rules_plan(data, prune=prune), leads=leads)
+
+
+def configuration_check_plan(
+    *, plan: _Plan, leads: int = CHECK_LEADS_DEFAULT
+) -> ConfigurationCheck:
+    """``configuration_check`` of a checked plan (a draft's, ``routing.drafts``); reads only."""
     document = document_config(plan)
     now = timezone.now()
     results = tuple(document_cases_run(document, now))

@@ -203,6 +203,24 @@ def lead_facts(lead: Lead, *, accounts: Mapping[str, AccountFacts] | None = None
     return facts
 
 
+# --- One configuration version per lead ---------------------------------------------------------
+
+# Each lead's routing transaction holds this advisory lock shared (taken by the statement that
+# claims the lead, so it costs no round trip); a publish of the whole configuration holds it
+# exclusively from before its first write to its commit (``routing.configuration``). So every
+# statement a lead's decision reads (the live configuration, the reps, the turns) sees one
+# configuration version: the one before the publish, or the one after it, never a mix.
+DECIDE_LOCK = "routing:decide"
+
+
+def decide_lock_shared_sql() -> tuple[str, list[str]] | None:
+    """The SQL expression that takes the decide lock shared (PostgreSQL), for a claim's select
+    list; None on SQLite, which lets one writer at a time in any case."""
+    if connection.vendor != "postgresql":
+        return None
+    return "pg_advisory_xact_lock_shared(hashtextextended(%s, 0))", [DECIDE_LOCK]
+
+
 # --- The live configuration, compiled and cached ------------------------------------------------
 
 

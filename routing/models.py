@@ -1100,5 +1100,6 @@ class RoutingTestCase(models.Model):
 from routing.config_api.models import *  # noqa: E402,F403
 from routing.crm.models import *  # noqa: E402,F403
 from routing.delivery.models import *  # noqa: E402,F403
+from routing.drafts.models import *  # noqa: E402,F403
 from routing.monitoring.models import *  # noqa: E402,F403
 from routing.timeoff.models import *  # noqa: E402,F403

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import DatabaseError as DBError
 from django.db import transaction
-from django.db.models import Case, F, Q, When
+from django.db.models import Case, F, Q, TextField, When
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from audit.models import EventType
@@ -38,6 +39,7 @@ from routing.decisions import (
     RoutingContention,
     assignment_create,
     assignment_first_touch,
+    decide_lock_shared_sql,
     route_lead,
     stored_trace,
 )
@@ -479,14 +481,22 @@ def _record_assigned(
 
 def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
     with transaction.atomic(durable=True):
-        lead = (
+        claim = (
             # The lead's row only (`of`), and NO KEY: the source row stays unlocked, so the
             # intake's foreign key checks on it (FOR KEY SHARE at COMMIT) never wait for routing.
             Lead.objects.select_for_update(of=("self",), no_key=True)
             .select_related("source")
             .filter(id=lead_uuid, status=LeadStatus.PROCESSING, claimed_until=lease)
-            .first()
         )
+        decide_lock = decide_lock_shared_sql()
+        if decide_lock is not None:
+            # In the claim's own statement: every later statement of this lead sees one
+            # configuration version (routing.decisions.DECIDE_LOCK).
+            sql, params = decide_lock
+            claim = claim.annotate(
+                _decide_lock=RawSQL(sql, params, output_field=TextField())  # noqa: S611 - constant
+            )
+        lead = claim.first()
         if lead is None:
             logger.warning("process_lead: lease on lead %s lost; writing nothing", lead_uuid)
             return None

@@ -23,6 +23,8 @@ _ROUTING_MODELS = (
     "rule",
     "routingtestcase",
     "adminjob",  # background replays and imports (the admin shows them read-only)
+    "configdraft",  # drafts of the whole configuration
+    "configsnapshot",  # its versions: "add" is publishing and rolling back
 )
 
 

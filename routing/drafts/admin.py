@@ -1,0 +1,259 @@
+"""Admin for drafts of the whole configuration and its versions: begin a draft, see what it
+changes in words, publish it (or discard it); see each version's changes, roll back to one.
+Every action goes through ``routing.drafts.services``; the document itself is changed through
+the configuration API or ``routing_import``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+
+from audit.config_changes import actor_of
+from routing.configuration import ConfigurationBusy
+from routing.drafts import services
+from routing.drafts.diff import RowChange, configuration_diff
+from routing.drafts.models import ConfigDraft, ConfigSnapshot
+from routing.engine import RuleErrors
+from routing.models import RuleSet
+from routing.selectors import ruleset_published
+from routing.versions import TestCasesFailing
+
+_REFUSALS = (services.DraftRefused, ConfigurationBusy, TestCasesFailing, RuleErrors)
+_SHOWN = 200
+
+
+def _words(changes: list[RowChange]) -> Any:
+    if not changes:
+        return "No change."
+    more = f" … and {len(changes) - _SHOWN} more" if len(changes) > _SHOWN else ""
+    items = format_html_join("", "<li>{}</li>", ((c.words,) for c in changes[:_SHOWN]))
+    return format_html("<ul>{}</ul>{}", items, more)
+
+
+def _refusal(exc: Exception) -> str:
+    if isinstance(exc, RuleErrors):
+        return "; ".join(str(error) for error in exc.errors[:20])
+    if isinstance(exc, services.DraftRefused):
+        return exc.message
+    return str(exc)
+
+
+def _document(document: Any) -> Any:
+    return format_html(
+        "<pre style='max-height:30em;overflow:auto'>{}</pre>",
+        json.dumps(document, indent=2, ensure_ascii=False),
+    )
+
+
+class ConfigDraftForm(forms.ModelForm):
+    class Meta:
+        model = ConfigDraft
+        fields = ("note",)
+
+    def clean(self) -> dict[str, Any]:
+        if ruleset_published() is None:
+            raise forms.ValidationError(
+                "No configuration is published yet: import one first (routing_import --publish)."
+            )
+        return super().clean() or {}
+
+
+@admin.register(ConfigDraft)
+class ConfigDraftAdmin(admin.ModelAdmin):
+    form = ConfigDraftForm
+    list_display = (
+        "id",
+        "status",
+        "note",
+        "base_number",
+        "published_as",
+        "created_by",
+        "updated_at",
+    )
+    list_filter = ("status",)
+    search_fields = ("note", "created_by")
+    list_select_related = ("published_as",)
+    actions = ("publish", "publish_forced", "discard")
+    fields = ("note",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ConfigDraft]:
+        return super().get_queryset(request).defer("published_as__document")
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return ("note",)
+        return (
+            "status",
+            "note",
+            "base_number",
+            "published_as",
+            "created_by",
+            "created_at",
+            "updated_at",
+            "changes_in_words",
+            "document_shown",
+        )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return () if obj is None else self.get_fields(request, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return obj is None and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # discard instead: the audit trail keeps naming the draft
+
+    def has_publish_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("routing.add_configsnapshot"))
+
+    @admin.display(description="What publishing it would change")
+    def changes_in_words(self, obj: ConfigDraft) -> Any:
+        if obj.status != "open":
+            return "—"
+        try:
+            diff = services.draft_diff(draft=obj)
+        except RuleSet.DoesNotExist:
+            return "No configuration is published."
+        if not diff.stale:
+            return _words(diff.changes)
+        return format_html(
+            "<p><strong>Stale: published since it began (publishing is refused):</strong></p>"
+            "{}<p>Its changes against the published configuration:</p>{}",
+            _words(diff.stale_changes),
+            _words(diff.changes),
+        )
+
+    @admin.display(description="Document")
+    def document_shown(self, obj: ConfigDraft) -> Any:
+        return _document(obj.document)
+
+    def save_model(self, request: HttpRequest, obj: ConfigDraft, form: Any, change: bool) -> None:
+        created = services.config_draft_create(
+            actor=actor_of(request), note=form.cleaned_data.get("note", "")
+        )
+        obj.pk = created.pk
+        obj.__dict__.update(
+            {f.attname: getattr(created, f.attname) for f in obj._meta.concrete_fields}
+        )
+
+    def _publish(self, request: HttpRequest, queryset: QuerySet[ConfigDraft], force: bool) -> None:
+        for draft in queryset.order_by("id"):
+            try:
+                result = services.config_draft_publish(
+                    draft_id=draft.pk, actor=actor_of(request), user=request.user, force=force
+                )
+            except _REFUSALS as exc:
+                self.message_user(
+                    request, f"Draft {draft.pk} not published: {_refusal(exc)}", messages.ERROR
+                )
+                continue
+            self.message_user(
+                request,
+                f"Draft {draft.pk} published as configuration version {result.snapshot.number} "
+                f"({len(result.changes)} row(s) changed).",
+                messages.SUCCESS,
+            )
+
+    @admin.action(description="Publish (the saved test cases must pass)", permissions=["publish"])
+    def publish(self, request: HttpRequest, queryset: QuerySet[ConfigDraft]) -> None:
+        self._publish(request, queryset, force=False)
+
+    @admin.action(description="Publish over failing test cases (audited)", permissions=["publish"])
+    def publish_forced(self, request: HttpRequest, queryset: QuerySet[ConfigDraft]) -> None:
+        self._publish(request, queryset, force=True)
+
+    @admin.action(description="Discard", permissions=["change"])
+    def discard(self, request: HttpRequest, queryset: QuerySet[ConfigDraft]) -> None:
+        for draft in queryset:
+            try:
+                services.config_draft_discard(draft_id=draft.pk, actor=actor_of(request))
+            except services.DraftRefused as exc:
+                self.message_user(request, f"Draft {draft.pk}: {exc.message}", messages.ERROR)
+
+
+@admin.register(ConfigSnapshot)
+class ConfigSnapshotAdmin(admin.ModelAdmin):
+    list_display = (
+        "number",
+        "kind",
+        "ruleset_version",
+        "published_at",
+        "published_by",
+        "note",
+        "rolled_back_to",
+    )
+    list_filter = ("kind",)
+    search_fields = ("note", "published_by")
+    actions = ("roll_back",)
+    fields = (
+        "number",
+        "kind",
+        "ruleset_version",
+        "published_at",
+        "published_by",
+        "note",
+        "rolled_back_to",
+        "failing_test_cases",
+        "changes_in_words",
+        "document_shown",
+    )
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ConfigSnapshot]:
+        queryset = super().get_queryset(request)
+        return (
+            queryset
+            if request.resolver_match and "object_id" in (request.resolver_match.kwargs)
+            else queryset.defer("document")
+        )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # a version is immutable
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_publish_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("routing.add_configsnapshot"))
+
+    @admin.display(description="Changes from the version before")
+    def changes_in_words(self, obj: ConfigSnapshot) -> Any:
+        before = ConfigSnapshot.objects.filter(number__lt=obj.number).order_by("-number").first()
+        if before is None:
+            return "The first version."
+        return _words(configuration_diff(before=before.document, after=obj.document))
+
+    @admin.display(description="Document")
+    def document_shown(self, obj: ConfigSnapshot) -> Any:
+        return _document(obj.document)
+
+    @admin.action(
+        description="Roll back to this version (as a new version)", permissions=["publish"]
+    )
+    def roll_back(self, request: HttpRequest, queryset: QuerySet[ConfigSnapshot]) -> None:
+        numbers = list(queryset.values_list("number", flat=True))
+        if len(numbers) != 1:
+            self.message_user(request, "Choose one version to roll back to.", messages.ERROR)
+            return
+        try:
+            result = services.config_rollback(
+                number=numbers[0], actor=actor_of(request), user=request.user
+            )
+        except _REFUSALS as exc:
+            self.message_user(request, f"Not rolled back: {_refusal(exc)}", messages.ERROR)
+            return
+        self.message_user(
+            request,
+            f"Version {numbers[0]} published again as version {result.snapshot.number} "
+            f"({len(result.changes)} row(s) changed).",
+            messages.SUCCESS,
+        )

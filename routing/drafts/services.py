@@ -1,0 +1,665 @@
+"""Drafts of the whole routing configuration: create, change, check, diff, publish, roll back.
+
+A draft is a rules-as-code document (rules-format.md) begun from the published configuration
+(``configuration_document``). It is checked exactly as ``routing_import --prune`` checks a file
+(``rules_plan``, errors with their paths), with three differences: every section is required (a
+draft is the whole configuration), a rep's live state (``active``, ``out_of_office_until``) and
+planned absences are refused (they stay live, see ``snapshots.LIVE_REP_KEYS``), and reps are
+never pruned (a rep the draft leaves out stays; reps come and go through the roster).
+
+Publishing a draft, all or nothing in one transaction under the configuration lock (the one
+``routing_import`` and the publish of a ruleset take): refused when another import or publish is
+under way (``ConfigurationBusy``), when the published configuration changed since the draft
+began (``DraftStale``, with what changed), when the document is invalid, or when a saved test
+case fails against the resulting configuration unless ``force``. A stale draft can be rebased
+(``config_draft_rebase``: its own row changes applied to the published configuration, refused
+where both sides changed a row). Each publish stores a numbered
+snapshot and a new ruleset version, the version every lead routed afterwards records. A rollback
+publishes an earlier snapshot's document as a new version, with the same checks.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from django.contrib.auth.models import AnonymousUser as AnonymousUserType
+from django.db import transaction
+
+from audit.config_changes import config_change_record
+from routing.configuration import (
+    CHECK_LEADS_DEFAULT,
+    ConfigurationCheck,
+    configuration_apply_plan,
+    configuration_check_plan,
+    configuration_lock,
+)
+from routing.decisions import clear_live_config_cache
+from routing.drafts.diff import KEYS, NOUNS, RowChange, configuration_diff
+from routing.drafts.models import (
+    ConfigDraft,
+    ConfigDraftStatus,
+    ConfigSnapshot,
+    ConfigSnapshotKind,
+)
+from routing.drafts.snapshots import (
+    LIVE_REP_KEYS,
+    config_snapshot_latest,
+    config_snapshot_record,
+    configuration_document,
+    document_digest,
+)
+from routing.engine import RuleError
+from routing.models import Rep, RuleSet
+from routing.rules_io import (
+    SECTIONS,
+    RulesFileErrors,
+    _Plan,
+    rules_plan,
+    ruleset_copy,
+    ruleset_publish,
+)
+from routing.selectors import ruleset_published
+from routing.tables_io import Table, tables_plan
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+    Actor = AbstractBaseUser | None
+    User = AbstractBaseUser | AnonymousUser | None
+
+# PATCH sections: a draft's rows by natural key (rules by name, within the ruleset).
+PATCH_SECTIONS = tuple(KEYS)
+_STALE_SHOWN = 5
+
+
+class DraftRefused(Exception):
+    """A draft operation refused: ``code`` and ``status`` for the API."""
+
+    def __init__(self, code: str, message: str, *, status: int = 409) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+class DraftStale(DraftRefused):
+    """The published configuration changed since the draft began; ``changes`` say how."""
+
+    def __init__(self, message: str, changes: list[RowChange]) -> None:
+        super().__init__("draft_stale", message)
+        self.changes = changes
+
+
+# --- Checking a document ------------------------------------------------------------------------
+
+
+def _draft_rules(document: Any) -> list[RuleError]:
+    """What a draft may not hold that a rules file may (see the module docstring)."""
+    if not isinstance(document, Mapping):
+        return []  # rules_plan says so
+    errors = [
+        RuleError(section, "is required: a draft is the whole configuration")
+        for section in SECTIONS
+        if section not in document
+    ]
+    reps = document.get("reps")
+    for i, rep in enumerate(reps if isinstance(reps, list) else []):
+        if isinstance(rep, Mapping):
+            errors.extend(
+                RuleError(
+                    f"reps[{i}].{key}",
+                    "is a rep's live state, not part of a draft: set it with the roster API",
+                )
+                for key in LIVE_REP_KEYS
+                if key in rep
+            )
+    sources = document.get("sources")
+    for i, source in enumerate(sources if isinstance(sources, list) else []):
+        if isinstance(source, Mapping) and "token" in source:
+            errors.append(
+                RuleError(
+                    f"sources[{i}].token",
+                    "a secret is not kept in a draft: a new source gets a fresh token",
+                )
+            )
+    return errors
+
+
+def draft_plan(document: Any) -> _Plan:
+    """Check a draft's document as ``routing_import --prune`` checks a file, plus the draft's
+    own rules; the plan, reps left out of pruning. Raises RulesFileErrors (every problem)."""
+    errors = _draft_rules(document)
+    try:
+        plan = rules_plan(document, prune=True)
+    except RulesFileErrors as exc:
+        raise RulesFileErrors([*errors, *exc.errors]) from None
+    if errors:
+        raise RulesFileErrors(errors)
+    return replace(plan, present=plan.present - {"reps"})
+
+
+def draft_errors(*, draft: ConfigDraft) -> list[RuleError]:
+    """Every problem of the draft against the database now; empty when it would import."""
+    try:
+        draft_plan(draft.document)
+    except RulesFileErrors as exc:
+        return list(exc.errors)
+    return []
+
+
+def draft_check(*, draft: ConfigDraft, leads: int = CHECK_LEADS_DEFAULT) -> ConfigurationCheck:
+    """The draft's test cases run against its whole configuration, and the decisions of the
+    last ``leads`` leads compared with the published configuration's; writes nothing.
+    Raises RulesFileErrors when the draft is invalid."""
+    return configuration_check_plan(plan=draft_plan(draft.document), leads=leads)
+
+
+@dataclass(frozen=True)
+class DraftDiff:
+    """What publishing the draft would change, and whether it is stale."""
+
+    changes: list[RowChange]
+    stale: bool
+    stale_changes: list[RowChange] = field(default_factory=list)  # published since it began
+
+
+def draft_diff(*, draft: ConfigDraft) -> DraftDiff:
+    """The draft against the published configuration now, row by row in words."""
+    current = configuration_document()
+    stale = document_digest(current) != draft.base_digest
+    return DraftDiff(
+        changes=configuration_diff(before=current, after=draft.document),
+        stale=stale,
+        stale_changes=(
+            configuration_diff(before=draft.base_document, after=current) if stale else []
+        ),
+    )
+
+
+# --- Changing a draft ---------------------------------------------------------------------------
+
+
+def _nothing_published() -> DraftRefused:
+    return DraftRefused(
+        "nothing_published",
+        "No configuration is published yet: import one first (routing_import --publish).",
+    )
+
+
+@transaction.atomic
+def config_draft_create(*, actor: str, note: str = "") -> ConfigDraft:
+    """A new draft holding the published configuration. The first draft also stores the
+    published configuration as version 1 (``baseline``), so that its publish can be undone."""
+    try:
+        document = configuration_document()
+    except RuleSet.DoesNotExist:
+        raise _nothing_published() from None
+    latest = config_snapshot_latest()
+    if latest is None:
+        published = ruleset_published()
+        latest = config_snapshot_record(
+            kind=ConfigSnapshotKind.BASELINE,
+            document=document,
+            ruleset_version=published.version if published is not None else 1,
+            actor=actor,
+            note="The configuration before the first draft",
+        )
+    draft = ConfigDraft.objects.create(
+        note=note.strip()[:200],
+        document=document,
+        base_document=document,
+        base_digest=document_digest(document),
+        base_number=latest.number,
+        created_by=actor[:200],
+    )
+    config_change_record(
+        actor=actor,
+        obj=draft,
+        action="added",
+        after={"note": draft.note, "base_number": draft.base_number},
+    )
+    return draft
+
+
+def _open_locked(draft_id: int) -> ConfigDraft:
+    draft = ConfigDraft.objects.select_for_update().filter(pk=draft_id).first()
+    if draft is None:
+        raise DraftRefused("not_found", "No such draft.", status=404)
+    if draft.status != ConfigDraftStatus.OPEN:
+        raise DraftRefused("draft_closed", f"The draft is {draft.status}: start a new one.")
+    return draft
+
+
+def _save_document(draft: ConfigDraft, document: Any, actor: str, how: str) -> ConfigDraft:
+    draft_plan(document)  # refuse an invalid document: nothing written
+    changes = configuration_diff(before=draft.document, after=document)
+    draft.document = document
+    draft.save(update_fields=["document", "updated_at"])
+    if changes:
+        config_change_record(
+            actor=actor,
+            obj=draft,
+            action=how,
+            extra={"rows": [change.words for change in changes[:50]], "changed": len(changes)},
+        )
+    return draft
+
+
+@transaction.atomic
+def config_draft_replace(*, draft_id: int, document: Any, actor: str) -> ConfigDraft:
+    """Replace the draft's whole document. Raises RulesFileErrors (nothing written) when it is
+    invalid, DraftRefused when the draft is not open."""
+    return _save_document(_open_locked(draft_id), document, actor, "replaced")
+
+
+def _patched(document: Mapping[str, Any], changes: Any) -> dict[str, Any]:
+    """``document`` with ``changes`` applied: {section: {natural key: entry or null}}."""
+    if not isinstance(changes, Mapping) or not changes:
+        raise RulesFileErrors(
+            [RuleError("", "must be an object: {section: {name: entry or null}}")]
+        )
+    result = dict(document)
+    ruleset = dict(result.get("ruleset") or {})
+    errors: list[RuleError] = []
+    for section, rows in changes.items():
+        if section not in PATCH_SECTIONS:
+            errors.append(
+                RuleError(str(section), f"unknown section; one of {', '.join(PATCH_SECTIONS)}")
+            )
+            continue
+        if not isinstance(rows, Mapping):
+            errors.append(RuleError(section, "must be an object: {name: entry or null}"))
+            continue
+        key_field = KEYS[section]
+        entries = (
+            list(ruleset.get("rules") or [])
+            if section == "rules"
+            else list(result.get(section) or [])
+        )
+
+        fold = str.lower if section == "reps" else str
+
+        def position(
+            key: str, entries: list[Any] = entries, key_field: str = key_field, fold: Any = fold
+        ) -> int:
+            for i, entry in enumerate(entries):
+                if isinstance(entry, Mapping) and fold(str(entry.get(key_field))) == fold(key):
+                    return i
+            return -1
+
+        for key, entry in rows.items():
+            at = position(key)
+            if entry is None:
+                if at < 0:
+                    errors.append(RuleError(f"{section}.{key}", "not in the draft"))
+                else:
+                    del entries[at]
+                continue
+            if not isinstance(entry, Mapping):
+                errors.append(RuleError(f"{section}.{key}", "must be an object or null"))
+                continue
+            row = {key_field: key, **entry}
+            if at < 0:
+                entries.append(row)
+            else:
+                entries[at] = row
+        if section == "rules":
+            ruleset["rules"] = entries
+            result["ruleset"] = ruleset
+        else:
+            result[section] = entries
+    if errors:
+        raise RulesFileErrors(errors)
+    return result
+
+
+@transaction.atomic
+def config_draft_patch(*, draft_id: int, changes: Any, actor: str) -> ConfigDraft:
+    """Change rows of the draft by natural key: ``{"teams": {"EMEA SDR": {...}, "Old": null}}``
+    sets (adds, or replaces whole) or removes each row; ``rules`` are the ruleset's, by name.
+    An entry's own key, when it differs from the one it is filed under, renames the row.
+    Raises RulesFileErrors (nothing written) when the result is invalid."""
+    draft = _open_locked(draft_id)
+    return _save_document(draft, _patched(draft.document, changes), actor, "changed")
+
+
+@transaction.atomic
+def config_draft_discard(*, draft_id: int, actor: str) -> ConfigDraft:
+    """Close a draft without publishing it."""
+    draft = _open_locked(draft_id)
+    draft.status = ConfigDraftStatus.DISCARDED
+    draft.save(update_fields=["status", "updated_at"])
+    config_change_record(
+        actor=actor,
+        obj=draft,
+        action="discarded",
+        before={"status": ConfigDraftStatus.OPEN},
+        after={"status": draft.status},
+    )
+    return draft
+
+
+@dataclass(frozen=True)
+class TableIntoDraft:
+    """What a CSV import into a draft did."""
+
+    draft: ConfigDraft
+    rows: int  # data rows in the file
+    set: int  # territories or accounts the file set (added or replaced)
+    removed: int  # with ``delete_missing``: rows of the draft the file did not name
+
+
+@transaction.atomic
+def config_draft_import_table(
+    *, draft_id: int, table: Table, content: str, delete_missing: bool, actor: str
+) -> TableIntoDraft:
+    """A territories or accounts CSV (``routing.tables_io``'s format, checked by its row-precise
+    checks) into the draft rather than the live tables: a territory of the file replaces the
+    draft's of that name whole, an account is set by domain, new ones are appended; with
+    ``delete_missing`` the draft's rows the file does not name are removed. Owners must be
+    published teams and reps. Raises TableErrors (row by row) or RulesFileErrors (the draft it
+    would make is invalid); nothing is written then."""
+    draft = _open_locked(draft_id)
+    plan = tables_plan(table=table, content=content, delete_missing=delete_missing)
+    if table == "territories":
+        key_field = "name"
+        rows = [
+            {
+                "name": entry.name,
+                "countries": entry.countries,
+                "regions": entry.regions,
+                "postal_prefixes": entry.postal_prefixes,
+                entry.owner[0]: entry.owner[1],
+            }
+            for entry in plan.entries
+        ]
+    else:
+        key_field = "domain"
+        emails = dict(Rep.objects.values_list("id", "email"))
+        rows = [
+            {
+                "domain": entry.domain,
+                "name": entry.name,
+                "owner": emails.get(entry.owner_id) if entry.owner_id is not None else None,
+                "tier": entry.tier,
+            }
+            for entry in plan.entries
+        ]
+    by_key = {row[key_field]: row for row in rows}
+    current = [e for e in draft.document.get(table) or [] if isinstance(e, Mapping)]
+    merged: list[Any] = []
+    removed = 0
+    for entry in current:
+        key = entry.get(key_field)
+        if key in by_key:
+            merged.append(by_key.pop(key))
+        elif delete_missing:
+            removed += 1
+        else:
+            merged.append(entry)
+    merged.extend(by_key.values())
+    document = {**draft.document, table: merged}
+    draft = _save_document(draft, document, actor, f"{table} imported")
+    return TableIntoDraft(draft=draft, rows=plan.rows, set=len(rows), removed=removed)
+
+
+def _entries(document: Mapping[str, Any], section: str) -> dict[str, Any]:
+    """A section's rows by natural key (reps ignoring case), in document order."""
+    if section == "rules":
+        ruleset = document.get("ruleset")
+        raw = ruleset.get("rules") if isinstance(ruleset, Mapping) else None
+    else:
+        raw = document.get(section)
+    key_field = KEYS[section]
+    rows: dict[str, Any] = {}
+    for entry in raw if isinstance(raw, list) else []:
+        if isinstance(entry, Mapping) and isinstance(entry.get(key_field), str):
+            key = entry[key_field].strip()
+            rows[key.lower() if section == "reps" else key] = entry
+    return rows
+
+
+def _rebased(
+    base: Mapping[str, Any], mine: Mapping[str, Any], theirs: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """``mine``'s changes from ``base`` applied to ``theirs``, row by row; and the rows both
+    changed differently (conflicts), in words."""
+    result = copy.deepcopy(dict(theirs))
+    conflicts: list[str] = []
+    for section in KEYS:
+        b, m, t = _entries(base, section), _entries(mine, section), _entries(theirs, section)
+        merged = dict(t)
+        for key in [*m, *(k for k in b if k not in m)]:
+            if m.get(key) == b.get(key):
+                continue  # the draft left this row alone
+            if t.get(key) not in (b.get(key), m.get(key)):
+                shown = (m.get(key) or b.get(key) or {}).get(KEYS[section], key)
+                conflicts.append(
+                    f'{NOUNS[section]} "{shown}" was changed both in the draft and in the '
+                    "published configuration"
+                )
+            elif key in m:
+                merged[key] = m[key]
+            else:
+                merged.pop(key, None)
+        rows = [copy.deepcopy(entry) for entry in merged.values()]
+        if section == "rules":
+            result["ruleset"] = {**dict(result.get("ruleset") or {}), "rules": rows}
+        else:
+            result[section] = rows
+    names = [
+        doc.get("ruleset", {}).get("name") if isinstance(doc.get("ruleset"), Mapping) else None
+        for doc in (base, mine, theirs)
+    ]
+    if names[1] != names[0]:
+        if names[2] not in (names[0], names[1]):
+            conflicts.append("The ruleset was renamed both in the draft and since it began")
+        else:
+            result["ruleset"]["name"] = names[1]
+    return result, conflicts
+
+
+@transaction.atomic
+def config_draft_rebase(*, draft_id: int, actor: str) -> ConfigDraft:
+    """Begin the draft again from the published configuration now, with its own changes
+    applied row by row. Raises DraftRefused (``rebase_conflict``, the rows both sides changed)
+    or RulesFileErrors (the result is invalid, e.g. a row it needs was removed); nothing
+    written then. A draft that is not stale is left as it is."""
+    draft = _open_locked(draft_id)
+    try:
+        current = configuration_document()
+    except RuleSet.DoesNotExist:
+        raise _nothing_published() from None
+    digest = document_digest(current)
+    if digest == draft.base_digest:
+        return draft
+    merged, conflicts = _rebased(draft.base_document, draft.document, current)
+    if conflicts:
+        raise DraftRefused(
+            "rebase_conflict",
+            "Not rebased, nothing written: "
+            + "; ".join(conflicts[:_STALE_SHOWN])
+            + (
+                f" and {len(conflicts) - _STALE_SHOWN} more"
+                if len(conflicts) > _STALE_SHOWN
+                else ""
+            )
+            + ". Begin a new draft and apply the change again.",
+        )
+    draft_plan(merged)
+    latest = config_snapshot_latest()
+    before = draft.base_number
+    draft.document = merged
+    draft.base_document = current
+    draft.base_digest = digest
+    draft.base_number = latest.number if latest is not None else None
+    draft.save(
+        update_fields=["document", "base_document", "base_digest", "base_number", "updated_at"]
+    )
+    config_change_record(
+        actor=actor,
+        obj=draft,
+        action="rebased",
+        before={"base_number": before},
+        after={"base_number": draft.base_number},
+    )
+    return draft
+
+
+# --- Publishing ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConfigPublish:
+    """What a publish or rollback did."""
+
+    snapshot: ConfigSnapshot
+    changes: list[RowChange]
+    failing: tuple[str, ...] = ()  # test cases failing, published over (force)
+    source_tokens: dict[str, str] = field(default_factory=dict)  # new source -> token, once
+
+
+def _actor_user(user: User) -> Actor:
+    if user is None or isinstance(user, AnonymousUserType) or not user.is_authenticated:
+        return None
+    return user
+
+
+def _publish_document(
+    *,
+    document: Any,
+    kind: str,
+    actor: str,
+    user: User,
+    force: bool,
+    note: str,
+    what: str,
+    rolled_back_to: int | None = None,
+) -> ConfigPublish:
+    plan = draft_plan(document)
+    before_document = configuration_document()
+    before = ruleset_published()
+    imported = configuration_apply_plan(
+        plan=plan, publish=True, force=force, actor=_actor_user(user), file_name=what
+    )
+    ruleset = imported.result.ruleset
+    if before is not None and ruleset.pk == before.pk:
+        # Every version of the configuration has its own ruleset version: it is what each
+        # lead's assignment and trace record, so it names the configuration that decided it.
+        ruleset = ruleset_publish(
+            ruleset=ruleset_copy(ruleset=ruleset, actor=_actor_user(user)),
+            actor=_actor_user(user),
+            note=f"Published with {what}",
+        )
+    after_document = configuration_document()
+    changes = configuration_diff(before=before_document, after=after_document)
+    snapshot = config_snapshot_record(
+        kind=kind,
+        document=after_document,
+        ruleset_version=ruleset.version,
+        actor=actor,
+        note=note.strip(),
+        rolled_back_to=rolled_back_to,
+        failing_test_cases=imported.failing,
+    )
+    config_change_record(
+        actor=actor,
+        obj=snapshot,
+        action="published",
+        after={"number": snapshot.number, "ruleset_version": snapshot.ruleset_version},
+        extra={
+            "kind": kind,
+            "from": what,
+            "rows": [change.words for change in changes[:50]],
+            "changed": len(changes),
+            **({"rolled_back_to": rolled_back_to} if rolled_back_to is not None else {}),
+            **(
+                {"forced": True, "failing_test_cases": list(imported.failing)}
+                if imported.failing
+                else {}
+            ),
+        },
+    )
+    return ConfigPublish(
+        snapshot=snapshot,
+        changes=changes,
+        failing=imported.failing,
+        source_tokens=dict(imported.result.source_tokens),
+    )
+
+
+@transaction.atomic(durable=True)
+def config_draft_publish(
+    *, draft_id: int, actor: str, user: User = None, force: bool = False, note: str = ""
+) -> ConfigPublish:
+    """Publish a draft as the next configuration version, all or nothing.
+
+    Raises ConfigurationBusy (another import or publish holds the lock), DraftRefused (not
+    found, not open), DraftStale, RulesFileErrors (the document, with paths; PruneRefused for a
+    row live leads still need) or TestCasesFailing (without ``force``); nothing is written then.
+    """
+    try:
+        configuration_lock()
+        draft = _open_locked(draft_id)
+        current = configuration_document()
+        if document_digest(current) != draft.base_digest:
+            changes = configuration_diff(before=draft.base_document, after=current)
+            shown = "; ".join(change.words for change in changes[:_STALE_SHOWN])
+            more = f" and {len(changes) - _STALE_SHOWN} more" if len(changes) > _STALE_SHOWN else ""
+            latest = config_snapshot_latest()
+            raise DraftStale(
+                f"The published configuration changed since this draft began (from version "
+                f"{draft.base_number}, now {latest.number if latest else '—'}): "
+                f"{shown or 'live edits'}{more}. Rebase the draft (its changes applied to "
+                "the published configuration) or begin a new one; nothing was written.",
+                changes,
+            )
+        published = _publish_document(
+            document=draft.document,
+            kind=ConfigSnapshotKind.DRAFT,
+            actor=actor,
+            user=user,
+            force=force,
+            note=note or draft.note,
+            what=f"configuration draft {draft.pk}",
+        )
+        draft.status = ConfigDraftStatus.PUBLISHED
+        draft.published_as = published.snapshot
+        draft.save(update_fields=["status", "published_as", "updated_at"])
+    except BaseException:
+        # Configurations compiled inside the rolled-back transaction carry numbers a later,
+        # real change takes again: forget them (as configuration_import does).
+        clear_live_config_cache()
+        raise
+    return published
+
+
+@transaction.atomic(durable=True)
+def config_rollback(
+    *, number: int, actor: str, user: User = None, force: bool = False, note: str = ""
+) -> ConfigPublish:
+    """Publish configuration version ``number``'s document again, as a new version; the same
+    checks and errors as ``config_draft_publish`` (no staleness: it replaces whatever is live).
+    """
+    try:
+        configuration_lock()
+        snapshot = ConfigSnapshot.objects.filter(number=number).first()
+        if snapshot is None:
+            raise DraftRefused("not_found", f"No configuration version {number}.", status=404)
+        published = _publish_document(
+            document=snapshot.document,
+            kind=ConfigSnapshotKind.ROLLBACK,
+            actor=actor,
+            user=user,
+            force=force,
+            note=note or f"Rollback to version {number}",
+            what=f"configuration version {number}",
+            rolled_back_to=number,
+        )
+    except BaseException:
+        clear_live_config_cache()
+        raise
+    return published

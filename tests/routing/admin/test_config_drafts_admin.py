@@ -1,0 +1,109 @@
+"""The admin pages of drafts of the whole configuration and its versions: begin a draft, see what
+it changes in words, publish it through the service (refused with the reason when stale), roll
+back to a version."""
+
+from __future__ import annotations
+
+from html import unescape
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.urls import reverse
+
+from routing.decisions import clear_live_config_cache
+from routing.drafts.models import ConfigDraft, ConfigSnapshot
+from routing.drafts.services import config_draft_create, config_draft_patch
+from routing.editor.permissions import revops_group_sync
+from routing.models import Team, ValueList
+from routing.rules_io import rules_import
+from tests.routing.test_pipeline import RULES
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def rita() -> Client:
+    clear_live_config_cache()
+    rules_import(RULES, publish=True)
+    user = User.objects.create_user("rita", password="pw", is_staff=True)
+    user.groups.add(revops_group_sync())
+    client = Client()
+    client.force_login(user)
+    yield client
+    clear_live_config_cache()
+
+
+def _changed(draft: ConfigDraft) -> None:
+    config_draft_patch(
+        draft_id=draft.pk,
+        changes={"value_lists": {"competitors": {"values": ["a.io"]}}},
+        actor="user:rita",
+    )
+
+
+def test_a_draft_is_begun_shown_in_words_and_published_from_the_admin(rita: Any) -> None:
+    response = rita.post(reverse("admin:routing_configdraft_add"), {"note": "competitors"})
+    assert response.status_code == 302, response.content[:2000]
+    draft = ConfigDraft.objects.get()
+    assert draft.created_by == "user:rita"
+    _changed(draft)
+    page = rita.get(reverse("admin:routing_configdraft_change", args=[draft.pk]))
+    assert 'Value list "competitors": values rival.io → a.io' in unescape(page.content.decode())
+    assert rita.get(reverse("admin:routing_configdraft_changelist")).status_code == 200
+    response = rita.post(
+        reverse("admin:routing_configdraft_changelist"),
+        {"action": "publish", "_selected_action": [draft.pk]},
+        follow=True,
+    )
+    assert "published as configuration version 2" in unescape(response.content.decode())
+    assert ValueList.objects.get().values == ["a.io"]
+    snapshot = ConfigSnapshot.objects.get(number=2)
+    version = rita.get(reverse("admin:routing_configsnapshot_change", args=[snapshot.pk]))
+    assert 'Value list "competitors": values rival.io → a.io' in unescape(version.content.decode())
+
+
+def test_a_stale_draft_is_refused_with_the_reason_and_a_version_rolled_back(rita: Any) -> None:
+    stale = config_draft_create(actor="user:rita")
+    first = config_draft_create(actor="user:rita")
+    _changed(first)
+    changelist = reverse("admin:routing_configdraft_changelist")
+    rita.post(changelist, {"action": "publish", "_selected_action": [first.pk]})
+    Team.objects.update(strategy="weighted")  # and a live edit on top
+    response = rita.post(
+        changelist, {"action": "publish", "_selected_action": [stale.pk]}, follow=True
+    )
+    assert "changed since this draft began" in unescape(response.content.decode())
+    assert ConfigDraft.objects.get(pk=stale.pk).status == "open"
+    baseline = ConfigSnapshot.objects.get(number=1)
+    response = rita.post(
+        reverse("admin:routing_configsnapshot_changelist"),
+        {"action": "roll_back", "_selected_action": [baseline.pk]},
+        follow=True,
+    )
+    assert "Version 1 published again as version 3" in unescape(response.content.decode())
+    assert ValueList.objects.get().values == ["rival.io"]
+    assert Team.objects.get().strategy == "round_robin"  # the version, whole
+
+
+def test_publishing_needs_the_publish_permission(rita: Any) -> None:
+    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+
+    user.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_configdraft", "change_configdraft"])
+    )
+    client = Client()
+    client.force_login(user)
+    draft = config_draft_create(actor="user:rita")
+    _changed(draft)
+    response = client.get(reverse("admin:routing_configdraft_changelist"))
+    actions = [name for name, _label in response.context["action_form"].fields["action"].choices]
+    assert "publish" not in actions
+    assert "discard" in actions
+    client.post(
+        reverse("admin:routing_configdraft_changelist"),
+        {"action": "publish", "_selected_action": [draft.pk]},
+    )
+    assert ConfigDraft.objects.get().status == "open"
+    assert ConfigSnapshot.objects.count() == 1
