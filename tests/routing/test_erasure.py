@@ -556,3 +556,54 @@ def test_leads_erased_before_the_column_existed_are_backfilled() -> None:
     assert got[no_event.pk] is not None
     assert got[pruned.pk] is None  # pruned by retention, not erased at anyone's request
     assert got[named.pk] is None
+
+
+# --- Final review of issue 21 -----------------------------------------------------------------
+
+
+def _nameless_lead_erased_by_id() -> None:
+    """A lead with neither e-mail nor phone (a name and an employer) had no person key: its
+    audit events were stored plain, and a rule on its company quoted the company in the trace,
+    in the append-only log, where erasure could not reach it (found by the final review)."""
+    import copy
+
+    from routing.erasure import lead_person_erase
+
+    rules = copy.deepcopy(RULES)
+    rules["ruleset"]["rules"].insert(
+        0,
+        {
+            "name": "Rivals by company",
+            "priority": 5,
+            "when": {"all": [{"field": "company", "op": "contains", "value": "rivalcorp"}]},
+            "action": {"type": "exclude", "reason": "competitor"},
+        },
+    )
+    rules_import(rules, publish=True)
+    lead = LeadFactory(raw_payload={"first_name": FIRST, "last_name": LAST, "company": "Quartzly"})
+    assert lead_process(lead_id=lead.id) == LeadStatus.ASSIGNED
+    assigned = Event.objects.get(lead=lead, type=EventType.ASSIGNED)
+    assert any("Quartzly" in entry["why"] for entry in assigned.trace)  # opened on read
+
+    result = lead_person_erase(lead_id=lead.pk, actor="user:dpo", reason="request")
+    assert result.leads == 1
+    for needle in (FIRST, LAST, "Quartzly"):
+        assert _found_anywhere(needle) == [], needle
+    report = audit_verify()
+    assert report.ok, report.findings
+    assert not report.key_problems
+    assert report.sealed_erased >= 1
+    assigned = Event.objects.get(pk=assigned.pk)
+    assert assigned.rule_name == "Everyone"  # the decision stays
+    assert assigned.trace == [{"rule": None, "matched": False, "why": privacy.ERASED}]
+
+
+@pytest.mark.django_db
+def test_a_lead_without_e_mail_or_phone_is_erased_from_the_audit_log_too() -> None:
+    _nameless_lead_erased_by_id()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_a_lead_without_e_mail_or_phone_is_erased_from_the_audit_log_too_on_postgresql() -> None:
+    _nameless_lead_erased_by_id()
