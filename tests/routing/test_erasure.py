@@ -183,8 +183,18 @@ def _erase_end_to_end(client: Client) -> None:
     client.force_login(user)
     page = client.get(f"/history/{lead.pk}/").content.decode()
     assert privacy.ERASED in page
-    assert client.get("/dashboard/").status_code == 200
-    assert client.get("/history/").status_code == 200
+    dashboard = client.get("/dashboard/")
+    assert dashboard.status_code == 200
+    history = client.get("/history/")
+    assert history.status_code == 200
+    listed = history.content.decode()
+    assert listed.count(privacy.ERASED) >= 2  # both leads, by what remains of them
+    assert assignment.rep_name in listed  # the decision stays on the list
+    exported = b"".join(client.get("/history/export.csv").streaming_content).decode()
+    assert exported.count(privacy.ERASED) >= 2
+    for needle in NEEDLES:
+        for text in (page, listed, exported, dashboard.content.decode()):
+            assert needle not in text, needle
     detail = client.get(f"/api/v1/leads/{lead.pk}/")
     assert detail.status_code == 200
     assert EMAIL not in detail.content.decode()
