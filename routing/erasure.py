@@ -267,7 +267,10 @@ def _person_leads(
     for email in emails:
         match |= Q(email__iexact=privacy.normalise_email(email))
     for phone in phones:
-        match |= Q(phone=privacy.normalise_phone(phone)) | Q(phone=phone)
+        # A phone names the person of a lead without an e-mail only (whose key is the
+        # phone's): on a lead with an e-mail it may be a switchboard that colleagues share,
+        # and following it erased (and exported) them, and every lead of their e-mails.
+        match |= Q(email="") & (Q(phone=privacy.normalise_phone(phone)) | Q(phone=phone))
     match |= Q(person_key__lookup__in=_lookups(emails, phones))
     # Leads not normalised yet (still queued) hold the person only in their raw payload.
     raw = Q()
@@ -471,13 +474,19 @@ def is_erased(lead: Lead) -> bool:
 
 
 def lead_person_erase(*, lead_id: Any, actor: str, reason: str) -> ErasureResult:
-    """Erase the person of one lead: this lead and every other lead of theirs (by its e-mail and
-    phone), as ``person_erase``. A lead erased before answers ``already_erased`` and nothing
-    is written again (checked again under the lock: two erasures at once write one); an
-    unknown lead raises ``Lead.DoesNotExist``."""
+    """Erase the person of one lead: this lead and every other lead of theirs (by its e-mail,
+    else its phone: ``person_of_lead``), as ``person_erase``. A lead erased before answers
+    ``already_erased`` and nothing is written again (checked again under the lock: two
+    erasures at once write one); an unknown lead raises ``Lead.DoesNotExist``."""
     lead = Lead.objects.only("pk", "email", "phone", "erased_at").get(pk=lead_id)
     if is_erased(lead):
         return ErasureResult(already_erased=1, lead_ids=[str(lead.pk)])
-    return person_erase(
-        email=lead.email, phone=lead.phone, actor=actor, reason=reason, lead_ids=[lead.pk]
-    )
+    email, phone = person_of_lead(lead)
+    return person_erase(email=email, phone=phone, actor=actor, reason=reason, lead_ids=[lead.pk])
+
+
+def person_of_lead(lead: Lead) -> tuple[str, str]:
+    """(e-mail, phone) that name a lead's person, as its key does: the e-mail when it has one,
+    else the phone. The phone of a lead with an e-mail is not the person's name: it may be a
+    switchboard, and following it would take the callers who left only that number."""
+    return (lead.email, "") if lead.email else ("", lead.phone)

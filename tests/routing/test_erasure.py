@@ -617,3 +617,63 @@ def test_a_lead_without_e_mail_or_phone_is_erased_from_the_audit_log_too() -> No
 @pytest.mark.django_db
 def test_a_lead_without_e_mail_or_phone_is_erased_from_the_audit_log_too_on_postgresql() -> None:
     _nameless_lead_erased_by_id()
+
+
+SWITCHBOARD = "+49 30 1234567"
+
+
+def _colleagues() -> tuple[Lead, Lead, Lead, Lead]:
+    """Ann and Bob gave their company's switchboard number; Bob has a lead without it; a
+    caller left only that number."""
+    rules_import(RULES, publish=True)
+    ann = LeadFactory(raw_payload={"email": "ann@acme.example", "phone": SWITCHBOARD})
+    bob = LeadFactory(raw_payload={"email": "bob@acme.example", "phone": SWITCHBOARD})
+    bob_again = LeadFactory(raw_payload={"email": "bob@acme.example", "company": "Acme"})
+    caller = LeadFactory(raw_payload={"phone": SWITCHBOARD, "first_name": "Cleo"})
+    for lead in (ann, bob, bob_again, caller):
+        lead_process(lead_id=lead.id)
+        lead.refresh_from_db()
+    return ann, bob, bob_again, caller
+
+
+@pytest.mark.django_db
+def test_erasing_a_lead_does_not_erase_colleagues_who_share_its_phone() -> None:
+    """Erasing Ann's lead (the API, the admin) followed her phone, a switchboard, to Bob's lead,
+    then Bob's e-mail to all his leads, and destroyed his key (final review of issue 21)."""
+    from routing.erasure import lead_person_erase
+
+    ann, bob, bob_again, caller = _colleagues()
+    result = lead_person_erase(lead_id=ann.pk, actor="user:dpo", reason="asked")
+    assert result.lead_ids == [str(ann.pk)]
+    assert result.keys == 1
+    for other in (bob, bob_again, caller):
+        fresh = Lead.objects.get(pk=other.pk)
+        assert fresh.erased_at is None
+        assert (fresh.phone, fresh.email) == (other.phone, other.email)
+        assert PersonKey.objects.get(pk=other.person_key_id).wrapped is not None
+    # A phone names the person of a lead that has no e-mail: the caller, not Ann or Bob.
+    result = person_erase(phone=SWITCHBOARD, actor="user:dpo", reason="asked")
+    assert result.lead_ids == [str(caller.pk)]
+    assert Lead.objects.filter(pk__in=[bob.pk, bob_again.pk], erased_at__isnull=True).count() == 2
+
+
+@pytest.mark.django_db
+def test_a_lead_s_subject_access_export_holds_no_one_who_shares_its_phone(client: Client) -> None:
+    """The admin's export of Ann's lead handed Bob's leads, and the caller's, to Ann."""
+    import json
+
+    from django.contrib.auth.models import User
+
+    ann, *_ = _colleagues()
+    dpo = User.objects.create_user("dpo", is_staff=True)
+    for codename in ("view_lead", "change_lead", "export_person"):
+        dpo.user_permissions.add(Permission.objects.get(codename=codename))
+    client.force_login(dpo)
+    response = client.post(
+        "/admin/leads/lead/", {"action": "export_person", "_selected_action": [str(ann.pk)]}
+    )
+    assert response.status_code == 200
+    document = json.loads(response.content)
+    assert [lead["id"] for lead in document["leads"]] == [str(ann.pk)]
+    assert "bob@acme.example" not in response.content.decode()
+    assert "Cleo" not in response.content.decode()
