@@ -426,7 +426,7 @@ def person_erase(
         email, phone = person_identifiers_check(email, phone)
     result = ErasureResult()
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         leads, emails, phones = person_identify(
             email=email, phone=phone, lead_ids=lead_ids, lock=True
         )

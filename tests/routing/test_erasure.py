@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
-from django.test import Client
+from django.test import Client, override_settings
 
 from audit.models import Event, EventType
 from audit.services import event_record
@@ -677,3 +677,27 @@ def test_a_lead_s_subject_access_export_holds_no_one_who_shares_its_phone(client
     assert [lead["id"] for lead in document["leads"]] == [str(ann.pk)]
     assert "bob@acme.example" not in response.content.decode()
     assert "Cleo" not in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_an_erasure_and_a_retention_batch_refuse_to_run_inside_another_transaction() -> None:
+    """Each is the outermost transaction (durable): inside a caller's, "one transaction per
+    person" and "a crash loses at most the open batch" would not hold, and the key cache would
+    be cleared before the erasure commits (final review of issue 21)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from routing.retention.services import retention_apply
+
+    LeadFactory(raw_payload={"email": EMAIL})
+    with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
+        person_erase(email=EMAIL, actor="user:dpo", reason="request")
+    old = LeadFactory(raw_payload={"email": "old@retention.example"}, status=LeadStatus.EXCLUDED)
+    Lead.objects.filter(pk=old.pk).update(received_at=timezone.now() - timedelta(days=400))
+    with (
+        override_settings(RETENTION_PERSONAL_DAYS=365),
+        pytest.raises(RuntimeError, match="durable"),
+        transaction.atomic(),
+    ):
+        retention_apply()
