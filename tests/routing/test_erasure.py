@@ -701,3 +701,30 @@ def test_an_erasure_and_a_retention_batch_refuse_to_run_inside_another_transacti
         transaction.atomic(),
     ):
         retention_apply()
+
+
+@pytest.mark.django_db
+def test_a_reassignment_reason_naming_the_person_leaves_nothing_after_erasure() -> None:
+    """A manager's typed reason ("Zebulon asked for Ben, call +49...") went plain into the
+    assignment and its append-only `reassigned` event, where erasure could not reach it; it is
+    recorded with e-mails and phone numbers redacted, as an erasure's own reason is (final
+    review of issue 21)."""
+    from routing.services import lead_reassign
+
+    rules_import(RULES, publish=True)
+    lead = LeadFactory(raw_payload={"email": EMAIL, "phone": PHONE})
+    lead_process(lead_id=lead.id)
+    owner = lead.assignments.get().rep_name
+    other = "ben@example.com" if owner == "Ana" else "ana@example.com"
+    assignment = lead_reassign(
+        lead_id=lead.pk,
+        rep_email=other,
+        reason=f"asked by {EMAIL.title()} on the phone ({PHONE}), 2026-12-03",
+        actor="user:mia",
+    )
+    assert assignment.reason == (
+        "reassigned by hand (user:mia): asked by [redacted] on the phone ([redacted]), 2026-12-03"
+    )
+    person_erase(email=EMAIL, actor="user:dpo", reason="request")
+    for needle in (EMAIL, PHONE):
+        assert _found_anywhere(needle) == [], needle
