@@ -179,14 +179,36 @@ def _phone_pattern(needle: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![0-9]){re.escape(needle)}(?![0-9])")
 
 
-def _patterns(emails: set[str], phones: set[str]) -> list[re.Pattern[str]]:
-    return [_email_pattern(n) for e in emails for n in _needles(e, "")] + [
-        _phone_pattern(n) for p in phones for n in _needles("", p)
-    ]
+@dataclass(frozen=True, slots=True)
+class _Patterns:
+    """The person's e-mails and phones as whole values to find in a payload's text."""
+
+    emails: set[str]
+    email_patterns: list[re.Pattern[str]]
+    phone_patterns: list[re.Pattern[str]]
 
 
-def _holds(text: str, patterns: list[re.Pattern[str]]) -> bool:
-    return any(pattern.search(text) for pattern in patterns)
+def _patterns(emails: set[str], phones: set[str]) -> _Patterns:
+    return _Patterns(
+        emails={privacy.normalise_email(e) for e in emails},
+        email_patterns=[_email_pattern(n) for e in emails for n in _needles(e, "")],
+        phone_patterns=[_phone_pattern(n) for p in phones for n in _needles("", p)],
+    )
+
+
+# Any e-mail address in a payload's text.
+_ANY_EMAIL = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+")
+
+
+def _holds(text: str, patterns: _Patterns) -> bool:
+    """Whether the text holds one of the person's e-mails, or one of their phones and no one
+    else's e-mail: as on a lead, a phone beside another e-mail may be a shared switchboard."""
+    if any(pattern.search(text) for pattern in patterns.email_patterns):
+        return True
+    if not any(pattern.search(text) for pattern in patterns.phone_patterns):
+        return False
+    found = {privacy.normalise_email(m) for m in _ANY_EMAIL.findall(text)}
+    return found <= patterns.emails
 
 
 def _needles(email: str, phone: str) -> list[str]:

@@ -728,3 +728,36 @@ def test_a_reassignment_reason_naming_the_person_leaves_nothing_after_erasure() 
     person_erase(email=EMAIL, actor="user:dpo", reason="request")
     for needle in (EMAIL, PHONE):
         assert _found_anywhere(needle) == [], needle
+
+
+@pytest.mark.django_db
+def test_a_phone_takes_no_queued_lead_or_refused_row_that_names_someone_else() -> None:
+    """Erasing the caller who left only the switchboard number deleted Bob's refused row and
+    erased Bob's lead still queued, both holding that number beside Bob's e-mail (final
+    review of issue 21): in a payload, as on a lead, a phone names no one who gave an e-mail."""
+    bob_queued = LeadFactory(raw_payload={"Email": "bob@acme.example", "Phone": SWITCHBOARD})
+    caller_queued = LeadFactory(raw_payload={"Phone": SWITCHBOARD, "Name": "Cleo"})
+    source = bob_queued.source
+    bob_refused = RefusedPayload.objects.create(
+        source=source,
+        body=f'{{"mail": "bob@acme.example", "tel": "{SWITCHBOARD}"}}'.encode(),
+        status_code=422,
+        reason="not_a_lead",
+    )
+    caller_refused = RefusedPayload.objects.create(
+        source=source, body=f'{{"tel": "{SWITCHBOARD}"}}'.encode(), status_code=422, reason="x"
+    )
+    result = person_erase(phone=SWITCHBOARD, actor="user:dpo", reason="asked")
+    assert result.lead_ids == [str(caller_queued.pk)]
+    assert result.refused_payloads == 1
+    assert RefusedPayload.objects.filter(pk=bob_refused.pk).exists()
+    assert not RefusedPayload.objects.filter(pk=caller_refused.pk).exists()
+    bob_queued.refresh_from_db()
+    assert bob_queued.erased_at is None
+    assert bob_queued.raw_payload["Email"] == "bob@acme.example"
+    # Bob himself, by his e-mail and that phone: both are his.
+    result = person_erase(
+        email="bob@acme.example", phone=SWITCHBOARD, actor="user:dpo", reason="asked"
+    )
+    assert result.lead_ids == [str(bob_queued.pk)]
+    assert not RefusedPayload.objects.filter(pk=bob_refused.pk).exists()
