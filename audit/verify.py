@@ -35,8 +35,10 @@ class KeyProblem:
     """A person key that cannot open its sealed events, without an erasure to explain it: not
     tampering of the chain (the hashes hold), but personal data lost. ``kind`` is ``missing``
     (no such key row), ``destroyed`` (destroyed without ``erased_at``: no erasure or retention
-    recorded it), ``lost`` (no key in ``PRIVACY_KEYS`` unwraps it) or ``unopenable`` (it
-    unwraps, but does not open what was sealed with it: the wrapped key was replaced)."""
+    recorded it), ``unrecorded`` (marked erased, but the event's chain holds no ``erased`` or
+    ``pruned`` event: the key table alone was changed), ``lost`` (no key in ``PRIVACY_KEYS``
+    unwraps it) or ``unopenable`` (it unwraps, but does not open what was sealed with it: the
+    wrapped key was replaced)."""
 
     kind: str
     person_key_id: int
@@ -46,6 +48,7 @@ class KeyProblem:
         why = {
             "missing": "no such person key",
             "destroyed": "destroyed without an erasure record",
+            "unrecorded": "marked erased, but no erasure or pruning is in its lead's audit chain",
             "lost": "no key in PRIVACY_KEYS unwraps it (a master key removed or lost)",
             "unopenable": "it does not open what was sealed with it",
         }[self.kind]
@@ -110,8 +113,30 @@ class _Keys:
         return "live", fernet
 
 
+# The events that destroy a person's key with a record in the hash chain (routing/erasure.py,
+# routing/retention/): a key marked erased counts as erased only in a chain that holds one.
+_ERASING = frozenset({EventType.ERASED, EventType.PRUNED})
+
+
+class _Chain:
+    """What one chain has shown so far: its sealed events whose key is marked erased (by key),
+    and whether an erasure or pruning is recorded in it."""
+
+    def __init__(self) -> None:
+        self.sealed_erased: dict[int, int] = {}
+        self.erasing = False
+
+    def close(self, report: Report, problems: dict[tuple[str, int], int]) -> None:
+        for key_id, n in self.sealed_erased.items():
+            if self.erasing:
+                report.sealed_erased += n
+            else:
+                problem = ("unrecorded", key_id)
+                problems[problem] = problems.get(problem, 0) + n
+
+
 def _key_check(keys: _Keys, row: dict[str, Any], problems: dict[tuple[str, int], int]) -> bool:
-    """Whether the sealed ``row`` is an erased person's (else any problem is counted)."""
+    """Whether the sealed ``row`` is under a key marked erased (else any problem is counted)."""
     state, fernet = keys.state(row["person_key_id"])
     if state == "erased":
         return True
@@ -135,19 +160,25 @@ def audit_verify(*, chain: str | None = None, batch: int = 2000) -> Report:
     prev_hash = ""
     keys = _Keys()
     problems: dict[tuple[str, int], int] = {}
+    seen = _Chain()
     for row in _rows(chain, batch):
-        if row["type"] == EventType.ERASED:
-            report.erasures += 1
-        if row["sealed"]:
-            if row["person_key_id"] is None:
-                problems[("missing", 0)] = problems.get(("missing", 0), 0) + 1
-            elif _key_check(keys, row, problems):
-                report.sealed_erased += 1
         if report.events == 0 or row["chain"] != current:
+            seen.close(report, problems)
+            seen = _Chain()
             current = row["chain"]
             report.chains += 1
             expected_seq = 1
             prev_hash = ""
+        if row["type"] == EventType.ERASED:
+            report.erasures += 1
+        if row["type"] in _ERASING:
+            seen.erasing = True
+        if row["sealed"]:
+            if row["person_key_id"] is None:
+                problems[("missing", 0)] = problems.get(("missing", 0), 0) + 1
+            elif _key_check(keys, row, problems):
+                key_id = row["person_key_id"]
+                seen.sealed_erased[key_id] = seen.sealed_erased.get(key_id, 0) + 1
         report.events += 1
         seq = row["seq"]
         if seq > expected_seq:
@@ -171,6 +202,7 @@ def audit_verify(*, chain: str | None = None, batch: int = 2000) -> Report:
             )
         prev_hash = row["hash"]
         expected_seq = seq + 1
+    seen.close(report, problems)
     report.key_problems = [
         KeyProblem(kind, key_id, n) for (kind, key_id), n in sorted(problems.items())
     ]

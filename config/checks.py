@@ -97,3 +97,22 @@ def privacy_keys_open_check(
         )
         for wrapped_by, n in groups
     ]
+
+
+@register(Tags.security, deploy=True)
+def console_mail_check(app_configs: Any = None, **kwargs: Any) -> list[CheckWarning]:
+    """E-mail printed to the console (``EMAIL_URL``'s default) puts every rep's notification,
+    with the lead's name, e-mail, phone and company, into the worker's log: personal data where
+    no erasure or retention reaches it (docs/operations.md, "Privacy")."""
+    backend = str(getattr(settings, "EMAIL_BACKEND", ""))
+    if not settings.DELIVERY_EMAIL_ENABLED or not backend.endswith("console.EmailBackend"):
+        return []
+    return [
+        CheckWarning(
+            "E-mail goes to the console: each rep's notification prints the lead's personal "
+            "data into the worker's log, which erasure and retention cannot reach.",
+            hint="Set EMAIL_URL to your mail server (smtp+tls://...), or "
+            "DELIVERY_EMAIL_ENABLED=false if reps are told another way.",
+            id="leadrouter.W002",
+        )
+    ]

@@ -412,6 +412,7 @@ class LeadAdmin(admin.ModelAdmin):
         import json
 
         from audit.subject_access import person_export  # audit builds on leads
+        from routing.erasure import person_of_lead  # routing builds on leads
 
         actor = f"user:{request.user.get_username()}"
         people: list[dict[str, Any]] = []
@@ -419,9 +420,8 @@ class LeadAdmin(admin.ModelAdmin):
         for lead in queryset.select_related(None).only("id", "email", "phone")[:100]:
             if str(lead.pk) in seen:
                 continue
-            document = person_export(
-                email=lead.email, phone=lead.phone, actor=actor, lead_ids=[lead.pk]
-            )
+            email, phone = person_of_lead(lead)
+            document = person_export(email=email, phone=phone, actor=actor, lead_ids=[lead.pk])
             seen |= {item["id"] for item in document["leads"]}
             people.append(document)
         body = people[0] if len(people) == 1 else {"people": people}

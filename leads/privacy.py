@@ -1,8 +1,9 @@
 """Personal data sealed under a per-person key, so that erasure can destroy it (crypto-shredding).
 
-Each person (a normalised e-mail, else a phone) has a ``PersonKey`` row: a random Fernet data
-key, wrapped (encrypted) by the master key ``PRIVACY_KEYS`` that lives outside the database, and
-found by an HMAC of the address (``PRIVACY_HASH_KEY``), never the address itself. The personal
+Each person (a normalised e-mail, else a phone, else the one lead that names them by neither)
+has a ``PersonKey`` row: a random Fernet data key, wrapped (encrypted) by the master key
+``PRIVACY_KEYS`` that lives outside the database, and found by an HMAC of the address
+(``PRIVACY_HASH_KEY``), never the address itself. The personal
 content of audit events (their trace, and the ``data`` values that quote the lead) is stored
 sealed with that key; erasure nulls the wrapped key, so what was sealed stays in the append-only
 log, still covered by its hash chain, and can never be opened again.
@@ -152,12 +153,15 @@ def normalise_phone(phone: str) -> str:
     return ("+" if text.startswith("+") else "") + digits
 
 
-def lookup_hash(*, email: str = "", phone: str = "") -> str:
-    """The keyed hash that finds a person's key: of the e-mail when given, else the phone."""
+def lookup_hash(*, email: str = "", phone: str = "", lead_id: Any = None) -> str:
+    """The keyed hash that finds a person's key: of the e-mail when given, else the phone,
+    else (a lead naming its person by neither) the lead's own id."""
     if email.strip():
         text = "email:" + normalise_email(email)
     elif normalise_phone(phone).lstrip("+"):
         text = "phone:" + normalise_phone(phone)
+    elif lead_id is not None and str(lead_id):
+        text = f"lead:{lead_id}"
     else:
         raise ValueError("a person is found by an e-mail or a phone")
     return hmac.new(settings.PRIVACY_HASH_KEY.encode(), text.encode(), hashlib.sha256).hexdigest()
@@ -254,16 +258,22 @@ def person_fernets(key_ids: set[int]) -> dict[int, Fernet | None]:
     return found
 
 
-def person_key_for(*, email: str = "", phone: str = "") -> int | None:
-    """The id of the person's key, created on first use; None without an e-mail or phone, or
-    with ``PRIVACY_SEALING`` off (the benchmark's comparison: events are then stored plain)."""
+def person_key_for(*, email: str = "", phone: str = "", lead_id: Any = None) -> int | None:
+    """The id of the person's key, created on first use; None without an e-mail, a phone or a
+    ``lead_id``, or with ``PRIVACY_SEALING`` off (the benchmark's comparison: events are then
+    stored plain).
+
+    A lead that names its person by neither e-mail nor phone (a name and an employer) gets a
+    key of its own, found by its id: its events quote the person too (a rule on the company
+    explains itself with the company), and only a key erasure destroys makes them unreadable
+    in the append-only log."""
     from leads.models import PersonKey
 
     if not settings.PRIVACY_SEALING:
         return None
 
     try:
-        lookup = lookup_hash(email=email, phone=phone)
+        lookup = lookup_hash(email=email, phone=phone, lead_id=lead_id)
     except ValueError:
         return None
     # The wrapped key comes with the id and is cached: sealing the lead's events right after

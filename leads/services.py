@@ -903,7 +903,7 @@ def lead_apply_normalization(*, lead: Lead) -> Lead:
     lead.custom = result.custom
     lead.flags = sorted({*result.flags, *flat.flags})
     # The key its audit events' personal content is sealed with (leads/privacy.py).
-    lead.person_key_id = privacy.person_key_for(email=lead.email, phone=lead.phone)
+    lead.person_key_id = privacy.person_key_for(email=lead.email, phone=lead.phone, lead_id=lead.pk)
     lead.normalized_at = timezone.now()
     return lead
 

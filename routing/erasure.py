@@ -179,14 +179,36 @@ def _phone_pattern(needle: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![0-9]){re.escape(needle)}(?![0-9])")
 
 
-def _patterns(emails: set[str], phones: set[str]) -> list[re.Pattern[str]]:
-    return [_email_pattern(n) for e in emails for n in _needles(e, "")] + [
-        _phone_pattern(n) for p in phones for n in _needles("", p)
-    ]
+@dataclass(frozen=True, slots=True)
+class _Patterns:
+    """The person's e-mails and phones as whole values to find in a payload's text."""
+
+    emails: set[str]
+    email_patterns: list[re.Pattern[str]]
+    phone_patterns: list[re.Pattern[str]]
 
 
-def _holds(text: str, patterns: list[re.Pattern[str]]) -> bool:
-    return any(pattern.search(text) for pattern in patterns)
+def _patterns(emails: set[str], phones: set[str]) -> _Patterns:
+    return _Patterns(
+        emails={privacy.normalise_email(e) for e in emails},
+        email_patterns=[_email_pattern(n) for e in emails for n in _needles(e, "")],
+        phone_patterns=[_phone_pattern(n) for p in phones for n in _needles("", p)],
+    )
+
+
+# Any e-mail address in a payload's text.
+_ANY_EMAIL = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+")
+
+
+def _holds(text: str, patterns: _Patterns) -> bool:
+    """Whether the text holds one of the person's e-mails, or one of their phones and no one
+    else's e-mail: as on a lead, a phone beside another e-mail may be a shared switchboard."""
+    if any(pattern.search(text) for pattern in patterns.email_patterns):
+        return True
+    if not any(pattern.search(text) for pattern in patterns.phone_patterns):
+        return False
+    found = {privacy.normalise_email(m) for m in _ANY_EMAIL.findall(text)}
+    return found <= patterns.emails
 
 
 def _needles(email: str, phone: str) -> list[str]:
@@ -267,7 +289,10 @@ def _person_leads(
     for email in emails:
         match |= Q(email__iexact=privacy.normalise_email(email))
     for phone in phones:
-        match |= Q(phone=privacy.normalise_phone(phone)) | Q(phone=phone)
+        # A phone names the person of a lead without an e-mail only (whose key is the
+        # phone's): on a lead with an e-mail it may be a switchboard that colleagues share,
+        # and following it erased (and exported) them, and every lead of their e-mails.
+        match |= Q(email="") & (Q(phone=privacy.normalise_phone(phone)) | Q(phone=phone))
     match |= Q(person_key__lookup__in=_lookups(emails, phones))
     # Leads not normalised yet (still queued) hold the person only in their raw payload.
     raw = Q()
@@ -423,7 +448,7 @@ def person_erase(
         email, phone = person_identifiers_check(email, phone)
     result = ErasureResult()
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         leads, emails, phones = person_identify(
             email=email, phone=phone, lead_ids=lead_ids, lock=True
         )
@@ -471,13 +496,19 @@ def is_erased(lead: Lead) -> bool:
 
 
 def lead_person_erase(*, lead_id: Any, actor: str, reason: str) -> ErasureResult:
-    """Erase the person of one lead: this lead and every other lead of theirs (by its e-mail and
-    phone), as ``person_erase``. A lead erased before answers ``already_erased`` and nothing
-    is written again (checked again under the lock: two erasures at once write one); an
-    unknown lead raises ``Lead.DoesNotExist``."""
+    """Erase the person of one lead: this lead and every other lead of theirs (by its e-mail,
+    else its phone: ``person_of_lead``), as ``person_erase``. A lead erased before answers
+    ``already_erased`` and nothing is written again (checked again under the lock: two
+    erasures at once write one); an unknown lead raises ``Lead.DoesNotExist``."""
     lead = Lead.objects.only("pk", "email", "phone", "erased_at").get(pk=lead_id)
     if is_erased(lead):
         return ErasureResult(already_erased=1, lead_ids=[str(lead.pk)])
-    return person_erase(
-        email=lead.email, phone=lead.phone, actor=actor, reason=reason, lead_ids=[lead.pk]
-    )
+    email, phone = person_of_lead(lead)
+    return person_erase(email=email, phone=phone, actor=actor, reason=reason, lead_ids=[lead.pk])
+
+
+def person_of_lead(lead: Lead) -> tuple[str, str]:
+    """(e-mail, phone) that name a lead's person, as its key does: the e-mail when it has one,
+    else the phone. The phone of a lead with an e-mail is not the person's name: it may be a
+    switchboard, and following it would take the callers who left only that number."""
+    return (lead.email, "") if lead.email else ("", lead.phone)

@@ -53,6 +53,7 @@ from routing.enrichment import (
     enrichment_http_wanted,
     enrichment_trace_note,
 )
+from routing.erasure import reason_redact
 from routing.fetch.meta import lead_meta_fetch_park, lead_meta_fetch_wanted
 from routing.models import (
     Assignment,
@@ -711,9 +712,11 @@ def lead_reassign(
     The current assignment, if any, is superseded by a new one; a lead without an owner gets
     its first. Reassigning to the current owner changes nothing. Not while the worker has it.
     With ``scope_team_ids`` (a manager scoped to their teams), only a lead owned within those
-    teams, and only to their members — checked under the lead's lock.
+    teams, and only to their members — checked under the lead's lock. The typed ``reason`` is
+    kept with e-mails and phone numbers redacted: it enters the append-only audit log, where an
+    erasure of the lead's person cannot reach it.
     """
-    reason = reason.strip()
+    reason = reason_redact(reason.strip())
     lead = _locked_lead(lead_id)
     current = _current_assignment(lead)
     _scope_check(current, scope_team_ids)

@@ -173,7 +173,7 @@ def retention_totals() -> dict[str, Any]:
 
 
 def _raw_batch(source: Source, cutoff: datetime, batch: int, now: datetime) -> int:
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         leads = _locked(_candidates(RAW_PAYLOAD, source, cutoff), batch)
         if not leads:
             return 0
@@ -185,7 +185,7 @@ def _raw_batch(source: Source, cutoff: datetime, batch: int, now: datetime) -> i
 
 
 def _refused_batch(source: Source, cutoff: datetime, batch: int, now: datetime) -> int:
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         ids = list(
             RefusedPayload.objects.filter(source=source, received_at__lt=cutoff)
             .order_by("received_at", "pk")
@@ -212,7 +212,7 @@ def _key_still_needed(key_id: int, pruning: set[Any]) -> bool:
 def _personal_batch(
     policy: str, source: Source, cutoff: datetime, days: int, batch: int, now: datetime
 ) -> dict[str, int]:
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         leads = _locked(_candidates(policy, source, cutoff), batch)
         if not leads:
             return {}
@@ -259,7 +259,7 @@ def _keys_destroy(*, now: datetime, batch: int) -> int:
     """Destroy the keys retired at least the grace period ago that no lead took meanwhile."""
     grace = timedelta(seconds=float(settings.RETENTION_KEY_GRACE_SECONDS))
     destroyed = 0
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         keys = list(
             PersonKey.objects.select_for_update(skip_locked=True)
             .filter(retired_at__lte=now - grace, wrapped__isnull=False)

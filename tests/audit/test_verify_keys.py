@@ -57,6 +57,7 @@ def test_an_erasure_recorded_on_the_key_is_an_erasure() -> None:
     PersonKey.objects.filter(pk=lead.person_key_id).update(
         wrapped=None, lookup=None, erased_at=timezone.now()
     )
+    event_record(type=EventType.ERASED, lead_id=lead.pk, data={"reason": "asked"})
     report = audit_verify()
     assert report.ok
     assert report.sealed_erased == 1
@@ -137,3 +138,29 @@ def test_tampering_still_wins_over_a_lost_key() -> None:
     assert code == 1
     assert "audit log tampered" in text
     assert "lost key: person key" in text
+
+
+@pytest.mark.parametrize("recorded", [None, EventType.PRUNED])
+def test_a_key_marked_erased_counts_only_with_an_erasure_in_the_chain(recorded: Any) -> None:
+    """Anyone who can write the key table could destroy a person's sealed history and set
+    ``erased_at``: audit_verify took that for an erasure. An erasure (or retention's pruning)
+    appends its event to the lead's hash chain; without one it is a lost key (final review)."""
+    lead = _sealed_lead("forged@verify.example")
+    PersonKey.objects.filter(pk=lead.person_key_id).update(
+        wrapped=None, lookup=None, erased_at=timezone.now()
+    )
+    if recorded is not None:
+        event_record(type=recorded, lead_id=lead.pk, data={"reason": "retention"})
+        report = audit_verify()
+        assert (report.sealed_erased, report.key_problems) == (1, [])
+        assert _verify()[0] == 0
+        return
+    report = audit_verify()
+    assert report.ok  # the chain holds: not tampering of a row
+    assert report.sealed_erased == 0
+    assert [(p.kind, p.person_key_id, p.events) for p in report.key_problems] == [
+        ("unrecorded", lead.person_key_id, 1)
+    ]
+    code, text = _verify()
+    assert code == 3, text
+    assert "marked erased, but no erasure or pruning is in its lead's audit chain" in text

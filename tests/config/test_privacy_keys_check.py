@@ -108,3 +108,29 @@ def test_migrate_refuses_to_run_with_a_malformed_key(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "leadrouter.E003" in done.stdout + done.stderr
     assert "not-a-fernet-key" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("backend", "enabled", "warned"),
+    [
+        ("django.core.mail.backends.console.EmailBackend", True, True),
+        ("django.core.mail.backends.smtp.EmailBackend", True, False),
+        ("django.core.mail.backends.console.EmailBackend", False, False),
+    ],
+)
+def test_the_deploy_check_warns_that_console_mail_prints_leads_into_the_log(
+    backend: str, enabled: bool, warned: bool
+) -> None:
+    """EMAIL_URL's default, consolemail://, writes every rep's notification (the lead's name,
+    e-mail, phone, company) into the io worker's log, where no erasure reaches it; docker
+    compose left it at that default (final review of issue 21)."""
+    from django.test import override_settings
+
+    from config.checks import console_mail_check
+
+    with override_settings(EMAIL_BACKEND=backend, DELIVERY_EMAIL_ENABLED=enabled):
+        found = console_mail_check()
+    assert [w.id for w in found] == (["leadrouter.W002"] if warned else [])
+    if warned:
+        assert "personal data" in found[0].msg
+        assert "EMAIL_URL" in found[0].hint

@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
-from django.test import Client
+from django.test import Client, override_settings
 
 from audit.models import Event, EventType
 from audit.services import event_record
@@ -183,8 +183,18 @@ def _erase_end_to_end(client: Client) -> None:
     client.force_login(user)
     page = client.get(f"/history/{lead.pk}/").content.decode()
     assert privacy.ERASED in page
-    assert client.get("/dashboard/").status_code == 200
-    assert client.get("/history/").status_code == 200
+    dashboard = client.get("/dashboard/")
+    assert dashboard.status_code == 200
+    history = client.get("/history/")
+    assert history.status_code == 200
+    listed = history.content.decode()
+    assert listed.count(privacy.ERASED) >= 2  # both leads, by what remains of them
+    assert assignment.rep_name in listed  # the decision stays on the list
+    exported = b"".join(client.get("/history/export.csv").streaming_content).decode()
+    assert exported.count(privacy.ERASED) >= 2
+    for needle in NEEDLES:
+        for text in (page, listed, exported, dashboard.content.decode()):
+            assert needle not in text, needle
     detail = client.get(f"/api/v1/leads/{lead.pk}/")
     assert detail.status_code == 200
     assert EMAIL not in detail.content.decode()
@@ -556,3 +566,198 @@ def test_leads_erased_before_the_column_existed_are_backfilled() -> None:
     assert got[no_event.pk] is not None
     assert got[pruned.pk] is None  # pruned by retention, not erased at anyone's request
     assert got[named.pk] is None
+
+
+# --- Final review of issue 21 -----------------------------------------------------------------
+
+
+def _nameless_lead_erased_by_id() -> None:
+    """A lead with neither e-mail nor phone (a name and an employer) had no person key: its
+    audit events were stored plain, and a rule on its company quoted the company in the trace,
+    in the append-only log, where erasure could not reach it (found by the final review)."""
+    import copy
+
+    from routing.erasure import lead_person_erase
+
+    rules = copy.deepcopy(RULES)
+    rules["ruleset"]["rules"].insert(
+        0,
+        {
+            "name": "Rivals by company",
+            "priority": 5,
+            "when": {"all": [{"field": "company", "op": "contains", "value": "rivalcorp"}]},
+            "action": {"type": "exclude", "reason": "competitor"},
+        },
+    )
+    rules_import(rules, publish=True)
+    lead = LeadFactory(raw_payload={"first_name": FIRST, "last_name": LAST, "company": "Quartzly"})
+    assert lead_process(lead_id=lead.id) == LeadStatus.ASSIGNED
+    assigned = Event.objects.get(lead=lead, type=EventType.ASSIGNED)
+    assert any("Quartzly" in entry["why"] for entry in assigned.trace)  # opened on read
+
+    result = lead_person_erase(lead_id=lead.pk, actor="user:dpo", reason="request")
+    assert result.leads == 1
+    for needle in (FIRST, LAST, "Quartzly"):
+        assert _found_anywhere(needle) == [], needle
+    report = audit_verify()
+    assert report.ok, report.findings
+    assert not report.key_problems
+    assert report.sealed_erased >= 1
+    assigned = Event.objects.get(pk=assigned.pk)
+    assert assigned.rule_name == "Everyone"  # the decision stays
+    assert assigned.trace == [{"rule": None, "matched": False, "why": privacy.ERASED}]
+
+
+@pytest.mark.django_db
+def test_a_lead_without_e_mail_or_phone_is_erased_from_the_audit_log_too() -> None:
+    _nameless_lead_erased_by_id()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_a_lead_without_e_mail_or_phone_is_erased_from_the_audit_log_too_on_postgresql() -> None:
+    _nameless_lead_erased_by_id()
+
+
+SWITCHBOARD = "+49 30 1234567"
+
+
+def _colleagues() -> tuple[Lead, Lead, Lead, Lead]:
+    """Ann and Bob gave their company's switchboard number; Bob has a lead without it; a
+    caller left only that number."""
+    rules_import(RULES, publish=True)
+    ann = LeadFactory(raw_payload={"email": "ann@acme.example", "phone": SWITCHBOARD})
+    bob = LeadFactory(raw_payload={"email": "bob@acme.example", "phone": SWITCHBOARD})
+    bob_again = LeadFactory(raw_payload={"email": "bob@acme.example", "company": "Acme"})
+    caller = LeadFactory(raw_payload={"phone": SWITCHBOARD, "first_name": "Cleo"})
+    for lead in (ann, bob, bob_again, caller):
+        lead_process(lead_id=lead.id)
+        lead.refresh_from_db()
+    return ann, bob, bob_again, caller
+
+
+@pytest.mark.django_db
+def test_erasing_a_lead_does_not_erase_colleagues_who_share_its_phone() -> None:
+    """Erasing Ann's lead (the API, the admin) followed her phone, a switchboard, to Bob's lead,
+    then Bob's e-mail to all his leads, and destroyed his key (final review of issue 21)."""
+    from routing.erasure import lead_person_erase
+
+    ann, bob, bob_again, caller = _colleagues()
+    result = lead_person_erase(lead_id=ann.pk, actor="user:dpo", reason="asked")
+    assert result.lead_ids == [str(ann.pk)]
+    assert result.keys == 1
+    for other in (bob, bob_again, caller):
+        fresh = Lead.objects.get(pk=other.pk)
+        assert fresh.erased_at is None
+        assert (fresh.phone, fresh.email) == (other.phone, other.email)
+        assert PersonKey.objects.get(pk=other.person_key_id).wrapped is not None
+    # A phone names the person of a lead that has no e-mail: the caller, not Ann or Bob.
+    result = person_erase(phone=SWITCHBOARD, actor="user:dpo", reason="asked")
+    assert result.lead_ids == [str(caller.pk)]
+    assert Lead.objects.filter(pk__in=[bob.pk, bob_again.pk], erased_at__isnull=True).count() == 2
+
+
+@pytest.mark.django_db
+def test_a_lead_s_subject_access_export_holds_no_one_who_shares_its_phone(client: Client) -> None:
+    """The admin's export of Ann's lead handed Bob's leads, and the caller's, to Ann."""
+    import json
+
+    from django.contrib.auth.models import User
+
+    ann, *_ = _colleagues()
+    dpo = User.objects.create_user("dpo", is_staff=True)
+    for codename in ("view_lead", "change_lead", "export_person"):
+        dpo.user_permissions.add(Permission.objects.get(codename=codename))
+    client.force_login(dpo)
+    response = client.post(
+        "/admin/leads/lead/", {"action": "export_person", "_selected_action": [str(ann.pk)]}
+    )
+    assert response.status_code == 200
+    document = json.loads(response.content)
+    assert [lead["id"] for lead in document["leads"]] == [str(ann.pk)]
+    assert "bob@acme.example" not in response.content.decode()
+    assert "Cleo" not in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_an_erasure_and_a_retention_batch_refuse_to_run_inside_another_transaction() -> None:
+    """Each is the outermost transaction (durable): inside a caller's, "one transaction per
+    person" and "a crash loses at most the open batch" would not hold, and the key cache would
+    be cleared before the erasure commits (final review of issue 21)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from routing.retention.services import retention_apply
+
+    LeadFactory(raw_payload={"email": EMAIL})
+    with pytest.raises(RuntimeError, match="durable"), transaction.atomic():
+        person_erase(email=EMAIL, actor="user:dpo", reason="request")
+    old = LeadFactory(raw_payload={"email": "old@retention.example"}, status=LeadStatus.EXCLUDED)
+    Lead.objects.filter(pk=old.pk).update(received_at=timezone.now() - timedelta(days=400))
+    with (
+        override_settings(RETENTION_PERSONAL_DAYS=365),
+        pytest.raises(RuntimeError, match="durable"),
+        transaction.atomic(),
+    ):
+        retention_apply()
+
+
+@pytest.mark.django_db
+def test_a_reassignment_reason_naming_the_person_leaves_nothing_after_erasure() -> None:
+    """A manager's typed reason ("Zebulon asked for Ben, call +49...") went plain into the
+    assignment and its append-only `reassigned` event, where erasure could not reach it; it is
+    recorded with e-mails and phone numbers redacted, as an erasure's own reason is (final
+    review of issue 21)."""
+    from routing.services import lead_reassign
+
+    rules_import(RULES, publish=True)
+    lead = LeadFactory(raw_payload={"email": EMAIL, "phone": PHONE})
+    lead_process(lead_id=lead.id)
+    owner = lead.assignments.get().rep_name
+    other = "ben@example.com" if owner == "Ana" else "ana@example.com"
+    assignment = lead_reassign(
+        lead_id=lead.pk,
+        rep_email=other,
+        reason=f"asked by {EMAIL.title()} on the phone ({PHONE}), 2026-12-03",
+        actor="user:mia",
+    )
+    assert assignment.reason == (
+        "reassigned by hand (user:mia): asked by [redacted] on the phone ([redacted]), 2026-12-03"
+    )
+    person_erase(email=EMAIL, actor="user:dpo", reason="request")
+    for needle in (EMAIL, PHONE):
+        assert _found_anywhere(needle) == [], needle
+
+
+@pytest.mark.django_db
+def test_a_phone_takes_no_queued_lead_or_refused_row_that_names_someone_else() -> None:
+    """Erasing the caller who left only the switchboard number deleted Bob's refused row and
+    erased Bob's lead still queued, both holding that number beside Bob's e-mail (final
+    review of issue 21): in a payload, as on a lead, a phone names no one who gave an e-mail."""
+    bob_queued = LeadFactory(raw_payload={"Email": "bob@acme.example", "Phone": SWITCHBOARD})
+    caller_queued = LeadFactory(raw_payload={"Phone": SWITCHBOARD, "Name": "Cleo"})
+    source = bob_queued.source
+    bob_refused = RefusedPayload.objects.create(
+        source=source,
+        body=f'{{"mail": "bob@acme.example", "tel": "{SWITCHBOARD}"}}'.encode(),
+        status_code=422,
+        reason="not_a_lead",
+    )
+    caller_refused = RefusedPayload.objects.create(
+        source=source, body=f'{{"tel": "{SWITCHBOARD}"}}'.encode(), status_code=422, reason="x"
+    )
+    result = person_erase(phone=SWITCHBOARD, actor="user:dpo", reason="asked")
+    assert result.lead_ids == [str(caller_queued.pk)]
+    assert result.refused_payloads == 1
+    assert RefusedPayload.objects.filter(pk=bob_refused.pk).exists()
+    assert not RefusedPayload.objects.filter(pk=caller_refused.pk).exists()
+    bob_queued.refresh_from_db()
+    assert bob_queued.erased_at is None
+    assert bob_queued.raw_payload["Email"] == "bob@acme.example"
+    # Bob himself, by his e-mail and that phone: both are his.
+    result = person_erase(
+        email="bob@acme.example", phone=SWITCHBOARD, actor="user:dpo", reason="asked"
+    )
+    assert result.lead_ids == [str(bob_queued.pk)]
+    assert not RefusedPayload.objects.filter(pk=bob_refused.pk).exists()

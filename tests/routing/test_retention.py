@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -238,9 +239,38 @@ def test_raw_payload_period_per_source_and_the_refused_inbox(settings: Any) -> N
     assert b.raw_pruned_at is None
 
 
-def test_a_run_that_crashes_half_way_resumes_without_pruning_more_or_less(
-    settings: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _crash_on_pruning(chain: str) -> None:
+    """The database refuses the `pruned` event of ``chain``: the job fails inside its second
+    batch, as on a lost connection or a killed statement (a real fault, not a stand-in)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "CREATE FUNCTION test_retention_crash() RETURNS trigger AS $$ BEGIN "
+                "RAISE EXCEPTION 'worker killed'; END $$ LANGUAGE plpgsql"
+            )
+            cursor.execute(
+                "CREATE TRIGGER test_retention_crash BEFORE INSERT ON audit_event FOR EACH ROW "
+                f"WHEN (NEW.type = 'pruned' AND NEW.chain = '{chain}') "
+                "EXECUTE FUNCTION test_retention_crash()"
+            )
+        else:
+            cursor.execute(
+                "CREATE TRIGGER test_retention_crash BEFORE INSERT ON audit_event "
+                f"WHEN NEW.type = 'pruned' AND NEW.chain = '{chain}' "
+                "BEGIN SELECT RAISE(ABORT, 'worker killed'); END"
+            )
+
+
+def _crash_mended() -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("DROP TRIGGER test_retention_crash ON audit_event")
+            cursor.execute("DROP FUNCTION test_retention_crash()")
+        else:
+            cursor.execute("DROP TRIGGER test_retention_crash")
+
+
+def test_a_run_that_crashes_half_way_resumes_without_pruning_more_or_less(settings: Any) -> None:
     settings.RETENTION_PERSONAL_DAYS = 365
     settings.RETENTION_BATCH_SIZE = 2
     source = SourceFactory(slug="crashing")
@@ -249,16 +279,7 @@ def test_a_run_that_crashes_half_way_resumes_without_pruning_more_or_less(
         for n in range(5)
     ]
     recent = _routed("crash.recent@retention.example", at=RECENT, source=source)
-    real = retention.event_record
-    calls = {"n": 0}
-
-    def dies_on_the_fourth(**kwargs: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise RuntimeError("worker killed")
-        return real(**kwargs)
-
-    monkeypatch.setattr(retention, "event_record", dies_on_the_fourth)
+    _crash_on_pruning(str(leads[3].pk))  # the second lead of the second batch
     assert retention_scheduled(now=NOW) is None
     alert = Alert.objects.get(kind=AlertKind.RETENTION, status=AlertStatus.OPEN)
     assert "worker killed" in alert.message
@@ -269,7 +290,7 @@ def test_a_run_that_crashes_half_way_resumes_without_pruning_more_or_less(
     assert Lead.objects.get(pk=leads[2].pk).email == "crash2@retention.example"
     assert retention_totals()["pruned"]["personal_leads"] == 2
 
-    monkeypatch.setattr(retention, "event_record", real)
+    _crash_mended()
     result = retention_scheduled(now=NOW)
     assert result is not None
     assert result.counts["personal_leads"] == 3
@@ -336,8 +357,8 @@ def test_personal_period_on_postgresql(client: Client, settings: Any) -> None:
 
 
 @pytest.mark.postgres
-def test_crash_and_resume_on_postgresql(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    test_a_run_that_crashes_half_way_resumes_without_pruning_more_or_less(settings, monkeypatch)
+def test_crash_and_resume_on_postgresql(settings: Any) -> None:
+    test_a_run_that_crashes_half_way_resumes_without_pruning_more_or_less(settings)
 
 
 def test_a_lead_erased_before_is_not_pruned_or_counted_again(settings: Any) -> None:
