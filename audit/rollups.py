@@ -70,13 +70,14 @@ def bin_bounds(index: int) -> tuple[float, float]:
 
 
 def histogram_percentile(counts: list[int], fraction: float) -> timedelta | None:
-    """The ``fraction`` percentile of a histogram, as percentile_cont ranks it (0-based rank
-    ``fraction * (n - 1)``), placed inside its bin by its rank there: never outside the bin
-    of the exact value, i.e. at most one bin (19 %) off, or under a second for bin 0."""
+    """The ``fraction`` percentile of a histogram: the value of 0-based rank
+    ``floor(fraction * (n - 1))`` (the lower of the two percentile_cont interpolates between),
+    placed inside its bin by its rank there. Never outside that value's bin: at most one bin
+    (19 %) off it, under a second for durations under a second."""
     total = sum(counts)
     if not total:
         return None
-    rank = fraction * (total - 1)
+    rank = int(fraction * (total - 1))  # the lower of the two values percentile_cont blends
     before = 0
     for index, n in enumerate(counts):
         if n and rank < before + n:
