@@ -130,13 +130,17 @@ def _quoted(values: tuple[str, ...]) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
 
-def _assignment_values(vendor: str, row: str, received: str) -> str:
+def _assignment_values(vendor: str, row: str, received: str, source: str = "") -> str:
     """A SELECT of one assignment's contributions (before the sign), ``row`` its columns'
-    qualifier (``NEW``, ``OLD`` or a table alias), ``received`` its lead's received_at."""
+    qualifier (``NEW``, ``OLD`` or a table alias), ``received`` its lead's received_at,
+    ``source`` the FROM clause of ``row`` (none in a trigger). The durations are computed
+    once, in the inner SELECT, and binned by the outer one."""
     first = f"{row}.kind IN ({_quoted(FIRST_KINDS)})"
     tta = f"CASE WHEN {first} THEN {_seconds(vendor, f'{row}.assigned_at', received)} END"
     ttft = _seconds(vendor, f"{row}.touched_at", f"{row}.assigned_at")
-    return f"""SELECT {_day(vendor, f"{row}.assigned_at")} AS day,
+    return f"""SELECT w.day, w.team_key, w.rep_id, w.is_first, w.is_initial, w.is_reassignment,
+        w.has_sla, w.met, w.late, {_bin("w.tta_s")} AS tb, {_bin("w.ttft_s")} AS fb
+    FROM (SELECT {_day(vendor, f"{row}.assigned_at")} AS day,
         coalesce({row}.team_id, 0) AS team_key, {row}.rep_id AS rep_id,
         CASE WHEN {first} THEN 1 ELSE 0 END AS is_first,
         CASE WHEN {row}.kind = 'initial' THEN 1 ELSE 0 END AS is_initial,
@@ -144,8 +148,7 @@ def _assignment_values(vendor: str, row: str, received: str) -> str:
         CASE WHEN {row}.sla_due_at IS NOT NULL THEN 1 ELSE 0 END AS has_sla,
         CASE WHEN {row}.touched_at <= {row}.sla_due_at THEN 1 ELSE 0 END AS met,
         CASE WHEN {row}.touched_at > {row}.sla_due_at THEN 1 ELSE 0 END AS late,
-        {_bin(f"({tta})")} AS tb,
-        {_bin(f"({ttft})")} AS fb"""
+        {tta} AS tta_s, {ttft} AS ttft_s {source}) AS w"""
 
 
 def _assignment_sums(sign: str) -> str:
@@ -309,9 +312,14 @@ def rollup_triggers_drop(connection: Any) -> None:
 def _rebuild_statements(vendor: str) -> list[str]:
     columns = ", ".join(SUM_COLUMNS)
     sums = ", ".join(f"sum(x.{c})" for c in SUM_COLUMNS)
-    values = _assignment_values(vendor, "a", "l.received_at")
+    values = _assignment_values(
+        vendor,
+        "a",
+        "l.received_at",
+        "FROM routing_assignment a JOIN leads_lead l ON l.id = a.lead_id",
+    )
     per_assignment = f"""SELECT v.day, v.team_key, v.rep_id, {_assignment_sums("1")}
-        FROM ({values} FROM routing_assignment a JOIN leads_lead l ON l.id = a.lead_id) AS v"""
+        FROM ({values}) AS v"""
     return [
         f"DELETE FROM {DAY_TABLE}",
         f"DELETE FROM {SLOT_TABLE}",
