@@ -337,13 +337,6 @@ def _raw_pieces(span: Span, first: datetime, last: datetime) -> list[tuple[datet
     return [(a, b) for a, b in ((span.start, first), (last, span.end)) if a < b]
 
 
-def _local_hour(moment: datetime, zone: Any) -> datetime:
-    """The start of ``moment``'s hour on ``zone``'s wall clock, as TruncHour gives it (the
-    first of a repeated hour: fold 0)."""
-    wall = moment.astimezone(zone).replace(minute=0, second=0, microsecond=0, tzinfo=None)
-    return wall.replace(tzinfo=zone, fold=0)
-
-
 ROUTED_EVENTS = (EventType.ASSIGNED, EventType.EXCLUDED, EventType.UNASSIGNED)
 
 
@@ -356,11 +349,13 @@ def _slot_counts(queryset: QuerySet[Any], column: str, span: Span, measure: Q) -
         rows = (
             ReportSlot.objects.filter(measure, slot__gte=first, slot__lt=last)
             .order_by()
-            .values_list("slot")
+            # The local hour, as bucket_counts truncates raw rows: a slot lies within one.
+            .annotate(hour=TruncHour("slot", tzinfo=span.zone))
+            .values_list("hour")
             .annotate(n=Sum("n"))
         )
-        for slot, n in rows:
-            index = span.index_of(_local_hour(slot, span.zone))
+        for hour, n in rows:
+            index = span.index_of(hour)
             if index is not None:
                 values[index] += n
     for start, end in _raw_pieces(span, first, last):

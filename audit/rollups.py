@@ -126,6 +126,13 @@ def _lead_shard(vendor: str, column: str) -> str:
     return f"(instr('0123456789abcdef', lower(substr({column}, -1, 1))) - 1) % {SHARDS}"
 
 
+def _fence(vendor: str) -> str:
+    """Keeps a subquery from being merged into the one around it: merged, each use of a
+    column (the bin, 2 x 90 times) would repeat its whole expression (the ladder, the
+    duration), thousands of evaluations a row."""
+    return " OFFSET 0" if vendor == "postgresql" else " LIMIT -1 OFFSET 0"
+
+
 def _quoted(values: tuple[str, ...]) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
@@ -148,7 +155,7 @@ def _assignment_values(vendor: str, row: str, received: str, source: str = "") -
         CASE WHEN {row}.sla_due_at IS NOT NULL THEN 1 ELSE 0 END AS has_sla,
         CASE WHEN {row}.touched_at <= {row}.sla_due_at THEN 1 ELSE 0 END AS met,
         CASE WHEN {row}.touched_at > {row}.sla_due_at THEN 1 ELSE 0 END AS late,
-        {tta} AS tta_s, {ttft} AS ttft_s {source}) AS w"""
+        {tta} AS tta_s, {ttft} AS ttft_s {source}{_fence(vendor)}) AS w{_fence(vendor)}"""
 
 
 def _assignment_sums(sign: str) -> str:
