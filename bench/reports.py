@@ -217,11 +217,50 @@ def _plans(out: Any) -> None:
             print(f"## {label}\n\n{sql}\n\n{plan}\n", file=out, flush=True)
 
 
+def _fill(leads: int) -> None:
+    """The leads, assignments and events, by INSERT ... SELECT with triggers off."""
+    from django.db import connection
+
+    from leads.models import Source, token_digest
+
+    source = Source.objects.create(
+        slug="bench", name="Bench", token_hash=token_digest("bench"), token_hint=""
+    )
+    _people()
+    started = time.perf_counter()
+    spacing = 90 * 86400 / leads
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")  # no triggers while filling
+        cursor.execute(
+            FILL_LEADS, {"source": source.pk, "leads": leads, "spacing": f"{spacing:.6f}"}
+        )
+        cursor.execute("ANALYZE leads_lead")
+        cursor.execute(FILL_ASSIGNMENTS, {"leads": leads, "reps": REPS})
+        cursor.execute(FILL_REASSIGNMENTS, {"teams": TEAMS, "reps": REPS})
+        cursor.execute(FILL_EVENTS, {})
+        cursor.execute("SET session_replication_role = DEFAULT")
+        for table in ("leads_lead", "routing_assignment", "audit_event"):
+            cursor.execute(f"VACUUM ANALYZE {table}")
+        cursor.execute("SELECT count(*) FROM routing_assignment")
+        assignments = cursor.fetchone()[0]
+        cursor.execute("SELECT count(*) FROM audit_event")
+        events = cursor.fetchone()[0]
+    print(
+        f"{leads:,} leads, {assignments:,} assignments, {events:,} events "
+        f"in {time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} cores",
+        flush=True,
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--leads", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--plans", default="")
+    parser.add_argument(
+        "--reuse", action="store_true", help="time an already filled database (no refill)"
+    )
     args, _others = parser.parse_known_args()
 
     database_url = os.environ.get(
@@ -237,46 +276,21 @@ def main() -> int:
             "LOG_LEVEL": "WARNING",
         }
     )
-    recreate_database(database_url)
-    subprocess.run(
-        [str(BIN / "python"), "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, check=True
-    )
+    if not args.reuse:
+        recreate_database(database_url)
+        subprocess.run(
+            [str(BIN / "python"), "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=ROOT,
+            check=True,
+        )
 
     import django
 
     django.setup()
     from django.db import connection
 
-    from leads.models import Source, token_digest
-
-    source = Source.objects.create(
-        slug="bench", name="Bench", token_hash=token_digest("bench"), token_hint=""
-    )
-    _people()
-    started = time.perf_counter()
-    spacing = 90 * 86400 / args.leads
-    with connection.cursor() as cursor:
-        cursor.execute("SET session_replication_role = replica")  # no triggers while filling
-        cursor.execute(
-            FILL_LEADS, {"source": source.pk, "leads": args.leads, "spacing": f"{spacing:.6f}"}
-        )
-        cursor.execute("ANALYZE leads_lead")
-        cursor.execute(FILL_ASSIGNMENTS, {"leads": args.leads, "reps": REPS})
-        cursor.execute(FILL_REASSIGNMENTS, {"teams": TEAMS, "reps": REPS})
-        cursor.execute(FILL_EVENTS, {})
-        cursor.execute("SET session_replication_role = DEFAULT")
-        for table in ("leads_lead", "routing_assignment", "audit_event"):
-            cursor.execute(f"VACUUM ANALYZE {table}")
-        cursor.execute("SELECT count(*) FROM routing_assignment")
-        assignments = cursor.fetchone()[0]
-        cursor.execute("SELECT count(*) FROM audit_event")
-        events = cursor.fetchone()[0]
-    print(
-        f"{args.leads:,} leads, {assignments:,} assignments, {events:,} events "
-        f"in {time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.1f} "
-        f"on {os.cpu_count()} cores",
-        flush=True,
-    )
+    if not args.reuse:
+        _fill(args.leads)
     from django.db import transaction
 
     from audit.rollups import rollups_rebuild
