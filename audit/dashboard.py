@@ -17,12 +17,11 @@ from django.utils import timezone
 
 from audit import reports
 from audit.csv import fairness_table_lines, rep_table_lines, team_table_lines
-from audit.models import Event, EventType
 from audit.reports import BucketChart, Figures, Outcomes, RepPage, Span, TeamFairness, TeamRow
 from audit.timezones import local_words
 from leads.models import Lead, LeadStatus
 
-ROUTED_EVENTS = (EventType.ASSIGNED, EventType.EXCLUDED, EventType.UNASSIGNED)
+ROUTED_EVENTS = reports.ROUTED_EVENTS
 
 
 def dashboard_alerts() -> list[str]:
@@ -146,8 +145,8 @@ def dashboard(
         .values_list("status")
         .annotate(n=Count("pk"))
     )
-    intake = reports.bucket_counts(Lead.objects.all(), "received_at", span)
-    routed = reports.bucket_counts(Event.objects.filter(type__in=ROUTED_EVENTS), "at", span)
+    intake = reports.intake_counts(span)
+    routed = reports.routed_counts(span)
     totals = reports.totals(span=span, team_ids=team_ids)
     rows = reports.rep_rows_sorted(
         reports.rep_rows(span=span, team_ids=team_ids), query.sort, query.descending

@@ -187,3 +187,60 @@ class UserSettings(models.Model):
 
     def __str__(self) -> str:
         return f"settings of user {self.user_id}"
+
+
+class ReportSlot(models.Model):
+    """A 15-minute count for the long report windows, kept by triggers (audit.rollups): leads
+    received by their current status (``lead:<status>``), routed events (``routed``)."""
+
+    slot = models.DateTimeField()
+    measure = models.CharField(max_length=32)
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=("slot", "measure", "shard"), name="audit_reportslot_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.measure} at {self.slot}: {self.n}"
+
+
+class AssignmentDay(models.Model):
+    """A UTC day's assignments to a rep in a team, counted for the long report windows and kept
+    by triggers (audit.rollups); ``tta_<k>``/``ttft_<k>`` are the histogram bins of time to
+    assign and to first touch. ``team_key`` 0 is no team."""
+
+    day = models.DateField()
+    team_key = models.IntegerField()
+    rep_id = models.IntegerField()
+    assigned = models.IntegerField(default=0)
+    first = models.IntegerField(default=0)
+    initial = models.IntegerField(default=0)
+    reassigned_in = models.IntegerField(default=0)
+    with_sla = models.IntegerField(default=0)
+    sla_met = models.IntegerField(default=0)
+    sla_late = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=("day", "team_key", "rep_id"), name="audit_assignmentday_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"rep {self.rep_id}, team {self.team_key} on {self.day}"
+
+
+def _histogram_fields() -> None:
+    from audit.rollups import TTA_COLUMNS, TTFT_COLUMNS
+
+    for name in TTA_COLUMNS + TTFT_COLUMNS:
+        AssignmentDay.add_to_class(name, models.IntegerField(default=0))
+
+
+_histogram_fields()

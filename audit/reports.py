@@ -22,14 +22,18 @@ Definitions (docs/managers.md has them for people):
 - buckets are the page zone's (``timezone.get_current_timezone()``: the user's, the browser's
   or the server's): a day bar runs from local midnight to local midnight (23 or 25 hours across
   a DST change), hour bars start at the local hour (Kolkata's at :30 UTC).
+
+Windows longer than a week (30 and 90 days) read the rollups (audit.rollups) for the whole
+15-minute slots (charts, outcomes) and whole UTC days (tables, fairness) inside the window, and
+the raw rows for the partial edges: the counts are the same as over the raw rows; p50 and p95
+come from a histogram with bins 19 % wide (at most one bin off, see histogram_percentile).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections import defaultdict
-from collections.abc import Mapping
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,11 +47,13 @@ from django.db.models import (
     F,
     Q,
     QuerySet,
+    Sum,
 )
 from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
-from audit.models import Event, EventType
+from audit import rollups
+from audit.models import AssignmentDay, Event, EventType, ReportSlot
 from leads.models import Lead, LeadStatus
 from routing.loads import assigned_since_local_midnight
 from routing.models import (
@@ -72,6 +78,9 @@ NAIVE_EPOCH = EPOCH.replace(tzinfo=None)  # wall-clock arithmetic in span_of
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
+
+# Windows longer than this read the rollups (exact counts, percentiles from a histogram).
+ROLLUP_AFTER = 7 * DAY
 
 # The buckets a chart may be asked for (?bucket=), finest first.
 BUCKETS: dict[str, timedelta] = {
@@ -161,6 +170,7 @@ class Span:
     now: datetime
     edges: tuple[datetime, ...] = ()
     zone: Any = UTC
+    rollup: bool = False  # read the rollups for the whole slots and days inside (long windows)
 
     def index_of(self, moment: datetime) -> int | None:
         """The bar holding ``moment``, or None outside ``[start, end)``."""
@@ -201,6 +211,7 @@ def span_of(window: Window, bucket: timedelta, now: datetime, zone: Any = None) 
         now=now,
         edges=tuple(edges),
         zone=zone,
+        rollup=window.length > ROLLUP_AFTER and bucket >= HOUR,
     )
 
 
@@ -281,12 +292,20 @@ def bucket_chart(title: str, values: list[int], span: Span) -> BucketChart:
     )
 
 
-def bucket_counts(queryset: QuerySet[Any], column: str, span: Span) -> list[int]:
-    """Rows of ``queryset`` per bucket of ``span`` by ``column``: grouped in SQL by the minute
-    (windows of a day or less) or the hour, then added up into the buckets."""
+def bucket_counts(
+    queryset: QuerySet[Any],
+    column: str,
+    span: Span,
+    *,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> list[int]:
+    """Rows of ``queryset`` per bucket of ``span`` by ``column`` (only those in ``[start,
+    end)`` when given): grouped in SQL by the minute (buckets under an hour) or the hour, then
+    added up into the buckets."""
     trunc = TruncMinute if span.bucket < HOUR else TruncHour
     rows = (
-        queryset.filter(**{f"{column}__gte": span.start, f"{column}__lt": span.end})
+        queryset.filter(**{f"{column}__gte": start or span.start, f"{column}__lt": end or span.end})
         .order_by()
         # Truncated on the span's wall clock, so minutes and hours line up with its edges.
         .annotate(slot=trunc(column, tzinfo=span.zone))
@@ -302,6 +321,62 @@ def bucket_counts(queryset: QuerySet[Any], column: str, span: Span) -> list[int]
         if index is not None:
             values[index] += n
     return values
+
+
+def _inner(span: Span, step: timedelta) -> tuple[datetime, datetime]:
+    """``[first, last)``: the whole ``step``s (from 1970-01-01 UTC) inside the span."""
+    first = EPOCH + -((EPOCH - span.start) // step) * step
+    last = EPOCH + ((span.end - EPOCH) // step) * step
+    return first, max(first, last)
+
+
+def _raw_pieces(span: Span, first: datetime, last: datetime) -> list[tuple[datetime, datetime]]:
+    """The partial edges of the span around ``[first, last)`` (the whole span when empty)."""
+    if first >= last:
+        return [(span.start, span.end)]
+    return [(a, b) for a, b in ((span.start, first), (last, span.end)) if a < b]
+
+
+ROUTED_EVENTS = (EventType.ASSIGNED, EventType.EXCLUDED, EventType.UNASSIGNED)
+
+
+def _slot_counts(queryset: QuerySet[Any], column: str, span: Span, measure: Q) -> list[int]:
+    """bucket_counts from the 15-minute rollup for the whole slots, the raw rows for the rest
+    (hour bars or longer: a slot lies within one local hour of any zone)."""
+    first, last = _inner(span, rollups.SLOT)
+    values = [0] * span.bars
+    if first < last:
+        rows = (
+            ReportSlot.objects.filter(measure, slot__gte=first, slot__lt=last)
+            .order_by()
+            # The local hour, as bucket_counts truncates raw rows: a slot lies within one.
+            .annotate(hour=TruncHour("slot", tzinfo=span.zone))
+            .values_list("hour")
+            .annotate(n=Sum("n"))
+        )
+        for hour, n in rows:
+            index = span.index_of(hour)
+            if index is not None:
+                values[index] += n
+    for start, end in _raw_pieces(span, first, last):
+        for index, n in enumerate(bucket_counts(queryset, column, span, start=start, end=end)):
+            values[index] += n
+    return values
+
+
+def intake_counts(span: Span) -> list[int]:
+    """Leads received per bucket of ``span``."""
+    if not span.rollup:
+        return bucket_counts(Lead.objects.all(), "received_at", span)
+    return _slot_counts(Lead.objects.all(), "received_at", span, Q(measure__startswith="lead:"))
+
+
+def routed_counts(span: Span) -> list[int]:
+    """Leads routed (assigned, excluded, unassigned events) per bucket of ``span``."""
+    routed = Event.objects.filter(type__in=ROUTED_EVENTS)
+    if not span.rollup:
+        return bucket_counts(routed, "at", span)
+    return _slot_counts(routed, "at", span, Q(measure="routed"))
 
 
 # --- Percentiles ----------------------------------------------------------------------------
@@ -458,6 +533,116 @@ def _away_counts(events: QuerySet[Event], key: str) -> dict[Any, dict[str, int]]
     }
 
 
+_RAW_KEYS = {"team": "team_id", "rep": "rep_id", None: None}
+_ROLLUP_KEYS = {"team": "team_key", "rep": "rep_id"}
+
+
+def _figures(span: Span, team_ids: list[int] | None, key: str | None) -> dict[Any, Figures]:
+    """The window's assignment figures per team (``key`` "team"), rep ("rep") or in total."""
+    if not span.rollup:
+        return _assignment_figures(_window_assignments(span, team_ids), _RAW_KEYS[key], span.now)
+    return _rollup_figures(span, team_ids, key)
+
+
+@dataclass
+class _Tally:
+    """Counts and histograms of one group, from the rollup and the raw edges."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    tta: list[int] = field(default_factory=lambda: [0] * rollups.BINS)
+    ttft: list[int] = field(default_factory=lambda: [0] * rollups.BINS)
+    missed: int = 0
+
+    def figures(self) -> Figures:
+        c = self.counts
+        return Figures(
+            assigned=c["assigned"],
+            new=c["first"],
+            reassigned_in=c["reassigned_in"],
+            sla_met=c["sla_met"],
+            sla_missed=self.missed,
+            tta_p50=rollups.histogram_percentile(self.tta, 0.5),
+            tta_p95=rollups.histogram_percentile(self.tta, 0.95),
+            ttft_p50=rollups.histogram_percentile(self.ttft, 0.5),
+            ttft_p95=rollups.histogram_percentile(self.ttft, 0.95),
+        )
+
+
+def _rollup_figures(span: Span, team_ids: list[int] | None, key: str | None) -> dict[Any, Figures]:
+    """_assignment_figures from the day rollup for the whole UTC days of the window and the
+    raw rows for its edges; missed SLAs need ``now``: with an SLA, neither met nor still due
+    (the untouched ones due from now on are counted from the raw rows, an index scan)."""
+    first, last = _inner(span, DAY)
+    raw_key = _RAW_KEYS[key]
+    tallies: dict[Any, _Tally] = defaultdict(_Tally)
+    if first < last:
+        days = AssignmentDay.objects.filter(day__gte=first.date(), day__lt=last.date())
+        if team_ids is not None:
+            days = days.filter(team_key__in=team_ids)
+        sums = {c: Sum(c) for c in rollups.SUM_COLUMNS}
+        rows: list[dict[str, Any]]
+        if key is None:
+            rows = [{"group": None, **days.aggregate(**sums)}]
+        else:
+            grouped = days.order_by().values(group=F(_ROLLUP_KEYS[key])).annotate(**sums)
+            rows = [dict(row) for row in grouped]
+        for row in rows:
+            group = row.pop("group")
+            if not row["assigned"]:
+                continue  # nothing, or contributions that moved away (a team deleted)
+            tally = tallies[None if key == "team" and group == 0 else group]
+            for name in rollups.COUNT_COLUMNS:
+                tally.counts[name] += row[name] or 0
+            for k in range(rollups.BINS):
+                tally.tta[k] += row[f"tta_{k}"] or 0
+                tally.ttft[k] += row[f"ttft_{k}"] or 0
+            tally.missed += (row["with_sla"] or 0) - (row["sla_met"] or 0)
+        due = Assignment.objects.filter(
+            assigned_at__gte=first,
+            assigned_at__lt=last,
+            touched_at__isnull=True,
+            sla_due_at__isnull=False,
+            sla_due_at__gte=span.now,
+        )
+        if team_ids is not None:
+            due = due.filter(team_id__in=team_ids)
+        if raw_key is None:
+            not_due = {None: due.count()}
+        else:
+            not_due = dict(
+                due.order_by()
+                .values(group=F(raw_key))
+                .annotate(n=Count("pk"))
+                .values_list("group", "n")
+            )
+        for group, n in not_due.items():
+            tallies[group].missed -= n
+    for start, end in _raw_pieces(span, first, last):
+        edge = Assignment.objects.filter(assigned_at__gte=start, assigned_at__lt=end)
+        if team_ids is not None:
+            edge = edge.filter(team_id__in=team_ids)
+        columns = [raw_key] if raw_key else []
+        for row in edge.order_by().values_list(
+            *columns, "kind", "assigned_at", "lead__received_at", "touched_at", "sla_due_at"
+        ):
+            tally = tallies[row[0] if raw_key else None]
+            kind, assigned, received, touched, due_at = row[-5:]
+            tally.counts["assigned"] += 1
+            if kind in FIRST_ASSIGNMENT_KINDS:
+                tally.counts["first"] += 1
+                tally.tta[rollups.duration_bin((assigned - received).total_seconds())] += 1
+            elif kind == AssignmentKind.REASSIGNMENT:
+                tally.counts["reassigned_in"] += 1
+            if touched is not None:
+                tally.ttft[rollups.duration_bin((touched - assigned).total_seconds())] += 1
+            if due_at is not None:
+                if touched is not None and touched <= due_at:
+                    tally.counts["sla_met"] += 1
+                elif touched is not None or due_at < span.now:
+                    tally.missed += 1
+    return {group: tally.figures() for group, tally in tallies.items() if tally.counts["assigned"]}
+
+
 def _window_assignments(span: Span, team_ids: list[int] | None) -> QuerySet[Assignment]:
     found = Assignment.objects.filter(assigned_at__gte=span.start, assigned_at__lt=span.end)
     return found if team_ids is None else found.filter(team_id__in=team_ids)
@@ -511,7 +696,7 @@ class RepRow:
 
 def team_rows(*, span: Span, team_ids: list[int] | None = None) -> list[TeamRow]:
     """Every team (in scope), by name, with the window's figures."""
-    figures = _assignment_figures(_window_assignments(span, team_ids), "team_id", span.now)
+    figures = _figures(span, team_ids, "team")
     away = _away_counts(_window_reassignments(span, team_ids), "team_id")
     teams = Team.objects.order_by("name").only("name", "strategy")
     if team_ids is not None:
@@ -534,7 +719,7 @@ def reps_in_scope(team_ids: list[int] | None) -> QuerySet[Rep]:
 
 def rep_rows(*, span: Span, team_ids: list[int] | None = None) -> list[RepRow]:
     """Every active rep (in scope), and any inactive one with assignments in the window."""
-    figures = _assignment_figures(_window_assignments(span, team_ids), "rep_id", span.now)
+    figures = _figures(span, team_ids, "rep")
     away = _away_counts(_window_reassignments(span, team_ids), "data__from__id")
     reps = list(
         reps_in_scope(team_ids)
@@ -575,7 +760,7 @@ def rep_rows(*, span: Span, team_ids: list[int] | None = None) -> list[RepRow]:
 
 def totals(*, span: Span, team_ids: list[int] | None = None) -> Figures:
     """The figures over every assignment of the window (in scope)."""
-    found = _assignment_figures(_window_assignments(span, team_ids), None, span.now)
+    found = _figures(span, team_ids, None)
     result = found.get(None) or Figures()
     away = _away_counts(
         _window_reassignments(span, team_ids).annotate(everything=F("type")), "everything"
@@ -681,6 +866,39 @@ class TeamFairness:
     skipped: tuple[str, ...] = field(default_factory=tuple)
 
 
+def _initial_counts(span: Span, team_ids: list[int]) -> dict[tuple[int, int], int]:
+    """First assignments of kind initial per (team, rep) in the window."""
+    counts: Counter[tuple[int, int]] = Counter()
+    pieces = [(span.start, span.end)]
+    if span.rollup:
+        first, last = _inner(span, DAY)
+        pieces = _raw_pieces(span, first, last)
+        if first < last:
+            for team_id, rep_id, n in (
+                AssignmentDay.objects.filter(
+                    team_key__in=team_ids, day__gte=first.date(), day__lt=last.date()
+                )
+                .order_by()
+                .values_list("team_key", "rep_id")
+                .annotate(n=Sum("initial"))
+            ):
+                counts[team_id, rep_id] += n
+    for start, end in pieces:
+        for team_id, rep_id, n in (
+            Assignment.objects.filter(
+                team_id__in=team_ids,
+                kind=AssignmentKind.INITIAL,
+                assigned_at__gte=start,
+                assigned_at__lt=end,
+            )
+            .order_by()
+            .values_list("team_id", "rep_id")
+            .annotate(n=Count("pk"))
+        ):
+            counts[team_id, rep_id] += n
+    return {pair: n for pair, n in counts.items() if n}
+
+
 def fairness(*, span: Span, team_ids: list[int] | None = None) -> list[TeamFairness]:
     """Each team's members: their share of the team's rotation leads (first assignments made
     through the team) against their weight's share (weighted) or an equal share (round robin),
@@ -691,18 +909,7 @@ def fairness(*, span: Span, team_ids: list[int] | None = None) -> list[TeamFairn
     if team_ids is not None:
         teams = [team for team in teams if team.pk in team_ids]
     wanted = [team.pk for team in teams]
-    counts: dict[tuple[int, int], int] = {
-        (team_id, rep_id): n
-        for team_id, rep_id, n in Assignment.objects.filter(
-            team_id__in=wanted,
-            kind=AssignmentKind.INITIAL,
-            assigned_at__gte=span.start,
-            assigned_at__lt=span.end,
-        )
-        .order_by()
-        .values_list("team_id", "rep_id")
-        .annotate(n=Count("pk"))
-    }
+    counts = _initial_counts(span, wanted)
     members: dict[int, list[TeamMembership]] = defaultdict(list)
     for membership in (
         TeamMembership.objects.filter(team_id__in=wanted)
@@ -769,12 +976,30 @@ class Outcomes:
 
 
 def outcomes(*, span: Span) -> Outcomes:
-    by_status: Mapping[str, int] = dict(
-        Lead.objects.filter(received_at__gte=span.start, received_at__lt=span.end)
-        .order_by()
-        .values_list("status")
-        .annotate(n=Count("pk"))
-    )
+    by_status: Counter[str] = Counter()
+    pieces = [(span.start, span.end)]
+    if span.rollup:
+        first, last = _inner(span, rollups.SLOT)
+        pieces = _raw_pieces(span, first, last)
+        if first < last:
+            for measure, n in (
+                ReportSlot.objects.filter(
+                    measure__startswith="lead:", slot__gte=first, slot__lt=last
+                )
+                .order_by()
+                .values_list("measure")
+                .annotate(n=Sum("n"))
+            ):
+                by_status[measure.removeprefix("lead:")] += n
+    for start, end in pieces:
+        by_status.update(
+            dict(
+                Lead.objects.filter(received_at__gte=start, received_at__lt=end)
+                .order_by()
+                .values_list("status")
+                .annotate(n=Count("pk"))
+            )
+        )
     return Outcomes(
         received=sum(by_status.values()),
         assigned=by_status.get(LeadStatus.ASSIGNED, 0) + by_status.get(LeadStatus.DUPLICATE, 0),

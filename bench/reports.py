@@ -9,11 +9,15 @@ generate_series: N leads received evenly over the last 90 days (92 % assigned, 4
 assigned lead to one of 200 reps in 8 teams (round robin, weighted, least loaded; reps in five
 time zones), 70 % of them touched, a 60-minute SLA on each; 1.5 % of the leads reassigned once
 (by the SLA, by hand, in the CRM, by the rules after an absence); the audit events the
-dashboard reads (assigned, excluded, unassigned, reassigned, sla_breached). Then, for each
-window (24h, 7d, 90d), it times every report the page builds (the median of ``--runs``, in
-milliseconds) and the whole dashboard, and writes the EXPLAIN ANALYZE of each report query of
-the 90-day window to ``--plans`` (default: stdout is the summary, the plans a file under the
-temporary var directory, named at the end).
+dashboard reads (assigned, excluded, unassigned, reassigned, sla_breached). The fill runs with
+triggers off (``session_replication_role = replica``); the report rollups are then computed by
+the backfill (``audit.rollups.rollups_rebuild``, timed). Then, for each window (24h, 7d, 30d,
+90d), it times every report the page builds (the median of ``--runs``, in milliseconds) and the
+whole dashboard, twice: over the raw rows only (the path before the rollups, kept for windows
+of a week or less) and as the page reads them now (the rollups for windows over a week), and
+writes the EXPLAIN ANALYZE of each report query of the 90-day window (rollups) to ``--plans``
+(default: stdout is the summary, the plans a file under the temporary var directory, named at
+the end).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ INSERT INTO leads_lead (id, status, raw_payload, email, email_domain, first_name
   utm_medium, utm_campaign, custom, flags, request_fingerprint, received_at, queued_at,
   attempts, last_error, source_id, dedup_key, enrichment, enrichment_attempts,
   enrichment_status, deferrals, unassigned_retries, crm, crm_status, crm_attempts, "fetch",
-  fetch_status, fetch_attempts)
+  fetch_status, fetch_attempts, priority, tags, lane)
 SELECT md5('lead' || n)::uuid,
   CASE WHEN n %% 50 IN (1, 2) THEN 'excluded' WHEN n %% 50 = 3 THEN 'unassigned'
        WHEN n %% 50 = 4 THEN 'duplicate' ELSE 'assigned' END,
@@ -54,7 +58,7 @@ SELECT md5('lead' || n)::uuid,
   '', '', '', '', '', '', '', '{}'::jsonb, '[]'::jsonb, md5(n::text) || md5((n + 1)::text),
   now() - n * %(spacing)s::float8 * interval '1 second',
   now() - n * %(spacing)s::float8 * interval '1 second', 1, '', %(source)s, '', '{}'::jsonb, 0,
-  '', 0, 0, '{}'::jsonb, '', 0, '{}'::jsonb, '', 0
+  '', 0, 0, '{}'::jsonb, '', 0, '{}'::jsonb, '', 0, '', '[]'::jsonb, 'normal'
 FROM generate_series(1, %(leads)s) AS n
 """
 
@@ -62,12 +66,13 @@ FROM generate_series(1, %(leads)s) AS n
 # reassigned lead's first assignment is no longer active.
 FILL_ASSIGNMENTS = """
 INSERT INTO routing_assignment (lead_id, rep_id, team_id, rule_name, rep_name, team_name, kind,
-  reason, trace, sla_minutes, sla_due_at, touched_at, touch_source, assigned_at, active)
+  reason, trace, sla_minutes, sla_due_at, touched_at, touch_source, assigned_at, active,
+  priority, tags)
 SELECT l.id, r.id, m.team_id, 'Bench', r.name, t.name,
   CASE WHEN g.n %% 50 = 4 THEN 'duplicate' ELSE 'initial' END, '', '[]'::jsonb, 60,
   g.at + interval '60 minutes',
   CASE WHEN g.n %% 10 < 7 THEN g.at + ((g.n %% 97) * 60 || ' seconds')::interval END,
-  CASE WHEN g.n %% 10 < 7 THEN 'leadrouter' ELSE '' END, g.at, g.n %% 67 <> 0
+  CASE WHEN g.n %% 10 < 7 THEN 'leadrouter' ELSE '' END, g.at, g.n %% 67 <> 0, '', '[]'::jsonb
 FROM (
   SELECT n, l.received_at + ((5 + n %% 120) || ' seconds')::interval AS at
   FROM generate_series(1, %(leads)s) AS n JOIN leads_lead l ON l.id = md5('lead' || n)::uuid
@@ -83,12 +88,12 @@ JOIN routing_team t ON t.id = m.team_id
 FILL_REASSIGNMENTS = """
 INSERT INTO routing_assignment (lead_id, rep_id, team_id, rule_name, rep_name, team_name, kind,
   reason, trace, sla_minutes, sla_due_at, touched_at, touch_source, assigned_at, supersedes_id,
-  active)
+  active, priority, tags)
 SELECT a.lead_id, nr.id, a.team_id, a.rule_name, nr.name, a.team_name, 'reassignment',
   CASE a.id %% 4 WHEN 0 THEN 'SLA of 60 min missed' WHEN 1 THEN 'reassigned by hand'
        WHEN 2 THEN 'reassigned in HubSpot' ELSE 'rerouted' END,
   '[]'::jsonb, 60, a.assigned_at + interval '130 minutes', NULL, '',
-  a.assigned_at + interval '70 minutes', a.id, true
+  a.assigned_at + interval '70 minutes', a.id, true, '', '[]'::jsonb
 FROM routing_assignment a
 JOIN routing_rep cur ON cur.id = a.rep_id
 JOIN routing_rep nr ON nr.email = 'rep'
@@ -162,20 +167,26 @@ def _median_ms(call: Callable[[], Any], runs: int) -> float:
     return statistics.median(samples)
 
 
+def _paths(raw: bool) -> None:
+    """Raw rows only (the path before the rollups), or the rollups beyond a week."""
+    from datetime import timedelta
+
+    from audit import reports
+
+    reports.ROLLUP_AFTER = timedelta(days=10_000) if raw else timedelta(days=7)
+
+
 def _reports(window: str, team_ids: list[int] | None = None) -> dict[str, Callable[[], Any]]:
     from django.utils import timezone
 
     from audit import dashboard, reports
-    from audit.models import Event
-    from leads.models import Lead
 
     query = dashboard.dashboard_query({"window": window})
     _, bucket = reports.bucket_parse(query.bucket, query.window)
     span = reports.span_of(query.window, bucket, timezone.now())
-    routed = Event.objects.filter(type__in=dashboard.ROUTED_EVENTS)
     return {
-        "intake chart": lambda: reports.bucket_counts(Lead.objects.all(), "received_at", span),
-        "routed chart": lambda: reports.bucket_counts(routed, "at", span),
+        "intake chart": lambda: reports.intake_counts(span),
+        "routed chart": lambda: reports.routed_counts(span),
         "outcomes": lambda: reports.outcomes(span=span),
         "totals": lambda: reports.totals(span=span, team_ids=team_ids),
         "team table": lambda: reports.team_rows(span=span, team_ids=team_ids),
@@ -206,11 +217,50 @@ def _plans(out: Any) -> None:
             print(f"## {label}\n\n{sql}\n\n{plan}\n", file=out, flush=True)
 
 
+def _fill(leads: int) -> None:
+    """The leads, assignments and events, by INSERT ... SELECT with triggers off."""
+    from django.db import connection
+
+    from leads.models import Source, token_digest
+
+    source = Source.objects.create(
+        slug="bench", name="Bench", token_hash=token_digest("bench"), token_hint=""
+    )
+    _people()
+    started = time.perf_counter()
+    spacing = 90 * 86400 / leads
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")  # no triggers while filling
+        cursor.execute(
+            FILL_LEADS, {"source": source.pk, "leads": leads, "spacing": f"{spacing:.6f}"}
+        )
+        cursor.execute("ANALYZE leads_lead")
+        cursor.execute(FILL_ASSIGNMENTS, {"leads": leads, "reps": REPS})
+        cursor.execute(FILL_REASSIGNMENTS, {"teams": TEAMS, "reps": REPS})
+        cursor.execute(FILL_EVENTS, {})
+        cursor.execute("SET session_replication_role = DEFAULT")
+        for table in ("leads_lead", "routing_assignment", "audit_event"):
+            cursor.execute(f"VACUUM ANALYZE {table}")
+        cursor.execute("SELECT count(*) FROM routing_assignment")
+        assignments = cursor.fetchone()[0]
+        cursor.execute("SELECT count(*) FROM audit_event")
+        events = cursor.fetchone()[0]
+    print(
+        f"{leads:,} leads, {assignments:,} assignments, {events:,} events "
+        f"in {time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} cores",
+        flush=True,
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--leads", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--plans", default="")
+    parser.add_argument(
+        "--reuse", action="store_true", help="time an already filled database (no refill)"
+    )
     args, _others = parser.parse_known_args()
 
     database_url = os.environ.get(
@@ -226,52 +276,54 @@ def main() -> int:
             "LOG_LEVEL": "WARNING",
         }
     )
-    recreate_database(database_url)
-    subprocess.run(
-        [str(BIN / "python"), "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, check=True
-    )
+    if not args.reuse:
+        recreate_database(database_url)
+        subprocess.run(
+            [str(BIN / "python"), "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=ROOT,
+            check=True,
+        )
 
     import django
 
     django.setup()
     from django.db import connection
 
-    from leads.models import Source, token_digest
+    if not args.reuse:
+        _fill(args.leads)
+    from django.db import transaction
 
-    source = Source.objects.create(
-        slug="bench", name="Bench", token_hash=token_digest("bench"), token_hint=""
-    )
-    _people()
+    from audit.rollups import rollups_rebuild
+
     started = time.perf_counter()
-    spacing = 90 * 86400 / args.leads
+    with transaction.atomic():
+        rollups_rebuild(connection)
     with connection.cursor() as cursor:
-        cursor.execute(
-            FILL_LEADS, {"source": source.pk, "leads": args.leads, "spacing": f"{spacing:.6f}"}
-        )
-        cursor.execute("ANALYZE leads_lead")
-        cursor.execute(FILL_ASSIGNMENTS, {"leads": args.leads, "reps": REPS})
-        cursor.execute(FILL_REASSIGNMENTS, {"teams": TEAMS, "reps": REPS})
-        cursor.execute(FILL_EVENTS, {})
-        for table in ("leads_lead", "routing_assignment", "audit_event"):
+        for table in ("audit_reportslot", "audit_assignmentday"):
             cursor.execute(f"VACUUM ANALYZE {table}")
-        cursor.execute("SELECT count(*) FROM routing_assignment")
-        assignments = cursor.fetchone()[0]
-        cursor.execute("SELECT count(*) FROM audit_event")
-        events = cursor.fetchone()[0]
+        cursor.execute("SELECT count(*) FROM audit_reportslot")
+        slots = cursor.fetchone()[0]
+        cursor.execute("SELECT count(*) FROM audit_assignmentday")
+        days = cursor.fetchone()[0]
     print(
-        f"{args.leads:,} leads, {assignments:,} assignments, {events:,} events "
-        f"in {time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.1f} "
-        f"on {os.cpu_count()} cores",
+        f"rollups backfilled in {time.perf_counter() - started:.0f} s: {slots:,} slot rows, "
+        f"{days:,} day rows",
         flush=True,
     )
     from routing.models import Team
 
     scoped = list(Team.objects.order_by("pk").values_list("pk", flat=True)[:2])
-    for window in ("24h", "7d", "90d"):
+    for window in ("24h", "7d", "30d", "90d"):
         for scope, team_ids in (("all teams", None), ("2 teams", scoped)):
-            print(f"\nwindow {window}, {scope} (median of {args.runs}, ms)")
-            for label, call in _reports(window, team_ids).items():
-                print(f"  {label:<20} {_median_ms(call, args.runs):>8.0f}", flush=True)
+            print(f"\nwindow {window}, {scope} (median of {args.runs}, ms): raw rows, now")
+            timed: dict[str, list[float]] = {}
+            for raw in (True, False):
+                _paths(raw)
+                for label, call in _reports(window, team_ids).items():
+                    timed.setdefault(label, []).append(_median_ms(call, args.runs))
+            for label, (before, after) in timed.items():
+                print(f"  {label:<20} {before:>8.0f} {after:>8.0f}", flush=True)
+    _paths(False)
     target = Path(args.plans) if args.plans else Path(var) / "plans.txt"
     with target.open("w") as out:
         _plans(out)

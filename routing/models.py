@@ -836,6 +836,13 @@ class Assignment(models.Model):
                 ),
                 name="assignment_sla_due_idx",
             ),
+            # The long report windows: assignments still untouched whose SLA is not yet due
+            # (the rollups count met and late; "missed" needs now).
+            models.Index(
+                fields=("sla_due_at",),
+                condition=Q(touched_at__isnull=True, sla_due_at__isnull=False),
+                name="assignment_untouched_due_idx",
+            ),
             # A rep's or team's hot leads (reports, filters): by priority, newest first.
             models.Index(fields=("priority", "-assigned_at"), name="assignment_priority_idx"),
         ]

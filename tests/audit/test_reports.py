@@ -353,6 +353,10 @@ def _client(client: Client) -> Client:
         "window=1h%20OR%201=1",
         "bucket=7s",
         "bucket=-1d",
+        "bucket=%00",
+        "window=90d%00",
+        "window=90d&bucket=1d%27",
+        "sort=-",
         "sort=password",
         "sort=--name",
         "page=abc",
@@ -382,6 +386,8 @@ def test_a_crafted_parameter_is_a_json_400(client: Client, query: str, path: str
         ("window=90d&bucket=1m", "90d", "6h"),  # 129,600 bars: clamped to at most 360
         ("window=1h&bucket=1d", "1h", "1m"),  # coarser than the window: its default
         ("window=7d&bucket=15m", "7d", "1h"),
+        ("window=30d&bucket=1h", "30d", "6h"),  # 720 bars: clamped
+        ("window=30d&bucket=5m", "30d", "6h"),
     ],
 )
 def test_too_fine_or_coarse_buckets_are_clamped(

@@ -16,6 +16,7 @@ from django.core.management.base import CommandError
 from django.core.management.commands import flush
 from django.db import connections, transaction
 
+from audit.rollups import rollup_triggers_create, rollup_triggers_drop
 from audit.triggers import triggers_create, triggers_drop
 from routing.version_triggers import version_triggers_create, version_triggers_drop
 
@@ -35,8 +36,12 @@ class Command(flush.Command):
             # The published ruleset versions are frozen too (SQLite flushes with DELETE).
             triggers_drop(connection)
             version_triggers_drop(connection)
+            # SQLite deletes row by row: the rollups' triggers would count the deletions
+            # after their own table was emptied.
+            rollup_triggers_drop(connection)
             super().handle(**options)
             # post_migrate (sent by flush) may have put them back already: drop, then create.
             triggers_drop(connection)
             triggers_create(connection)
             version_triggers_create(connection)
+            rollup_triggers_create(connection)
