@@ -21,7 +21,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ('audit', '0008_alter_event_type'),
         ('leads', '0021_lead_erased_at'),
-        ('routing', '0030_assignment_untouched_due_idx'),
+        ('routing', '0031_assignment_untouched_due_idx'),
     ]
 
     operations = [

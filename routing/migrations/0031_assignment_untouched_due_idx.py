@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('leads', '0021_lead_erased_at'),
-        ('routing', '0029_api_token'),
+        ('routing', '0030_config_drafts'),
     ]
 
     operations = [
