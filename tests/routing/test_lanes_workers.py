@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.worker, pytest.mark.slow, pytest.mark.django_db(transa
 
 BULK = 500
 REALTIME = 10
-# The Procfile's routing worker, in its order.
+# The Procfile's routing worker, in its order, with delivery (the io worker's: none runs here).
 WORKER_QUEUES = ["routing.realtime", "maintenance", "delivery", "routing", "routing.bulk"]
 RULES = {
     "reps": [{"email": "ana@northwind.example", "name": "Ana Lima", "timezone": "UTC"}],
