@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from audit.models import EventType
 from audit.services import event_record, events_record_received
+from config.broker_filesystem import queue_has_message
 from config.celery import app as celery_app
 from config.logging import log_context, log_context_add
 from leads import lanes, privacy
@@ -645,10 +646,11 @@ class RealtimePeek:
 
     A worker routing a bulk chunk asks between leads (at most every
     ``ROUTING_CHUNK_PEEK_SECONDS``) and hands the rest of its chunk back when a realtime lead
-    waits, so a form lead waits for the lead in progress, not for the chunk's time slice. Redis
-    only (one ``LLEN`` per priority list of ``routing.realtime``, on a connection of its own
-    kept by the process); on the filesystem broker, or if Redis does not answer, the answer is
-    "no" and the time slice alone applies."""
+    waits, so a form lead waits for the lead in progress, not for the chunk's time slice. On
+    Redis one ``LLEN`` per priority list of ``routing.realtime``, on a connection of its own
+    kept by the process; on the filesystem broker a look at its queue folder for a
+    ``routing.realtime`` message. If Redis does not answer, the answer is "no" and the time
+    slice alone applies."""
 
     def __init__(self) -> None:
         self._client: Any = None
@@ -671,7 +673,12 @@ class RealtimePeek:
         return self._client
 
     def waiting(self) -> bool:
-        if settings.BROKER_IS_FILESYSTEM or time.monotonic() < self._broken_until:
+        if settings.BROKER_IS_FILESYSTEM:
+            return queue_has_message(
+                settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"],
+                lanes.routing_queue(lanes.REALTIME),
+            )
+        if time.monotonic() < self._broken_until:
             return False
         try:
             client = self._connect()

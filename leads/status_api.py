@@ -192,7 +192,10 @@ async def _status(lead_uuid: uuid.UUID, wait: float) -> LeadStatusView | None:
     woken = status_waiters.register(lead_uuid)
     registered_at = loop.time()
     try:
-        await status_waiters.listening(timeout=min(1.0, wait))
+        if not status_waiters.troubled():
+            await status_waiters.listening(timeout=min(1.0, wait))
+        # Else Redis is away: no second given to the listener, so an outcome already written is
+        # answered at once; once it subscribes again it wakes every waiter to read once more.
         view = await _reads.read(lead_uuid, registered_at)
         if view is None or view.final:
             return view

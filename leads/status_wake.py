@@ -118,7 +118,9 @@ class StatusWaiters:
         self._listener: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listening: asyncio.Event | None = None
-        self._was_lost = False  # a subscription was lost and not yet made again
+        # An attempt to listen failed (a subscription lost, or never made) and none has
+        # succeeded since: announcements may go unheard meanwhile.
+        self._was_lost = False
 
     async def listening(self, timeout: float) -> bool:
         """Wait (at most ``timeout``) until the listener hears announcements; whether it does.
@@ -131,6 +133,12 @@ class StatusWaiters:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._listening.wait(), timeout)
         return self._listening.is_set()
+
+    def troubled(self) -> bool:
+        """Whether the listener has failed to listen since it last heard (Redis away): a waiter
+        then reads its lead at once rather than give it a second to subscribe, and is woken to
+        read it again once it does (``wake_all``)."""
+        return self._was_lost
 
     def register(self, lead_id: uuid.UUID) -> asyncio.Future[float]:
         """A future done when ``lead_id`` is announced, with the event loop's time it was heard
@@ -173,7 +181,7 @@ class StatusWaiters:
                 self._listening.set()
                 self._was_lost = False
             else:
-                self._was_lost = self._was_lost or self._listening.is_set()
+                self._was_lost = True
                 self._listening.clear()
 
     def _ensure_listener(self) -> None:

@@ -93,8 +93,8 @@ def leads_process_chunk(*, lead_ids: list[str], slice_seconds: float | None = No
     lead arriving meanwhile would wait for it. So once the chunk has run ``slice_seconds``
     (``ROUTING_CHUNK_SLICE_SECONDS``; 0: never), the leads not reached are published again, to
     the back of their lane's queue, and the process is free: the worker's next message is the
-    most urgent one waiting (leads.lanes). On Redis the chunk also hands back early, as soon as
-    a realtime routing message waits (``leads.services.RealtimePeek``, asked at most every
+    most urgent one waiting (leads.lanes). The chunk also hands back early, as soon as a
+    realtime routing message waits (``leads.services.RealtimePeek``, asked at most every
     ``ROUTING_CHUNK_PEEK_SECONDS``). Should that publish fail, the chunk simply carries on
     (a lead published twice is processed once: the second message finds it taken or done).
     ``SoftTimeLimitExceeded`` is raised through: the leads not reached wait for the sweeper.

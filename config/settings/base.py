@@ -289,6 +289,9 @@ if BROKER_IS_FILESYSTEM:
         # idle for up to a second after each quiet moment; a tenth is cheap on a local folder.
         "polling_interval": 0.1,
     }
+    # kombu's filesystem transport, but a worker takes its queues in order (the first with a
+    # message wins), as on Redis below: realtime lanes first (config/broker_filesystem.py).
+    CELERY_BROKER_TRANSPORT = "config.broker_filesystem:Transport"
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": CELERY_VISIBILITY_TIMEOUT,
@@ -495,7 +498,7 @@ ENQUEUE_CHUNK_SIZE = env.int("ENQUEUE_CHUNK_SIZE", default=100)
 # lane's queue (at its back), so a realtime lead waits for at most this, not a whole chunk
 # (leads.lanes; docs/operations.md, "Queues and workers"). 0: a chunk runs to its end.
 ROUTING_CHUNK_SLICE_SECONDS = env.float("ROUTING_CHUNK_SLICE_SECONDS", default=1.0)
-# On Redis, a chunk also asks this often whether a realtime routing message waits, and hands
+# A chunk also asks this often whether a realtime routing message waits, and hands
 # the rest back at once when one does (leads.services.RealtimePeek). 0: the time slice only.
 ROUTING_CHUNK_PEEK_SECONDS = env.float("ROUTING_CHUNK_PEEK_SECONDS", default=0.1)
 # The kickoff hands committed lead ids to a publisher thread and answers at once, so a down,

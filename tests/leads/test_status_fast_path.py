@@ -22,6 +22,7 @@ from leads.status import status_link_make
 from leads.status_asgi import status_fast_path
 from leads.status_wake import status_waiters
 from tests.leads.factories import LeadFactory, SourceFactory
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -297,3 +298,34 @@ def test_a_query_with_too_many_fields_is_the_django_views_400(client, website, s
     at_limit = "&".join(f"f{i}=x" for i in range(limit - 1)) + "&wait=0"
     status, _, body = _call(status_fast_path(Django()), "GET", path, query=at_limit)
     assert status == client.get(f"{path}?{at_limit}").status_code == 200, body
+
+
+def test_while_the_listener_cannot_reach_redis_a_final_outcome_is_answered_at_once(
+    website, settings
+):
+    """A waiting request reads the lead before it waits for the listener: with Redis away (the
+    listener is not hearing), an outcome already written is answered at once, not after the
+    second the request gives the listener to subscribe; a pending lead still waits its bound."""
+    settings.STATUS_REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    done = LeadFactory(source=website, status=LeadStatus.EXCLUDED)
+    pending = LeadFactory(source=website)
+
+    async def scenario() -> tuple[float, Any, float, Any]:
+        loop = asyncio.get_running_loop()
+        first = asyncio.ensure_future(status_api._status(pending.id, 1.0))  # starts the listener
+        await asyncio.sleep(0.3)  # its first attempt is refused (Redis answers no connect)
+        started = loop.time()
+        final = await status_api._status(done.id, 5.0)
+        final_took = loop.time() - started
+        await first
+        started = loop.time()
+        waiting = await status_api._status(pending.id, 1.5)
+        return final_took, final, loop.time() - started, waiting
+
+    final_took, final, pending_took, waiting = asyncio.run(scenario())
+    assert final is not None
+    assert final.document["status"] == "not_assigned"
+    assert final_took < 0.5, final_took
+    assert waiting is not None
+    assert waiting.document["status"] == "received"
+    assert pending_took >= 1.4, pending_took
