@@ -186,6 +186,11 @@ async def lead_status(request: HttpRequest, lead_id: str, token: str) -> HttpRes
 
 async def _status(lead_uuid: uuid.UUID, wait: float) -> LeadStatusView | None:
     loop = asyncio.get_running_loop()
+    if wait > 0 and status_waiters.waiting_for(lead_uuid) >= settings.STATUS_MAX_WAITERS_PER_LEAD:
+        # The page that submitted the lead waits with one request at a time: more than a few at
+        # once is a script holding the status process's connections open. They are answered at
+        # once, as without ?wait=, and wait for nothing.
+        wait = 0.0
     if wait <= 0:
         return await _reads.read(lead_uuid, loop.time())
     deadline = loop.time() + wait

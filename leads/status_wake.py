@@ -161,6 +161,10 @@ class StatusWaiters:
     def waiting(self) -> int:
         return sum(len(futures) for futures in self._waiting.values())
 
+    def waiting_for(self, lead_id: uuid.UUID) -> int:
+        """How many requests of this process wait for ``lead_id``."""
+        return len(self._waiting.get(str(lead_id), ()))
+
     def wake(self, lead_id: str) -> None:
         futures = self._waiting.get(lead_id)
         if not futures:

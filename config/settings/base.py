@@ -460,6 +460,9 @@ SOURCE_CACHE_SECONDS = env.float("SOURCE_CACHE_SECONDS", default=5.0)
 STATUS_BASE_URL: str = env.str("STATUS_BASE_URL", default="").rstrip("/")
 # The longest ?wait= a status request may hold (seconds, at most 10); longer waits are clamped.
 STATUS_WAIT_MAX_SECONDS = min(env.float("STATUS_WAIT_MAX_SECONDS", default=10.0), 10.0)
+# Requests one status process lets wait for the same lead at once; more are answered at once
+# (a page waits with one; a script holding thousands open for one lead gets no waiting slots).
+STATUS_MAX_WAITERS_PER_LEAD = max(1, env.int("STATUS_MAX_WAITERS_PER_LEAD", default=4))
 # Threads of the status process that read leads, each on one database connection kept between
 # reads: the most connections the status process holds, however many requests wait.
 STATUS_READ_THREADS = max(1, env.int("STATUS_READ_THREADS", default=4))

@@ -185,7 +185,8 @@ def test_many_waiters_hold_no_database_connection_each():
             cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [name])
             return int(cursor.fetchone()[0])
 
-    with status_server() as base:
+    # One lead, 300 waiters: past the per-lead bound (tested below) on purpose.
+    with status_server({"STATUS_MAX_WAITERS_PER_LEAD": "300"}) as base:
         port = int(base.rsplit(":", 1)[1])
         before = connections_to_the_test_database()
         sockets: list[socket.socket] = []
@@ -214,3 +215,36 @@ def test_many_waiters_hold_no_database_connection_each():
     assert answered == 300
     # The status process has stopped: its read threads' connections are gone with it.
     wait_until(lambda: connections_to_the_test_database() <= before, timeout=10)
+
+
+def test_requests_past_the_per_lead_bound_are_answered_at_once_and_wait_for_nothing():
+    """A script holding many ``?wait=`` requests open for one lead (its token comes with any
+    form post) gets STATUS_MAX_WAITERS_PER_LEAD waiting; the rest are answered at once."""
+    source = SourceFactory(slug="website")
+    lead = LeadFactory(source=source)
+    link = status_link_make(lead_id=lead.id, source=source, now=timezone.now())
+    with status_server({"STATUS_MAX_WAITERS_PER_LEAD": "2"}) as base:
+        port = int(base.rsplit(":", 1)[1])
+        sockets: list[socket.socket] = []
+        try:
+            for _ in range(5):
+                s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                s.sendall(f"GET {link.url}?wait=10 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+                sockets.append(s)
+                time.sleep(0.3)  # in order: the first two are the ones waiting
+            time.sleep(1.5)
+            waiting = []
+            for s in sockets:
+                s.setblocking(False)
+                try:
+                    waiting.append(not s.recv(1))  # b"" would be a closed connection
+                except BlockingIOError:
+                    waiting.append(True)
+                s.setblocking(True)
+            assert waiting == [True, True, False, False, False]
+            Lead.objects.filter(pk=lead.id).update(status=LeadStatus.EXCLUDED)
+            lead_status_announce(lead_ids=[lead.id])
+            assert all(b'"not_assigned"' in _answer_of(s) for s in sockets[:2])
+        finally:
+            for s in sockets:
+                s.close()
