@@ -729,6 +729,10 @@ ALERT_RESOLVE_AFTER_SECONDS = env.float("ALERT_RESOLVE_AFTER_SECONDS", default=9
 BACKLOG_ALERT_AGE_SECONDS = env.int("BACKLOG_ALERT_AGE_SECONDS", default=300)
 # ... and a realtime-lane lead (leads.lanes: a form's prospect still on the page) this long.
 BACKLOG_ALERT_REALTIME_AGE_SECONDS = env.int("BACKLOG_ALERT_REALTIME_AGE_SECONDS", default=60)
+# The bulk lane (batch uploads, imports) is watched by limits of its own: a 10,000-lead webinar
+# upload is a backlog by design, worked off in minutes, and is no reason to page anyone.
+BACKLOG_ALERT_BULK_DEPTH = env.int("BACKLOG_ALERT_BULK_DEPTH", default=50_000)
+BACKLOG_ALERT_BULK_AGE_SECONDS = env.int("BACKLOG_ALERT_BULK_AGE_SECONDS", default=3600)
 # A queue whose heartbeat no worker executed for this long gets a `worker` alert (a queue that
 # never had one counts from the first check). With heartbeats every 30 s and checks every 30 s,
 # a worker that stops is reported within two minutes.

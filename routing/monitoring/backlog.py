@@ -259,16 +259,28 @@ def _backlog_problems(report: BacklogReport) -> list[str]:
     depth_limit = settings.BACKLOG_ALERT_DEPTH
     age_limit = settings.BACKLOG_ALERT_AGE_SECONDS
     problems = []
-    waiting = report.received + report.stuck_processing
+    # A batch upload (the bulk lane) is a backlog by design, worked off in minutes: it has limits
+    # of its own, and the general ones watch the other lanes.
+    bulk = report.lanes.get(lanes.BULK) or LaneBacklog()
+    others = [backlog for lane, backlog in report.lanes.items() if lane != lanes.BULK]
+    received = report.received - bulk.received
+    waiting = received + report.stuck_processing
     if waiting > depth_limit:
         problems.append(
-            f"{waiting} leads waiting ({report.received} received, "
+            f"{waiting} leads waiting ({received} received, "
             f"{report.stuck_processing} left by a dead worker), more than {depth_limit}"
         )
-    if report.received and report.oldest_received_seconds > age_limit:
+    oldest = max((backlog.oldest_received_seconds for backlog in others), default=0.0)
+    if received and oldest > age_limit:
+        problems.append(f"the oldest lead has waited {oldest:.0f} s, more than {age_limit} s")
+    bulk_depth = settings.BACKLOG_ALERT_BULK_DEPTH
+    bulk_age = settings.BACKLOG_ALERT_BULK_AGE_SECONDS
+    if bulk.received > bulk_depth:
+        problems.append(f"{bulk.received} bulk leads waiting, more than {bulk_depth}")
+    if bulk.received and bulk.oldest_received_seconds > bulk_age:
         problems.append(
-            f"the oldest lead has waited {report.oldest_received_seconds:.0f} s, "
-            f"more than {age_limit} s"
+            f"the oldest bulk lead has waited {bulk.oldest_received_seconds:.0f} s "
+            f"({bulk.received} bulk waiting), more than {bulk_age} s"
         )
     # A realtime lead is a prospect still on the page: it has its own, shorter limit.
     realtime = report.lanes.get(lanes.REALTIME)
@@ -278,9 +290,11 @@ def _backlog_problems(report: BacklogReport) -> list[str]:
             f"the oldest realtime lead has waited {realtime.oldest_received_seconds:.0f} s "
             f"({realtime.received} realtime waiting), more than {realtime_limit} s"
         )
+    bulk_queue = lanes.routing_queue(lanes.BULK)
     for queue, length in report.queue_lengths.items():
-        if length is not None and length > depth_limit:
-            problems.append(f"{length} messages in the {queue} queue, more than {depth_limit}")
+        limit = bulk_depth if queue == bulk_queue else depth_limit
+        if length is not None and length > limit:
+            problems.append(f"{length} messages in the {queue} queue, more than {limit}")
     return problems
 
 

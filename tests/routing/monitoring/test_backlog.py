@@ -155,6 +155,7 @@ def test_a_dead_redis_broker_opens_a_broker_alert_without_raising(
     settings.READYZ_BROKER_TIMEOUT_SECONDS = 0.5
     monkeypatch.setitem(celery_app.conf, "broker_url", f"redis://127.0.0.1:{free_port()}/0")
     monkeypatch.setitem(celery_app.conf, "broker_read_url", None)
+    monkeypatch.setitem(celery_app.conf, "broker_transport", None)  # the embedded one's class
     monkeypatch.setitem(
         celery_app.conf,
         "broker_transport_options",
@@ -524,3 +525,32 @@ def test_each_lane_is_reported_and_a_realtime_lead_waiting_a_minute_opens_the_al
     (alert,) = _open(AlertKind.BACKLOG)
     assert "the oldest realtime lead has waited 70 s (1 realtime waiting)" in alert.message
     assert alert.data["lanes"]["realtime"]["received"] == 1
+
+
+def test_a_batch_upload_in_the_bulk_lane_is_watched_by_its_own_limits(settings: Any) -> None:
+    """A webinar upload is a backlog by design: over the general depth and age limits it opens
+    no alert, past the bulk lane's own limits it does; normal leads still count as before."""
+    settings.BACKLOG_ALERT_DEPTH = 3
+    settings.BACKLOG_ALERT_AGE_SECONDS = 300
+    settings.BACKLOG_ALERT_BULK_DEPTH = 6
+    settings.BACKLOG_ALERT_BULK_AGE_SECONDS = 900
+    now = timezone.now()
+    for _ in range(5):
+        LeadFactory(lane="bulk", received_at=now - timedelta(seconds=600))
+    report = backlog_check(now=now)
+    assert report.problems == []
+    assert _open(AlertKind.BACKLOG) == []
+
+    later = backlog_check(now=now + timedelta(seconds=301))  # bulk waited 901 s
+    assert later.problems == [
+        "the oldest bulk lead has waited 901 s (5 bulk waiting), more than 900 s"
+    ]
+    for _ in range(2):
+        LeadFactory(lane="bulk", received_at=now)
+    assert "7 bulk leads waiting, more than 6" in backlog_check(now=now).problems
+
+    for _ in range(4):
+        LeadFactory(lane="normal", received_at=now)
+    assert backlog_check(now=now).problems[0] == (
+        "4 leads waiting (4 received, 0 left by a dead worker), more than 3"
+    )
