@@ -7,8 +7,10 @@ filesystem Celery broker under ``var/``, no servers needed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,16 +31,30 @@ VAR_DIR = Path(env.str("LEADROUTER_VAR_DIR", default=str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
+def _var_key(name: str, make: Callable[[], str], folder: Path | None = None) -> str:
+    """A key generated once under ``var/``: two processes agree on it, and none reads it half
+    written (it is written whole to a file of its own, then linked into place; the first link
+    wins and the others read the winner's)."""
+    folder = folder or VAR_DIR
+    key_file = folder / name
+    if not key_file.exists():
+        fd, draft = tempfile.mkstemp(prefix=f".{name}-", dir=folder)  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(make())
+            with contextlib.suppress(FileExistsError):
+                os.link(draft, key_file)
+        finally:
+            os.unlink(draft)
+    return key_file.read_text().strip()
+
+
 def _secret_key() -> str:
     """The configured key, else one generated once and kept under ``var/`` for laptops."""
     configured: str = env.str("SECRET_KEY", default="")
     if configured:
         return configured
-    key_file = VAR_DIR / "secret-key"
-    if not key_file.exists():
-        key_file.write_text(secrets.token_urlsafe(50))
-        key_file.chmod(0o600)
-    return key_file.read_text().strip()
+    return _var_key("secret-key", lambda: secrets.token_urlsafe(50))
 
 
 SECRET_KEY = _secret_key()
@@ -740,17 +756,6 @@ HEARTBEAT_STALE_SECONDS = env.int("HEARTBEAT_STALE_SECONDS", default=90)
 
 
 # --- Personal data (leads/privacy.py; docs/operations.md "Privacy") -----------------------------
-def _var_key(name: str, make: Callable[[], str]) -> str:
-    """A key generated once under ``var/`` (created exclusively: two processes agree on it)."""
-    key_file = VAR_DIR / name
-    try:
-        with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-            f.write(make())
-    except FileExistsError:
-        pass
-    return key_file.read_text().strip()
-
-
 # The master keys that wrap each person's data key: Fernet keys, comma-separated, newest first
 # (the first wraps, all unwrap; `manage.py privacy_rewrap` moves every person's key to the
 # first). Empty = one generated under var/ on first use. Losing them loses every person's data.
