@@ -226,9 +226,10 @@ class CountingReads:
         monkeypatch.setattr(status_api, "lead_status_read_pooled", counted)
 
 
-def test_pages_woken_for_one_lead_share_one_read(website, monkeypatch):
+def test_pages_woken_for_one_lead_share_one_read(website, monkeypatch, settings):
     """200 pages waiting for one lead are woken together: one read answers them all (each
     also read it once on arriving — also shared when they arrive together)."""
+    settings.STATUS_MAX_WAITERS_PER_LEAD = 200  # past the per-lead bound on purpose
     lead = LeadFactory(source=website)
     reads = CountingReads(monkeypatch)
 
