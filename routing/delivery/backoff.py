@@ -12,6 +12,8 @@ from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 
 MIN_DELAY_SECONDS = 1.0
+# The longest Retry-After honoured (a week): past any delivery deadline, inside timedelta's range.
+RETRY_AFTER_MAX_SECONDS = 7 * 24 * 3600.0
 
 
 def backoff_bound(*, attempt: int, base: float, cap: float) -> float:
@@ -47,20 +49,24 @@ def next_attempt_at(
     delay = backoff_delay(attempt=attempt, base=base, cap=cap, rng=rng)
     if retry_after is not None:
         delay = max(delay, retry_after)
-    return min(now + timedelta(seconds=delay), give_up_at)
+    # Never past the deadline, and never a timedelta out of range (an infinite Retry-After).
+    delay = min(delay, (give_up_at - now).total_seconds())
+    return now + timedelta(seconds=delay)
 
 
 def retry_after_seconds(value: str | None, *, now: datetime) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or an HTTP date); None if unusable."""
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date), at most
+    ``RETRY_AFTER_MAX_SECONDS``; None if unusable. Never raises: a receiver may send anything."""
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
-        return float(value)
+    # isascii: str.isdigit is true of "²" and other digits float() refuses.
+    if value.isascii() and value.isdigit():
+        return min(float(value), RETRY_AFTER_MAX_SECONDS)
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
         return None
-    return max(0.0, (when - now).total_seconds())
+    return min(max(0.0, (when - now).total_seconds()), RETRY_AFTER_MAX_SECONDS)

@@ -88,3 +88,35 @@ def test_retry_after_is_read_as_seconds_or_an_http_date() -> None:
     assert backoff.retry_after_seconds("Sun, 29 Nov 2026 11:00:00 GMT", now=NOW) == 0
     assert backoff.retry_after_seconds("soon", now=NOW) is None
     assert backoff.retry_after_seconds(None, now=NOW) is None
+
+
+def test_an_odd_retry_after_is_bounded_or_ignored_never_an_exception() -> None:
+    # A receiver's 429 can say anything: a huge number (float inf, or past timedelta's range),
+    # a latin-1 digit str.isdigit() accepts and float() refuses, a date in the year 9999.
+    give_up_at = NOW + timedelta(hours=1)
+    for header in ("9" * 400, "99999999999999", "\u00b2", "Fri, 31 Dec 9999 23:59:59 GMT"):
+        seconds = backoff.retry_after_seconds(header, now=NOW)
+        assert seconds is None or 0 <= seconds <= backoff.RETRY_AFTER_MAX_SECONDS
+        when = backoff.next_attempt_at(
+            attempt=1,
+            now=NOW,
+            give_up_at=give_up_at,
+            base=30,
+            cap=3600,
+            rng=random.Random(1),
+            retry_after=seconds,
+        )
+        assert when is not None
+        assert NOW < when <= give_up_at
+    # next_attempt_at itself takes any float a caller passes.
+    for seconds in (float("inf"), 1e300):
+        when = backoff.next_attempt_at(
+            attempt=1,
+            now=NOW,
+            give_up_at=give_up_at,
+            base=30,
+            cap=3600,
+            rng=random.Random(1),
+            retry_after=seconds,
+        )
+        assert when == give_up_at
