@@ -646,12 +646,16 @@ def assignment_touch(
         raise LeadActionError(
             "reassigned", "This lead is no longer yours: it was reassigned since.", 409
         )
-    if assignment is None:
-        raise LeadActionError("not_assigned", "This lead has no owner to touch it.")
-    if owner_user_id is not None and assignment.rep.user_id != owner_user_id:
+    # The owner's check first: a rep must not tell a lead without an owner from another rep's
+    # (or from no lead at all), so that ids cannot be enumerated through the touch.
+    if owner_user_id is not None and (
+        assignment is None or assignment.rep.user_id != owner_user_id
+    ):
         raise LeadActionError(
             "forbidden", "Only the lead's owner or a manager may report its first touch.", 403
         )
+    if assignment is None:
+        raise LeadActionError("not_assigned", "This lead has no owner to touch it.")
     if assignment.touched_at is None:
         now = now or timezone.now()
         if not assignment_first_touch(assignment=assignment, at=now, source=TouchSource.LEADROUTER):

@@ -346,3 +346,30 @@ def test_the_admin_action_invites_the_selected_reps(admin_client: Client) -> Non
     assert b"Invitation sent to r0@example.com, r1@example.com" in answer.content
     assert sorted(m.to[0] for m in mail.outbox) == ["r0@example.com", "r1@example.com"]
     assert all(Rep.objects.get(pk=r.pk).user_id for r in reps)
+
+
+def test_a_rep_cannot_tell_other_leads_apart_from_no_lead_at_all() -> None:
+    """Enumeration: every lead that is not the rep's own answers exactly as an id that names no
+    lead (404, the same body), whatever its state: unassigned, excluded, another rep's, one the
+    rep owned before it was reassigned away; none is touched."""
+    from leads.models import Lead
+
+    ana = RepFactory(name="Ana", email="ana@example.com")
+    ben = RepFactory(name="Ben", email="ben@example.com")
+    client = _rep_login(ana, "ana")
+    unassigned = LeadFactory(status=LeadStatus.UNASSIGNED, email="u@initech.example")
+    excluded = LeadFactory(status=LeadStatus.EXCLUDED, email="x@initech.example")
+    received = LeadFactory(status=LeadStatus.RECEIVED, email="r@initech.example")
+    bens = AssignmentFactory(rep=ben, lead=LeadFactory(email="b@initech.example"))
+    was_anas = AssignmentFactory(
+        rep=ana, lead=LeadFactory(email="w@initech.example", status=LeadStatus.ASSIGNED)
+    )
+    lead_reassign(lead_id=was_anas.lead_id, rep_email=ben.email, reason="cover", actor="t")
+    nothing = client.post("/me/leads/00000000-0000-0000-0000-000000000000/touch/")
+    assert nothing.status_code == 404
+    for lead in (unassigned, excluded, received, bens.lead, was_anas.lead):
+        answer = client.post(f"/me/leads/{lead.pk}/touch/")
+        assert answer.status_code == 404, lead.status
+        assert answer.content == nothing.content
+    assert not Assignment.objects.filter(touched_at__isnull=False).exists()
+    assert Lead.objects.filter(pk=unassigned.pk, status=LeadStatus.UNASSIGNED).exists()
