@@ -234,11 +234,14 @@ class SsoBackend(OIDCAuthenticationBackend):
                 f"{_provider()} has not verified the e-mail {email}, so it cannot sign you in "
                 "here. Verify it with them, then start again."
             )
+        mapping = settings.OIDC_GROUP_ROLES
         try:
             user = user_sso_login(
                 email=email,
                 allowed_domains=list(settings.OIDC_ALLOWED_EMAIL_DOMAINS),
                 actor=f"sso:{email.strip().lower()}",
+                roles=provider_roles(claims, mapping) if mapping else None,
+                managed_roles={role for names in mapping.values() for role in names},
             )
         except LoginRefused as exc:
             raise SsoError(exc.message) from exc
@@ -247,6 +250,37 @@ class SsoBackend(OIDCAuthenticationBackend):
 
     def get_user(self, user_id: Any) -> Any:
         return ModelBackend.get_user(self, user_id)  # an inactive user's session ends
+
+
+def provider_roles(claims: dict[str, Any], mapping: dict[str, tuple[str, ...]]) -> set[str]:
+    """The roles ``OIDC_GROUP_ROLES`` gives the person, from the groups claim.
+
+    No claim is no group (Okta leaves it out when none of the person's groups pass its filter);
+    one group may come as a string. Groups sent only by reference (Entra ID's "overage" for a
+    person in too many groups) or in any other shape are refused: roles are never guessed.
+    """
+    name = str(settings.OIDC_GROUPS_CLAIM)
+    by_reference = claims.get("_claim_names")
+    if isinstance(by_reference, dict) and name in by_reference:
+        raise SsoError(
+            f"{_provider()} sent your groups by reference only (too many groups for a token), "
+            "so your roles cannot be read. Ask your administrator to filter the groups claim "
+            "to LeadRouter's groups."
+        )
+    value = claims.get(name)
+    if value is None:
+        groups: list[str] = []
+    elif isinstance(value, str):
+        groups = [value]
+    elif isinstance(value, list) and all(isinstance(group, str) for group in value):
+        groups = value
+    else:
+        logger.warning("single sign-on: the %r claim is not a list of names", name)
+        raise SsoError(
+            f"{_provider()} sent your groups in a form LeadRouter cannot read, so your roles "
+            "cannot be set. Ask RevOps to check the single sign-on settings."
+        )
+    return {role for group in groups for role in mapping.get(group, ())}
 
 
 def _refused(request: HttpRequest, message: str, status: int) -> HttpResponse:

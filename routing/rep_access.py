@@ -23,6 +23,7 @@ existing login for anyone else; never a new login for a manager.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -39,6 +40,7 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
 from audit.config_changes import config_change_record
+from audit.permissions import user_roles_set
 from routing.models import Assignment, Rep, TouchLinkUse
 from routing.services import LeadActionError, assignment_touch
 from routing.touch_links import TouchLinkError, links_base_url, touch_link_claims
@@ -224,15 +226,28 @@ def _existing_login(address: str) -> Any:
     return candidates[0]
 
 
-def user_sso_login(*, email: str, allowed_domains: list[str], actor: str) -> Any:
+def user_sso_login(
+    *,
+    email: str,
+    allowed_domains: list[str],
+    actor: str,
+    roles: Collection[str] | None = None,
+    managed_roles: Collection[str] = (),
+) -> Any:
     """The user a provider's verified e-mail signs in as; an active rep's login is made if needed.
 
     The e-mail is matched, ignoring case, to a rep first: the rep's login if they have one, else
     (an active rep only, as for ``rep_invite``) the existing login of that name or e-mail that
     belongs to no other rep, else a new one named by the e-mail with no usable password; linking
     it is audited as ``config_changed`` on the rep (action ``sso_linked``). Anyone else must
-    already have a login with that e-mail or name: no login is ever made for them, so managers
-    are only ever matched. ``LoginRefused`` says why not.
+    already have a login with that e-mail or name: no login is made for them, so managers are
+    only ever matched, unless the provider's groups give them a role.
+
+    ``roles`` (None: single sign-on maps no groups) are the roles the provider's groups give,
+    among ``managed_roles`` (every role the mapping names): the user gets exactly those (added,
+    and removed once the provider no longer gives them; ``audit.permissions.user_roles_set``),
+    and someone with no login yet whom they give any role gets one, named by the e-mail with no
+    usable password. All in one transaction. ``LoginRefused`` says why not.
     """
     address = email.strip().lower()
     if "@" not in address:
@@ -240,6 +255,7 @@ def user_sso_login(*, email: str, allowed_domains: list[str], actor: str) -> Any
     domain = address.rsplit("@", 1)[1]
     if allowed_domains and domain not in allowed_domains:
         raise LoginRefused(f"E-mail addresses at {domain} may not sign in here.")
+    created = False
     with transaction.atomic():
         rep = Rep.objects.select_for_update().filter(email__iexact=address).first()
         if rep is not None and rep.user_id is not None:
@@ -269,8 +285,21 @@ def user_sso_login(*, email: str, allowed_domains: list[str], actor: str) -> Any
                 action="sso_linked",
                 extra={"login": user.get_username(), "login_created": created},
             )
+        elif roles and not _users_named(address):  # given a role by the provider's groups
+            user = get_user_model().objects.create_user(username=address, email=address)
+            user.set_unusable_password()
+            user.save(update_fields=["password"])
+            created = True
         else:  # not a rep, or an inactive one: existing logins only
             user = _existing_login(address)
+        if roles is not None and user.is_active:
+            user_roles_set(
+                user=user,
+                roles=roles,
+                managed=managed_roles,
+                actor=actor,
+                login_created=created,
+            )
     if not user.is_active:
         raise LoginRefused(f"The login {user.get_username()} is disabled.")
     return user

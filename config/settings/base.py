@@ -199,6 +199,27 @@ OIDC_TIMEOUT = env.float("OIDC_TIMEOUT_SECONDS", default=5.0)  # each call to th
 OIDC_DISCOVERY_CACHE_SECONDS = env.int("OIDC_DISCOVERY_CACHE_SECONDS", default=3600)
 # The client's secret in an HTTP Basic header (client_secret_basic) instead of the form body.
 OIDC_TOKEN_USE_BASIC_AUTH = env.bool("OIDC_TOKEN_USE_BASIC_AUTH", default=False)
+# The provider's groups as LeadRouter's roles: "provider group=Role[;Role...]" pairs, comma-
+# separated; a role is a Django group ("Sales managers", "RevOps") or "staff" (the admin's staff
+# status). Empty: roles stay as set in the admin. Set: each sign-in sets the person's mapped
+# roles to exactly those their groups give (audit.sso), and a person given one gets a login.
+OIDC_GROUPS_CLAIM = env.str("OIDC_GROUPS_CLAIM", default="groups")
+
+
+def group_roles_parse(pairs: dict[str, str]) -> dict[str, tuple[str, ...]]:
+    """``OIDC_GROUP_ROLES`` as read by ``env.dict``: each provider group's roles."""
+    mapping: dict[str, tuple[str, ...]] = {}
+    for group, names in pairs.items():
+        roles = tuple(dict.fromkeys(name.strip() for name in str(names).split(";") if name.strip()))
+        if not group.strip() or not roles:
+            raise ValueError(f"OIDC_GROUP_ROLES: the provider group {group!r} names no role")
+        mapping[group.strip()] = roles
+    return mapping
+
+
+OIDC_GROUP_ROLES: dict[str, tuple[str, ...]] = group_roles_parse(
+    env.dict("OIDC_GROUP_ROLES", default={})
+)
 OIDC_RP_SIGN_ALGO = "RS256"
 OIDC_RP_SCOPES = "openid email profile"
 OIDC_USE_PKCE = True
