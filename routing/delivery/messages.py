@@ -170,7 +170,9 @@ def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
         lines.append(f"I'm on it: {escape(touch)}")
     section = "\n".join(lines)[:SLACK_TEXT_LIMIT]
     return {
-        "text": facts["subject"],
+        # The notification and channel preview read this as mrkdwn too: escaped like the block,
+        # or a lead named "<!channel>" would ping a team's whole channel.
+        "text": escape(facts["subject"]),
         "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": section}}],
     }
 

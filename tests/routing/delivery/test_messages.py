@@ -62,6 +62,9 @@ def test_any_lead_text_renders_in_every_format(
     assert section.count("<") == 1
     assert section.endswith("<https://x.example/l/|Open the lead>")
     assert len(section) <= 3000
+    # The fallback text (the notification, a channel's preview) is mrkdwn too.
+    assert "<" not in slack["text"]
+    assert ">" not in slack["text"]
     json.dumps(teams_message(payload))
     if company:
         assert escape(company) in html
@@ -78,3 +81,20 @@ def test_times_name_the_zone_across_daylight_saving() -> None:
         "Sun 29 Mar 2026, 01:30 UTC (UTC)"
     )
     assert local_time(None, "UTC") is None
+
+
+def test_a_lead_named_like_a_mention_pings_no_one_in_slack() -> None:
+    payload = _payload(
+        {"first_name": "<!channel>", "last_name": "<@U024BE7LH>", "company": "<!here> & Co"},
+        priority="<!everyone>",
+        tags=[],
+        zone="UTC",
+    )
+    message = slack_message(payload)
+    for text in (message["text"], message["blocks"][0]["text"]["text"]):
+        for mention in ("<!channel>", "<@U024BE7LH>", "<!here>", "<!everyone>"):
+            assert mention not in text
+    assert message["text"] == (
+        "[&lt;!everyone&gt;] New lead assigned to you: &lt;!channel&gt; &lt;@U024BE7LH&gt; "
+        "(&lt;!here&gt; &amp; Co)"
+    )
