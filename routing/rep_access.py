@@ -286,10 +286,14 @@ def user_sso_login(
                 extra={"login": user.get_username(), "login_created": created},
             )
         elif roles and not _users_named(address):  # given a role by the provider's groups
-            user = get_user_model().objects.create_user(username=address, email=address)
-            user.set_unusable_password()
-            user.save(update_fields=["password"])
-            created = True
+            try:
+                with transaction.atomic():  # a second sign-in at once may make it first
+                    user = get_user_model().objects.create_user(username=address, email=address)
+                    user.set_unusable_password()
+                    user.save(update_fields=["password"])
+                created = True
+            except IntegrityError:
+                user = _existing_login(address)
         else:  # not a rep, or an inactive one: existing logins only
             user = _existing_login(address)
         if roles is not None and user.is_active:

@@ -152,3 +152,38 @@ def test_without_a_mapping_roles_are_left_as_the_admin_set_them(
     sso.person("mia@example.com", groups=["lr-revops"])
     _landing(client, _sign_in(client))
     assert _groups(mia) == {SALES_MANAGERS_GROUP}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_first_sign_ins_of_a_manager_at_once_make_one_login(roles: OidcProvider) -> None:
+    import threading
+
+    from django.db import connection
+
+    from tests.audit.test_sso import _through_provider, _to_provider
+
+    roles.person("mia@example.com", groups=["lr-managers"])
+    clients = [Client(), Client()]
+    backs = [_through_provider(_to_provider(c)) for c in clients]
+    barrier = threading.Barrier(2)
+    answers: list[int] = []
+
+    def finish(c: Client, back: str) -> None:
+        try:
+            barrier.wait()
+            answers.append(c.get(back).status_code)
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=finish, args=pair) for pair in zip(clients, backs, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [302, 302]
+    mia = User.objects.get()
+    assert _groups(mia) == {SALES_MANAGERS_GROUP}
+    assert Event.objects.filter(data__action="sso_roles", data__login_created=True).count() == 1
