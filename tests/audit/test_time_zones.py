@@ -243,3 +243,18 @@ def test_the_dashboard_counts_leads_in_the_bars_of_the_users_days(client: Client
     assert d.intake.total == 2
     assert len(values) == 2  # two bars drawn: the day before midnight and the day after
     assert "CET" in d.intake.end_label or "CEST" in d.intake.end_label
+
+
+def test_the_admin_names_the_zone_its_times_are_in(client: Client, admin_user: Any) -> None:
+    # docs/managers.md: every page, the admin too, shows times in one zone named in the top bar.
+    client.force_login(admin_user)
+    client.cookies[TZ_COOKIE] = "Asia/Tokyo"
+    for path in ("/admin/", "/admin/leads/lead/", "/admin/audit/event/"):
+        page = client.get(path)
+        assert page.status_code == 200, path
+        body = page.content.decode()
+        assert 'id="admin-zone"' in body, path
+        assert "Times in Asia/Tokyo" in body, path
+        assert "/static/audit/tz.js" in body, path  # the browser's zone reaches the admin too
+    UserSettings.objects.create(user=admin_user, time_zone="Europe/Berlin")
+    assert "Times in Europe/Berlin" in client.get("/admin/").content.decode()
