@@ -161,15 +161,25 @@ def payload_body(payload: dict[str, Any]) -> bytes:
 # --- Scheduling --------------------------------------------------------------------------------
 
 
-def _notice(*, assignment: Assignment, rep: Rep, event: str, now_with: str = "") -> dict[str, Any]:
-    """The ``notice`` part of a rep's message: who it is for, their zone, the lead page."""
+def _notice(
+    *, assignment: Assignment, rep: Rep, event: str, now_with: str = "", shared: bool = False
+) -> dict[str, Any]:
+    """The ``notice`` part of a rep's message: who it is for, their zone, the lead page.
+
+    ``shared``: a message posted where others read it too (a team's channel): without the
+    one-click link, which records the touch as the rep's for whoever presses it.
+    """
     return {
         "event": event,
         "rep": {"id": rep.pk, "name": rep.name, "email": rep.email},
         "timezone": zone_of(rep.timezone).key,
         "link": _link(str(assignment.lead_id)),
         **({"now_with": now_with} if now_with else {}),
-        **({"touch_link": _touch_link(assignment, rep)} if event in _OWNER_EVENTS else {}),
+        **(
+            {"touch_link": _touch_link(assignment, rep)}
+            if event in _OWNER_EVENTS and not shared
+            else {}
+        ),
     }
 
 
@@ -279,6 +289,7 @@ def deliveries_schedule(
         key: str = "",
         *,
         notice: _Notice | None = None,
+        shared: bool = False,
     ) -> Delivery:
         nonlocal base
         if base is None:
@@ -288,7 +299,11 @@ def deliveries_schedule(
         if notice is not None:
             row_event = notice.event
             extra = _notice(
-                assignment=assignment, rep=notice.rep, event=notice.event, now_with=notice.now_with
+                assignment=assignment,
+                rep=notice.rep,
+                event=notice.event,
+                now_with=notice.now_with,
+                shared=shared,
             )
             payload = {**base, "notice": extra}
         key = key or (f"endpoint-{endpoint.pk}" if endpoint is not None else "email")
@@ -337,6 +352,9 @@ def deliveries_schedule(
                 f"{chat_target.name} → {notice.rep.email}"[:2000],
                 f"chat-{chat_target.pk}-{notice.rep.pk}",
                 notice=notice,
+                # A team's webhook posts to the team's channel (a bot writes to the rep alone).
+                shared=chat_target.team_id is not None
+                and chat_target.kind != NotificationKind.SLACK_BOT,
             )
             message.notification_channel = chat_target
             new.append(message)

@@ -21,6 +21,7 @@ from pytest_httpserver import HTTPServer
 
 from audit.models import Event
 from routing.crm.secrets import secret_seal
+from routing.delivery.messages import slack_message, teams_message
 from routing.delivery.models import (
     Delivery,
     DeliveryChannel,
@@ -274,7 +275,10 @@ def test_a_team_teams_webhook_gets_an_adaptive_card_and_honours_429(
     assert facts["SLA due"].endswith("UTC (UTC)")
     actions = {action["title"]: action["url"] for action in card["actions"]}
     assert actions["Open the lead"] == f"https://leads.example.com/history/{assignment.lead_id}/"
-    assert actions["I'm on it"].startswith("https://leads.example.com/touch/")
+    # The team's channel is read by the whole team: no one-click link there, which would record
+    # the owner's first touch for whoever pressed it.
+    assert "I'm on it" not in actions
+    assert "touch_link" not in row.payload["notice"]
     row.refresh_from_db()
     assert row.attempt_log.get(number=2).response_excerpt == "1"
 
@@ -470,3 +474,36 @@ def test_a_reps_slack_user_is_looked_up_once_for_many_messages(
     methods = [method for method, _, _ in slack.calls]
     assert methods == ["users.lookupByEmail", "chat.postMessage", "chat.postMessage"]
     assert [posted["channel"] for posted in slack.posted] == ["U0REP1", "U0REP1"]
+
+
+def test_only_messages_to_the_rep_alone_carry_the_one_click_link(
+    assignment: Assignment, settings: Any
+) -> None:
+    """A rep's own channels and a team's bot (a DM to the rep) carry the one-click link; a team's
+    Slack or Teams webhook posts to a channel the whole team reads, so its message has none."""
+    settings.DELIVERY_LINK_BASE_URL = "https://leads.example.com"
+    team = TeamFactory(name="EMEA SDR")
+    Assignment.objects.filter(pk=assignment.pk).update(team=team)
+    assignment.refresh_from_db()
+    rep = assignment.rep
+    mine = [
+        _channel(NotificationKind.SLACK_WEBHOOK, "https://hooks.slack.com/services/T/B/r", rep=rep),
+        _channel(NotificationKind.TEAMS_WEBHOOK, "https://x.webhook.office.com/r", rep=rep),
+        _channel(NotificationKind.SLACK_BOT, SLACK_TOKEN, rep=rep),
+        _channel(NotificationKind.SLACK_BOT, SLACK_TOKEN, team=team),
+    ]
+    shared = [
+        _channel(
+            NotificationKind.SLACK_WEBHOOK, "https://hooks.slack.com/services/T/B/t", team=team
+        ),
+        _channel(NotificationKind.TEAMS_WEBHOOK, "https://x.webhook.office.com/t", team=team),
+    ]
+    rows = deliveries_schedule(assignment=assignment)
+    for channel in mine:
+        link = _chat_row(rows, channel).payload["notice"]["touch_link"]
+        assert link.startswith("https://leads.example.com/touch/")
+    for channel in shared:
+        row = _chat_row(rows, channel)
+        assert "touch_link" not in row.payload["notice"]
+        assert "/touch/" not in json.dumps(slack_message(row.payload))
+        assert "/touch/" not in json.dumps(teams_message(row.payload))
