@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 from django import forms
@@ -61,7 +62,12 @@ class AbsenceForm(forms.Form):
         # page's zone is (an absence is "Monday to Friday where I live").
         if value is None:
             return None
-        return value.replace(tzinfo=None).replace(tzinfo=self.zone)
+        aware = value.replace(tzinfo=None).replace(tzinfo=self.zone)
+        try:  # stored in UTC: a wall time near year 1 or 9999 may have no UTC instant
+            aware.astimezone(UTC)
+        except OverflowError:
+            raise forms.ValidationError("This time is out of range.", code="invalid") from None
+        return aware
 
     def clean_starts_at(self) -> Any:
         return self._in_zone(self.cleaned_data.get("starts_at"))

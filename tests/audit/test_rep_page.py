@@ -373,3 +373,22 @@ def test_a_rep_cannot_tell_other_leads_apart_from_no_lead_at_all() -> None:
         assert answer.content == nothing.content
     assert not Assignment.objects.filter(touched_at__isnull=False).exists()
     assert Lead.objects.filter(pk=unassigned.pk, status=LeadStatus.UNASSIGNED).exists()
+
+
+@pytest.mark.parametrize(
+    ("zone", "start", "end"),
+    [
+        ("America/Los_Angeles", "2026-12-10T09:00", "9999-12-31T23:59"),  # past year 9999 in UTC
+        ("Asia/Tokyo", "0001-01-01T00:00", "2026-12-10T09:00"),  # before year 1 in UTC
+    ],
+)
+def test_time_off_at_the_edge_of_the_calendar_is_refused_not_a_500(
+    zone: str, start: str, end: str
+) -> None:
+    ana = RepFactory(name="Ana", email="ana@example.com", timezone=zone)
+    client = _rep_login(ana, "ana")
+    client.raise_request_exception = False
+    answer = client.post("/me/time-off/", {"starts_at": start, "ends_at": end, "note": "x"})
+    assert answer.status_code == 400
+    assert b"out of range" in answer.content
+    assert not RepAbsence.objects.exists()
