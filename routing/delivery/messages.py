@@ -67,19 +67,26 @@ def notice_facts(payload: dict[str, Any]) -> dict[str, Any]:
     event = notice.get("event") or payload["type"]
     priority = assignment.get("priority") or None
     tags = list(assignment.get("tags") or [])
+    # A message to the rep alone says "you"; one in a channel the whole team reads (``shared``)
+    # names the rep, or it would read as every reader's lead.
+    rep_name = rep.get("name") or rep.get("email") or "the rep"
+    shared = bool(notice.get("shared"))
+    you = rep_name if shared else "you"
     if event == EVENT_SLA_WARNING:
-        headline = f"SLA about to breach: {who}"
+        headline = f"SLA about to breach: {who}" + (f" ({rep_name}'s lead)" if shared else "")
         intro = "The first-touch SLA of this lead is about to run out."
     elif event == EVENT_REASSIGNED_AWAY:
-        headline = f"Lead reassigned away from you: {who}"
+        headline = f"Lead reassigned away from {you}: {who}"
         now_with = notice.get("now_with") or "another rep"
-        intro = f"This lead is no longer yours: it now belongs to {now_with}."
+        intro = (
+            f"This lead is no longer {rep_name}'s" if shared else "This lead is no longer yours"
+        ) + f": it now belongs to {now_with}."
     elif event == EVENT_REASSIGNED:
-        headline = f"New lead reassigned to you: {who}"
-        intro = "A lead was reassigned to you."
+        headline = f"New lead reassigned to {you}: {who}"
+        intro = f"A lead was reassigned to {you}."
     else:
-        headline = f"New lead assigned to you: {who}"
-        intro = "A lead was assigned to you."
+        headline = f"New lead assigned to {you}: {who}"
+        intro = f"A lead was assigned to {you}."
     if company:
         headline += f" ({company})"
     # One line: a name typed with a line break must not break the e-mail's Subject header.

@@ -175,6 +175,7 @@ def _notice(
         "timezone": zone_of(rep.timezone).key,
         "link": _link(str(assignment.lead_id)),
         **({"now_with": now_with} if now_with else {}),
+        **({"shared": True} if shared else {}),
         **(
             {"touch_link": _touch_link(assignment, rep)}
             if event in _OWNER_EVENTS and not shared

@@ -269,7 +269,9 @@ def test_a_team_teams_webhook_gets_an_adaptive_card_and_honours_429(
 
     (body,) = teams.posted
     card = body["attachments"][0]["content"]
-    assert card["body"][0]["text"] == "New lead assigned to you: Ada Lovelace (Acme GmbH)"
+    # The team's channel: the message names the owner ("to you" would read as every reader's).
+    owner = assignment.rep.name
+    assert card["body"][0]["text"] == f"New lead assigned to {owner}: Ada Lovelace (Acme GmbH)"
     facts = {fact["title"]: fact["value"] for fact in card["body"][2]["facts"]}
     assert facts["Company"] == "Acme GmbH"
     assert facts["SLA due"].endswith("UTC (UTC)")
@@ -507,3 +509,32 @@ def test_only_messages_to_the_rep_alone_carry_the_one_click_link(
         assert "touch_link" not in row.payload["notice"]
         assert "/touch/" not in json.dumps(slack_message(row.payload))
         assert "/touch/" not in json.dumps(teams_message(row.payload))
+
+
+def test_a_team_channels_message_names_the_owner_instead_of_you(
+    assignment: Assignment, settings: Any
+) -> None:
+    """A message in a channel the whole team reads says whose lead it is; "assigned to you"
+    there reads as if it were every reader's (review of issue 22, L3). The rep's own channels
+    keep "you"."""
+    team = TeamFactory(name="EMEA SDR")
+    Assignment.objects.filter(pk=assignment.pk).update(team=team)
+    assignment.refresh_from_db()
+    rep = assignment.rep
+    own = _channel(
+        NotificationKind.SLACK_WEBHOOK, "https://hooks.slack.com/services/T/B/r", rep=rep
+    )
+    shared = [
+        _channel(
+            NotificationKind.SLACK_WEBHOOK, "https://hooks.slack.com/services/T/B/t", team=team
+        ),
+        _channel(NotificationKind.TEAMS_WEBHOOK, "https://x.webhook.office.com/t", team=team),
+    ]
+    rows = deliveries_schedule(assignment=assignment)
+    mine = json.dumps(slack_message(_chat_row(rows, own).payload))
+    assert "assigned to you" in mine
+    for channel in shared:
+        payload = _chat_row(rows, channel).payload
+        for body in (json.dumps(slack_message(payload)), json.dumps(teams_message(payload))):
+            assert "to you" not in body
+            assert f"assigned to {rep.name}" in body
