@@ -29,6 +29,8 @@ HEADER = (
     "team",
     "rule",
     "assigned at",
+    "priority",
+    "tags",
 )
 
 EXPORT_CHUNK = 2000
@@ -68,6 +70,8 @@ def row_cells(row: HistoryRow) -> list[str]:
             row.team,
             row.rule,
             row.assigned_at,
+            row.priority,
+            "; ".join(row.tags),
         )
     ]
 

@@ -694,3 +694,19 @@ def test_a_failed_leads_page_says_why_it_failed(client: Client) -> None:
     html = logged_in(client, boss).get(f"/history/{lead.id}/").content.decode()
     assert "Failed: quarantined after 3 attempts: OperationalError" in html
     assert 'id="fetch"' not in html  # no fetch section for a lead that needed none
+
+
+def test_export_carries_priority_and_tags_like_the_page(client: Client) -> None:
+    """The history page shows each lead's priority and tags; the export had neither column
+    (review of issue 22, L9). A tag that reads as a formula is neutralised like every cell."""
+    logged_in(client, manager())
+    rep = RepFactory()
+    hot = owned(rep=rep, company="Acme", email="hot@acme.com")
+    Lead.objects.filter(pk=hot.pk).update(priority="hot", tags=["=1+1", "enterprise"])
+    plain = owned(rep=rep, company="Acme", email="plain@acme.com")
+    rows = _csv(client.get("/history/export.csv?q=acme"))
+    by_id = {row["lead id"]: row for row in (dict(zip(rows[0], r, strict=True)) for r in rows[1:])}
+    assert by_id[str(hot.pk)]["priority"] == "hot"
+    assert by_id[str(hot.pk)]["tags"] == "'=1+1; enterprise"
+    assert by_id[str(plain.pk)]["priority"] == ""
+    assert by_id[str(plain.pk)]["tags"] == ""
