@@ -28,6 +28,21 @@ class Migration(migrations.Migration):
                 'indexes': [models.Index(fields=['at'], name='rep_state_change_at_idx')],
             },
         ),
+        migrations.CreateModel(
+            name='RepAbsencePast',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('starts_at', models.DateTimeField()),
+                ('ends_at', models.DateTimeField()),
+                ('recorded_at', models.DateTimeField()),
+                ('rep', models.ForeignKey(db_constraint=False, on_delete=django.db.models.deletion.CASCADE, related_name='past_absences', to='routing.rep')),
+            ],
+            options={
+                'verbose_name': 'past absence',
+                'ordering': ('rep', 'starts_at', 'id'),
+                'indexes': [models.Index(fields=['ends_at'], name='rep_absence_past_ends_idx')],
+            },
+        ),
     ]
 
 

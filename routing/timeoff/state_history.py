@@ -5,7 +5,9 @@ The state itself stays live (it is a fact about people, not part of a configurat
 database triggers on ``routing_rep`` write a ``RepStateChange`` row for every insert and every
 update of those two columns, in the writer's own transaction, whatever wrote (the rep's form, a
 bulk action, an import, the roster API, raw SQL), so no path can forget to record. Planned
-absences are their own history (``RepAbsence`` rows keep their from-to after they end).
+absences are their own history (``RepAbsence`` rows keep their from-to after they end); when one
+that has begun is deleted or its dates changed, a trigger keeps the part that had happened
+(``RepAbsencePast``).
 
 ``rep_states_at`` answers "how was this rep at moment t": the state after the last change at or
 before t; before the first recorded change, the state that change replaced; with no change
@@ -19,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from django.db.models import F
 
 
 def _postgres() -> tuple[list[str], list[str]]:
@@ -46,9 +50,30 @@ def _postgres() -> tuple[list[str], list[str]]:
         "out_of_office_until ON routing_rep FOR EACH ROW "
         "EXECUTE FUNCTION routing_rep_state_record()",
     ]
+    create += [
+        """
+        CREATE OR REPLACE FUNCTION routing_rep_absence_keep_past() RETURNS trigger AS $$
+        BEGIN
+            IF OLD.starts_at < clock_timestamp() AND (
+                TG_OP = 'DELETE' OR NEW.starts_at IS DISTINCT FROM OLD.starts_at
+                OR NEW.ends_at IS DISTINCT FROM OLD.ends_at OR NEW.rep_id <> OLD.rep_id
+            ) THEN
+                INSERT INTO routing_repabsencepast (rep_id, starts_at, ends_at, recorded_at)
+                VALUES (OLD.rep_id, OLD.starts_at, LEAST(OLD.ends_at, clock_timestamp()),
+                        clock_timestamp());
+            END IF;
+            RETURN NULL;
+        END;
+        $$ LANGUAGE plpgsql
+        """,
+        "CREATE TRIGGER routing_rep_absence_keep_past AFTER DELETE OR UPDATE ON "
+        "routing_repabsence FOR EACH ROW EXECUTE FUNCTION routing_rep_absence_keep_past()",
+    ]
     drop = [
         "DROP TRIGGER IF EXISTS routing_rep_state_record ON routing_rep",
         "DROP FUNCTION IF EXISTS routing_rep_state_record()",
+        "DROP TRIGGER IF EXISTS routing_rep_absence_keep_past ON routing_repabsence",
+        "DROP FUNCTION IF EXISTS routing_rep_absence_keep_past()",
     ]
     return create, drop
 
@@ -69,9 +94,24 @@ def _sqlite() -> tuple[list[str], list[str]]:
         + insert
         + "OLD.active, OLD.out_of_office_until, NEW.active, NEW.out_of_office_until); END",
     ]
+    now = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+    keep = (
+        "INSERT INTO routing_repabsencepast (rep_id, starts_at, ends_at, recorded_at) "
+        "VALUES (OLD.rep_id, OLD.starts_at, min(OLD.ends_at, " + now + "), " + now + "); END"
+    )
+    create += [
+        "CREATE TRIGGER IF NOT EXISTS routing_rep_absence_keep_past_0 AFTER DELETE ON "
+        "routing_repabsence WHEN OLD.starts_at < " + now + " BEGIN " + keep,
+        "CREATE TRIGGER IF NOT EXISTS routing_rep_absence_keep_past_1 AFTER UPDATE OF "
+        "starts_at, ends_at, rep_id ON routing_repabsence WHEN OLD.starts_at < " + now + " AND "
+        "(NEW.starts_at IS NOT OLD.starts_at OR NEW.ends_at IS NOT OLD.ends_at OR "
+        "NEW.rep_id IS NOT OLD.rep_id) BEGIN " + keep,
+    ]
     drop = [
         "DROP TRIGGER IF EXISTS routing_rep_state_record_0",
         "DROP TRIGGER IF EXISTS routing_rep_state_record_1",
+        "DROP TRIGGER IF EXISTS routing_rep_absence_keep_past_0",
+        "DROP TRIGGER IF EXISTS routing_rep_absence_keep_past_1",
     ]
     return create, drop
 
@@ -180,19 +220,23 @@ class ReplayRepStates:
 
     def __init__(self, *, since: datetime | None) -> None:
         from routing.engine import Absence
-        from routing.timeoff.models import RepAbsence
+        from routing.timeoff.models import RepAbsence, RepAbsencePast
 
         self.history = rep_state_history(since=since) if since is not None else None
         self.absences: dict[int, list[Absence]] = {}
         if since is not None:
-            for rep_id, starts_at, ends_at in (
-                RepAbsence.objects.filter(ends_at__gt=since)
-                .order_by("rep_id", "starts_at")
-                .values_list("rep_id", "starts_at", "ends_at")
-            ):
-                self.absences.setdefault(rep_id, []).append(
-                    Absence(starts_at=starts_at, ends_at=ends_at)
-                )
+            # The absences now, and the parts of deleted or changed ones that had happened.
+            for model in (RepAbsence, RepAbsencePast):
+                for rep_id, starts_at, ends_at in (
+                    model.objects.filter(ends_at__gt=since, starts_at__lt=F("ends_at"))
+                    .order_by("rep_id", "starts_at")
+                    .values_list("rep_id", "starts_at", "ends_at")
+                ):
+                    self.absences.setdefault(rep_id, []).append(
+                        Absence(starts_at=starts_at, ends_at=ends_at)
+                    )
+            for found in self.absences.values():
+                found.sort(key=lambda absence: absence.starts_at)
         self.rep_ids = (self.history.rep_ids if self.history else set()) | set(self.absences)
 
     def apply(self, reps: dict[int, Any], arrived: datetime, at: datetime) -> dict[int, Any]:

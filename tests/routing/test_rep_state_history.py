@@ -20,7 +20,7 @@ from routing.drafts.services import config_draft_create, config_draft_patch, dra
 from routing.models import Assignment, Rep, RuleSet, RuleSetStatus
 from routing.rules_io import rules_import
 from routing.services import lead_process
-from routing.timeoff.models import RepAbsence, RepStateChange
+from routing.timeoff.models import RepAbsence, RepAbsencePast, RepStateChange
 from routing.timeoff.state_history import rep_state_history
 from routing.versions import reps_deactivate, reps_set_out_of_office, ruleset_replay
 from tests.leads.factories import LeadFactory
@@ -168,3 +168,26 @@ def test_a_replay_honours_a_planned_absence_that_covered_the_lead_and_has_ended(
     RepAbsence.objects.filter(pk=absence.pk).update(ends_at=timezone.now())
     result = ruleset_replay(ruleset=published)
     assert result.changed == 0, [(r.before.rep, r.after.rep) for r in result.rows]
+
+
+def test_a_replay_still_sees_a_leave_that_was_deleted_after_it_began(published):
+    ben = Rep.objects.get(email=BEN)
+    now = timezone.now()
+    absence = RepAbsence.objects.create(
+        rep=ben, starts_at=now - timedelta(hours=1), ends_at=now + timedelta(days=1)
+    )
+    _route("w1@acme.com", "w2@acme.com")
+    assert set(_owners().values()) == {"ana@example.com"}
+    _apart()
+    absence.delete()  # RevOps remove the leave under way (the form, a time-off file, the API)
+    past = RepAbsencePast.objects.get(rep=ben)
+    assert past.starts_at == absence.starts_at
+    assert now < past.ends_at <= timezone.now()  # what had happened, not the planned end
+    result = ruleset_replay(ruleset=published)
+    assert result.changed == 0, [(r.before.rep, r.after.rep) for r in result.rows]
+    # A leave deleted before it began leaves nothing behind.
+    later = RepAbsence.objects.create(
+        rep=ben, starts_at=now + timedelta(days=2), ends_at=now + timedelta(days=3)
+    )
+    later.delete()
+    assert RepAbsencePast.objects.count() == 1
