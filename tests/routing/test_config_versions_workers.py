@@ -6,9 +6,12 @@ no lead is lost or assigned twice."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -41,7 +44,7 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 
-LEADS = 120
+BATCHES = 10  # at least; the stream goes on until the last publish
 PEOPLE = [
     *RULES["reps"],
     {"email": "cai@example.com", "name": "Cai", "timezone": "UTC"},
@@ -52,6 +55,20 @@ TEAMS = [
     {"name": "Solo", "strategy": "round_robin", "members": [{"rep": "cai@example.com"}]},
     {"name": "DACH", "strategy": "round_robin", "members": [{"rep": "dan@example.com"}]},
 ]
+
+
+@contextlib.contextmanager
+def _two_workers() -> Iterator[tuple[Any, Any]]:
+    """Two worker processes, started side by side (each waits until it is ready)."""
+    managers = [celery_worker(concurrency=1, name=name) for name in ("a", "b")]
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(manager.__enter__) for manager in managers]
+    try:
+        yield futures[0].result(), futures[1].result()
+    finally:
+        for manager, future in zip(managers, futures, strict=True):
+            if future.exception() is None:
+                manager.__exit__(None, None, None)
 
 
 def _publish(changes: dict[str, Any]) -> int:
@@ -67,14 +84,18 @@ def test_two_workers_route_while_whole_configurations_are_published_and_rolled_b
     client = Client()
     posted: list[str] = []
     failures: list[BaseException] = []
+    done = threading.Event()
 
     def post_stream() -> None:
+        # Two leads every 0.2 s until the last version is published (and at least BATCHES).
         try:
-            for i in range(0, LEADS, 6):
+            n = 0
+            while not done.is_set() or n < 2 * BATCHES:
                 batch = [
-                    {"email": f"p{n}@acme.com", "country": "Germany" if n % 2 else "France"}
-                    for n in range(i, i + 6)
+                    {"email": f"p{i}@acme.com", "country": "Germany" if i % 2 else "France"}
+                    for i in (n, n + 1)
                 ]
+                n += 2
                 response = client.post(
                     f"/api/v1/intake/{source.slug}/batch/",
                     batch,
@@ -83,15 +104,13 @@ def test_two_workers_route_while_whole_configurations_are_published_and_rolled_b
                 )
                 assert response.status_code == 202, response.content
                 posted.extend(str(item["id"]) for item in response.json()["results"])
-                time.sleep(0.15)
+                time.sleep(0.2)
         except BaseException as exc:
             failures.append(exc)
         finally:
             connection.close()
 
-    first = celery_worker(concurrency=1, name="a")
-    second = celery_worker(concurrency=1, name="b")
-    with first as w1, second as w2:
+    with _two_workers() as (w1, w2):
         stream = threading.Thread(target=post_stream)
         stream.start()
         # Version 1 is the baseline (A: everyone to EMEA SDR); 2 (B): everyone to Cai's Solo;
@@ -117,11 +136,12 @@ def test_two_workers_route_while_whole_configurations_are_published_and_rolled_b
         numbers.append(config_rollback(number=2, actor="test").snapshot.number)
         time.sleep(0.6)
         numbers.append(config_rollback(number=4, actor="test").snapshot.number)
+        done.set()
         stream.join(120)
         assert not failures, failures
-        assert len(posted) == LEADS
+        leads = len(posted)
         wait_until(
-            lambda: Lead.objects.filter(status=LeadStatus.ASSIGNED).count() == LEADS,
+            lambda: Lead.objects.filter(status=LeadStatus.ASSIGNED).count() == leads,
             timeout=120,
             interval=0.5,
             message=f"{Counter(Lead.objects.values_list('status', flat=True))}\n"
@@ -132,12 +152,12 @@ def test_two_workers_route_while_whole_configurations_are_published_and_rolled_b
     assert numbers == [2, 3, 4, 5, 6]
 
     # No lead lost or assigned twice.
-    assert Lead.objects.filter(pk__in=posted).count() == LEADS
+    assert Lead.objects.filter(pk__in=posted).count() == leads
     assignments = list(
         Assignment.objects.filter(lead__in=posted).select_related("lead", "lead__source", "rule")
     )
-    assert len(assignments) == LEADS
-    assert len({a.lead_id for a in assignments}) == LEADS
+    assert len(assignments) == leads
+    assert len({a.lead_id for a in assignments}) == leads
     assert all(a.active for a in assignments)
 
     # Each lead names exactly one version, and its decision is that version's.
