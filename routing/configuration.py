@@ -65,6 +65,7 @@ from routing.rules_io import (
     ruleset_publish,
 )
 from routing.selectors import ruleset_published
+from routing.timeoff.state_history import ReplayRepStates
 from routing.versions import (
     CaseResult,
     Outcome,
@@ -72,6 +73,7 @@ from routing.versions import (
     _after,
     _release,
     _replayed_leads,
+    earliest_arrival,
     outcome_changes,
     outcome_of,
     replay_lead_ids,
@@ -640,6 +642,7 @@ def configuration_check_plan(
     ids = replay_lead_ids(limit) if limit else []
     snap_published = _snapshot(published, now)
     snap_file = document.snapshot(now)
+    past = ReplayRepStates(since=earliest_arrival(ids))
     rows: list[DiffRow] = []
     changed = considered = 0
     before_counts: Counter[str] = Counter()
@@ -652,8 +655,13 @@ def configuration_check_plan(
             _release(snap_published, active, now)
             _release(snap_file, active, now)
             at = now + timedelta(microseconds=considered)
+            # Each rep as they were when the lead arrived (active, away, on leave).
+            replaced = past.apply(snap_published.reps, lead.received_at, at)
             before = _after(published, lead, snap_published, at)
+            past.restore(snap_published.reps, replaced)
+            replaced = past.apply(snap_file.reps, lead.received_at, at)
             after = _after(document.config, lead, snap_file, at, accounts=document.accounts)
+            past.restore(snap_file.reps, replaced)
             if before.rep:
                 before_counts[before.owner_label] += 1
             if after.rep:

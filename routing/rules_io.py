@@ -389,7 +389,11 @@ class _Checker:
                 f'("2026-05-04T18:00:00Z") or null, got {_shown(value)}',
             )
             return _ABSENT
-        return parsed.astimezone(UTC)
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError:  # "0001-01-01T00:00:00+01:00" is before the first UTC moment
+            self.error(path, f"is out of range, got {_shown(value)}")
+            return _ABSENT
 
     def checked(self, value: Any, path: str, problems: Problems) -> Any:
         return value if self.problems(path, problems) else _ABSENT

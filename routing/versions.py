@@ -62,6 +62,7 @@ from routing.models import (
 from routing.rules_io import ruleset_copy, ruleset_publish
 from routing.selectors import ruleset_published
 from routing.timeoff.availability import rep_unavailable_reason
+from routing.timeoff.state_history import ReplayRepStates
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -600,13 +601,25 @@ def replay_lead_ids(limit: int) -> list[Any]:
     return ids
 
 
+def earliest_arrival(ids: Sequence[Any]) -> datetime | None:
+    """When the first of these leads arrived (None for none)."""
+    found = [
+        Lead.objects.filter(pk__in=ids[start : start + REPLAY_CHUNK]).aggregate(
+            first=Min("received_at")
+        )["first"]
+        for start in range(0, len(ids), REPLAY_CHUNK)
+    ]
+    return min((moment for moment in found if moment is not None), default=None)
+
+
 def ruleset_replay(
     *,
     ruleset: RuleSet,
     limit: int = REPLAY_DEFAULT,
     progress: ReplayProgress | None = None,
 ) -> ReplayResult:
-    """Decide the last ``limit`` processed leads with ``ruleset`` and today's reps; read-only.
+    """Decide the last ``limit`` processed leads with ``ruleset`` and today's reps (each rep's
+    live state as it was when the lead arrived: ``routing.timeoff.state_history``); read-only.
 
     Turns move in memory from one lead to the next (as if they were routed now, oldest first)
     and are never written. At most ``REPLAY_MAX_LEADS`` (a setting) leads; they are read
@@ -618,6 +631,7 @@ def ruleset_replay(
     now = timezone.now()
     snap = _snapshot(config, now)
     ids = replay_lead_ids(limit)
+    past = ReplayRepStates(since=earliest_arrival(ids))
     rows: deque[ReplayRow] = deque(maxlen=REPLAY_ROWS_KEPT)  # the newest changes
     changed_count = considered = 0
     before_counts: Counter[str] = Counter()
@@ -630,8 +644,12 @@ def ruleset_replay(
             before = _before(lead, active)
             _release(snap, active, now)
             # A microsecond apart per lead, so "assigned least recently" orders the replayed
-            # assignments as routing them one after another would.
-            after = _after(config, lead, snap, now + timedelta(microseconds=considered))
+            # assignments as routing them one after another would; each rep as they were when
+            # the lead arrived (active, away, on leave), not as they are now.
+            at = now + timedelta(microseconds=considered)
+            replaced = past.apply(snap.reps, lead.received_at, at)
+            after = _after(config, lead, snap, at)
+            past.restore(snap.reps, replaced)
             if before.rep:
                 before_counts[before.owner_label] += 1
             if after.rep:

@@ -1,7 +1,7 @@
 """Admin for drafts of the whole configuration and its versions: begin a draft, see what it
-changes in words, publish it (or discard it); see each version's changes, roll back to one.
-Every action goes through ``routing.drafts.services``; the document itself is changed through
-the configuration API or ``routing_import``."""
+changes in words, change it (its document edited as YAML, a territories or accounts CSV
+imported into it: ``routing.drafts.admin_views``), publish it (or discard it); see each
+version's changes, roll back to one. Every action goes through ``routing.drafts.services``."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
 from audit.config_changes import actor_of
 from routing.configuration import ConfigurationBusy
 from routing.drafts import services
+from routing.drafts.admin_views import draft_edit_view, draft_import_view
 from routing.drafts.diff import RowChange, configuration_diff
 from routing.drafts.models import ConfigDraft, ConfigSnapshot
 from routing.engine import RuleErrors
@@ -89,6 +91,7 @@ class ConfigDraftAdmin(admin.ModelAdmin):
         if obj is None:
             return ("note",)
         return (
+            "change_it",
             "status",
             "note",
             "base_number",
@@ -111,6 +114,36 @@ class ConfigDraftAdmin(admin.ModelAdmin):
 
     def has_publish_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("routing.add_configsnapshot"))
+
+    def get_urls(self) -> list[URLPattern]:
+        def import_csv(request: HttpRequest, pk: int) -> HttpResponse:
+            return draft_import_view(self, request, pk)
+
+        def edit(request: HttpRequest, pk: int) -> HttpResponse:
+            return draft_edit_view(self, request, pk)
+
+        return [
+            path(
+                "<int:pk>/import/",
+                self.admin_site.admin_view(import_csv),
+                name="routing_configdraft_import",
+            ),
+            path(
+                "<int:pk>/edit/", self.admin_site.admin_view(edit), name="routing_configdraft_edit"
+            ),
+            *super().get_urls(),
+        ]
+
+    @admin.display(description="Change it")
+    def change_it(self, obj: ConfigDraft) -> Any:
+        if obj.status != "open":
+            return "—"
+        return format_html(
+            '<a href="{}" id="draft-edit">Edit the document</a> · '
+            '<a href="{}" id="draft-import">Import a territories or accounts CSV</a>',
+            reverse("admin:routing_configdraft_edit", args=[obj.pk]),
+            reverse("admin:routing_configdraft_import", args=[obj.pk]),
+        )
 
     @admin.display(description="What publishing it would change")
     def changes_in_words(self, obj: ConfigDraft) -> Any:

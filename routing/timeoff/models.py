@@ -17,7 +17,13 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone as dj_timezone
 
-__all__ = ["HolidayCalendar", "HolidayCalendarDay", "RepAbsence"]
+__all__ = [
+    "HolidayCalendar",
+    "HolidayCalendarDay",
+    "RepAbsence",
+    "RepAbsencePast",
+    "RepStateChange",
+]
 
 
 @functools.cache
@@ -146,3 +152,51 @@ class HolidayCalendarDay(models.Model):
 
     def __str__(self) -> str:
         return f"{self.date}: {self.name}"
+
+
+class RepStateChange(models.Model):
+    """One change of a rep's live state (``active``, ``out_of_office_until``), as it was before
+    and after, and when. Written by database triggers (``routing.timeoff.state_history``) on
+    every insert and every update of those columns, whatever made it: the rep's form, a bulk
+    action, an import, the roster API, a queryset ``update()``. Replays read it to decide a
+    past lead with each rep as they were when the lead arrived (``rep_states_at``)."""
+
+    rep = models.ForeignKey(
+        "routing.Rep", on_delete=models.CASCADE, related_name="state_changes", db_constraint=False
+    )
+    at = models.DateTimeField()
+    was_active = models.BooleanField()
+    was_out_of_office_until = models.DateTimeField(null=True, blank=True)
+    active = models.BooleanField()
+    out_of_office_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("rep", "at", "id")
+        verbose_name = "rep state change"
+        indexes = [models.Index(fields=("at",), name="rep_state_change_at_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.rep_id} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class RepAbsencePast(models.Model):
+    """The part of a planned absence that had already happened when the absence was deleted or
+    its dates changed: ``[starts_at, min(ends_at, recorded_at))``. Written by database triggers
+    on ``routing_repabsence`` (``routing.timeoff.state_history``), whatever deleted or changed
+    it (the rep's form, a time-off file, the API), so that a replay still sees the rep on leave
+    when a past lead arrived."""
+
+    rep = models.ForeignKey(
+        "routing.Rep", on_delete=models.CASCADE, related_name="past_absences", db_constraint=False
+    )
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ("rep", "starts_at", "id")
+        verbose_name = "past absence"
+        indexes = [models.Index(fields=("ends_at",), name="rep_absence_past_ends_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.rep_id}: {self.starts_at:%Y-%m-%d %H:%M} - {self.ends_at:%Y-%m-%d %H:%M}"

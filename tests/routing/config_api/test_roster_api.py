@@ -231,3 +231,19 @@ def test_the_admin_shows_a_new_secret_once_on_the_page_and_revokes(admin_client)
     )
     token.refresh_from_db()
     assert token.revoked_at is not None
+
+
+def test_a_moment_before_the_first_utc_one_is_a_400_not_a_500(client):
+    """Found by the schemathesis run: an offset pushing year 1 before UTC's first moment."""
+    secret = _token("roster")
+    Rep.objects.create(email="ana@example.com", name="Ana")
+    response = _call(
+        client,
+        "post",
+        f"{BASE}ana@example.com/absences/",
+        secret,
+        {"from": "0001-01-01T00:17:40+01:41", "to": "0009-01-01T01:14:07Z"},
+    )
+    assert response.status_code == 400, response.content
+    assert "out of range" in str(response.json()["error"]["fields"])
+    assert not RepAbsence.objects.exists()

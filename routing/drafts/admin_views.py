@@ -1,0 +1,154 @@
+"""Admin pages that change an open draft: a territories or accounts CSV imported into it (the
+row-precise report of the live CSV import, nothing written unless the whole file is right), and
+its document edited as YAML (every problem listed with its path, nothing written unless the
+whole document is right). Both go through ``routing.drafts.services``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from audit.config_changes import actor_of
+from routing.drafts import services
+from routing.drafts.models import ConfigDraft, ConfigDraftStatus
+from routing.editor.tables import COLUMNS, TableImportForm
+from routing.rules_io import RulesFileErrors, rules_parse
+from routing.tables_io import TableErrors
+
+if TYPE_CHECKING:
+    from django.contrib.admin import ModelAdmin
+
+_PATH_ERRORS_SHOWN = 200
+
+
+class DraftTableImportForm(TableImportForm):
+    table = forms.ChoiceField(
+        choices=(("territories", "Territories"), ("accounts", "Accounts")), initial="territories"
+    )
+    field_order = ("table", "file", "delete_missing")
+
+
+class DraftDocumentForm(forms.Form):
+    document = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 40, "cols": 110, "spellcheck": "false"}),
+        label="Document (YAML or JSON, docs/rules-format.md)",
+    )
+
+
+def _open_draft(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) -> ConfigDraft:
+    if not request.user.has_perm("routing.change_configdraft"):
+        raise PermissionDenied
+    draft = ConfigDraft.objects.filter(pk=pk).first()
+    if draft is None:
+        raise Http404("No such draft.")
+    return draft
+
+
+def _context(
+    model_admin: ModelAdmin[Any], request: HttpRequest, draft: ConfigDraft, title: str
+) -> dict[str, Any]:
+    return {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.model._meta,
+        "title": title,
+        "draft": draft,
+        "closed": draft.status != ConfigDraftStatus.OPEN,
+        "back": reverse("admin:routing_configdraft_change", args=[draft.pk]),
+    }
+
+
+def draft_import_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) -> HttpResponse:
+    """Upload a territories or accounts CSV into the draft: all rows right, or nothing."""
+    draft = _open_draft(model_admin, request, pk)
+    form = DraftTableImportForm(request.POST or None, request.FILES or None)
+    errors: tuple[str, ...] = ()
+    more = 0
+    if request.method == "POST" and form.is_valid():
+        table = form.cleaned_data["table"]
+        upload = form.cleaned_data["file"]
+        try:
+            text = upload.read().decode("utf-8-sig")
+        except UnicodeDecodeError:
+            errors = ("row 1: the file is not UTF-8 text (save it as CSV UTF-8)",)
+        else:
+            try:
+                done = services.config_draft_import_table(
+                    draft_id=draft.pk,
+                    table=table,
+                    content=text,
+                    delete_missing=form.cleaned_data["delete_missing"],
+                    actor=actor_of(request),
+                )
+            except TableErrors as exc:
+                errors, more = exc.errors, exc.more
+            except RulesFileErrors as exc:
+                listed = [str(error) for error in exc.errors]
+                errors = tuple(listed[:_PATH_ERRORS_SHOWN])
+                more = max(0, len(listed) - _PATH_ERRORS_SHOWN)
+            except services.DraftRefused as exc:
+                errors = (exc.message,)
+            else:
+                messages.success(
+                    request,
+                    f"Imported {done.rows} row(s) into draft {draft.pk}: {done.set} {table} set, "
+                    f"{done.removed} removed. Nothing is live until the draft is published.",
+                )
+                return HttpResponseRedirect(
+                    reverse("admin:routing_configdraft_change", args=[draft.pk])
+                )
+    context = {
+        **_context(model_admin, request, draft, f"Import a CSV into draft {draft.pk}"),
+        "form": form,
+        "errors": errors,
+        "more_errors": more,
+        "columns": {table: ",".join(columns) for table, columns in COLUMNS.items()},
+        "max_bytes": settings.ADMIN_IMPORT_MAX_BYTES,
+    }
+    return TemplateResponse(request, "admin/routing/configdraft/import_csv.html", context)
+
+
+def document_text(document: Any) -> str:
+    """A draft's document as the edit page shows it: YAML, in the document's own order."""
+    return str(
+        yaml.safe_dump(document, sort_keys=False, allow_unicode=True, default_flow_style=False)
+    )
+
+
+def draft_edit_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) -> HttpResponse:
+    """Edit the draft's whole document as YAML (or JSON): every problem with its path, or saved."""
+    draft = _open_draft(model_admin, request, pk)
+    form = DraftDocumentForm(
+        request.POST or None, initial={"document": document_text(draft.document)}
+    )
+    errors: list[str] = []
+    if request.method == "POST" and form.is_valid():
+        text = form.cleaned_data["document"]
+        try:
+            document = rules_parse(text, yaml_format=True)
+            services.config_draft_replace(
+                draft_id=draft.pk, document=document, actor=actor_of(request)
+            )
+        except RulesFileErrors as exc:
+            errors = [str(error) for error in exc.errors]
+        except services.DraftRefused as exc:
+            errors = [exc.message]
+        else:
+            messages.success(request, f"Draft {draft.pk} saved.")
+            return HttpResponseRedirect(
+                reverse("admin:routing_configdraft_change", args=[draft.pk])
+            )
+    context = {
+        **_context(model_admin, request, draft, f"Edit draft {draft.pk}"),
+        "form": form,
+        "errors": errors[:_PATH_ERRORS_SHOWN],
+        "more_errors": max(0, len(errors) - _PATH_ERRORS_SHOWN),
+    }
+    return TemplateResponse(request, "admin/routing/configdraft/edit.html", context)
