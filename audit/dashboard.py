@@ -1,8 +1,10 @@
 """The dashboard: the live tiles (backlog, stuck leads, alerts) and the window's reports.
 
 Nothing here loops over leads: charts come from grouped counts per minute or hour
-(audit.reports.bucket_counts), the tables from GROUP BY queries over the window's assignments
-(audit.reports), loads from grouped counts over reps, "today" from each rep's local midnight.
+(audit.reports.bucket_counts) or the slot rollup, the tables from GROUP BY queries over the
+window's assignments or the day rollup, read once for the totals, teams and reps
+(audit.reports.window_tables); "open now" from each rep's load counters, "today" from each
+rep's local midnight.
 """
 
 from __future__ import annotations
@@ -147,10 +149,9 @@ def dashboard(
     )
     intake = reports.intake_counts(span)
     routed = reports.routed_counts(span)
-    totals = reports.totals(span=span, team_ids=team_ids)
-    rows = reports.rep_rows_sorted(
-        reports.rep_rows(span=span, team_ids=team_ids), query.sort, query.descending
-    )
+    tables = reports.window_tables(span=span, team_ids=team_ids)
+    totals = tables.totals
+    rows = reports.rep_rows_sorted(tables.reps, query.sort, query.descending)
     page = reports.rep_page(rows, query.page)
     oldest = backlog["oldest"]
     per = reports.bucket_words(bucket)
@@ -172,7 +173,7 @@ def dashboard(
         alerts=dashboard_alerts() if team_ids is None else [],
         outcomes=reports.outcomes(span=span),
         totals=totals,
-        teams=reports.team_rows(span=span, team_ids=team_ids),
+        teams=tables.teams,
         rep_page=page,
         reps=rep_loads(page.rows),
         fairness=reports.fairness(span=span, team_ids=team_ids),
