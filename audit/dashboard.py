@@ -176,7 +176,7 @@ def dashboard(
         teams=tables.teams,
         rep_page=page,
         reps=rep_loads(page.rows),
-        fairness=reports.fairness(span=span, team_ids=team_ids),
+        fairness=reports.fairness(span=span, team_ids=team_ids, initial=tables.initial),
     )
 
 

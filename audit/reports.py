@@ -591,22 +591,23 @@ def _edge_tallies(
     )
     # The SQL is built from audit.rollups' constants and placeholders only.
     sql = f"""WITH v AS ({values})
-        SELECT team_key, rep_id, 0, tb, count(*), sum(is_first), sum(is_reassignment),
-            sum(has_sla), sum(met)
+        SELECT team_key, rep_id, 0, tb, count(*), sum(is_first), sum(is_initial),
+            sum(is_reassignment), sum(has_sla), sum(met)
         FROM v GROUP BY team_key, rep_id, tb
         UNION ALL
-        SELECT team_key, rep_id, 1, fb, count(*), 0, 0, 0, 0
+        SELECT team_key, rep_id, 1, fb, count(*), 0, 0, 0, 0, 0
         FROM v WHERE fb >= 0 GROUP BY team_key, rep_id, fb"""  # noqa: S608
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    for team_key, rep_id, part, index, n, first, reassigned, with_sla, met in rows:
+    for team_key, rep_id, part, index, n, first, initial, reassigned, with_sla, met in rows:
         tally = tallies[None if team_key == 0 else team_key, rep_id]
         if part == 1:
             tally.ttft[index] += n
             continue
         tally.counts["assigned"] += n
         tally.counts["first"] += first
+        tally.counts["initial"] += initial
         tally.counts["reassigned_in"] += reassigned
         tally.counts["sla_met"] += met
         tally.missed += with_sla - met
@@ -661,6 +662,7 @@ class _WindowFigures:
     teams: dict[Any, Figures]
     reps: dict[Any, Figures]
     total: Figures
+    initial: dict[tuple[int, int], int] | None = None  # fairness's counts (rollups only)
 
 
 def _window_figures(span: Span, team_ids: list[int] | None) -> _WindowFigures:
@@ -677,14 +679,18 @@ def _window_figures(span: Span, team_ids: list[int] | None) -> _WindowFigures:
     by_team: dict[Any, _Tally] = defaultdict(_Tally)
     by_rep: dict[Any, _Tally] = defaultdict(_Tally)
     total = _Tally()
+    initial: dict[tuple[int, int], int] = {}
     for (team_id, rep_id), tally in _rollup_tallies(span, team_ids).items():
         by_team[team_id].add(tally)
         by_rep[rep_id].add(tally)
         total.add(tally)
+        if team_id is not None and tally.counts["initial"]:
+            initial[team_id, rep_id] = tally.counts["initial"]
     return _WindowFigures(
         teams={k: t.figures() for k, t in by_team.items()},
         reps={k: t.figures() for k, t in by_rep.items()},
         total=total.figures() if total.counts["assigned"] else Figures(),
+        initial=initial,
     )
 
 
@@ -747,6 +753,8 @@ class WindowTables:
     totals: Figures
     teams: list[TeamRow]
     reps: list[RepRow]
+    # First assignments of kind initial per (team, rep), for fairness (rollups only).
+    initial: dict[tuple[int, int], int] | None = None
 
 
 def _with_away(figures: Figures | None, away: Counter[str] | None) -> Figures:
@@ -784,7 +792,9 @@ def window_tables(
         for team in teams
     ]
     rep_lines = _rep_lines(span, team_ids, figures.reps, away_reps) if reps else []
-    return WindowTables(_with_away(figures.total, away_total), team_lines, rep_lines)
+    return WindowTables(
+        _with_away(figures.total, away_total), team_lines, rep_lines, figures.initial
+    )
 
 
 def team_rows(*, span: Span, team_ids: list[int] | None = None) -> list[TeamRow]:
@@ -982,7 +992,12 @@ def _initial_counts(span: Span, team_ids: list[int]) -> dict[tuple[int, int], in
     return {pair: n for pair, n in counts.items() if n}
 
 
-def fairness(*, span: Span, team_ids: list[int] | None = None) -> list[TeamFairness]:
+def fairness(
+    *,
+    span: Span,
+    team_ids: list[int] | None = None,
+    initial: dict[tuple[int, int], int] | None = None,
+) -> list[TeamFairness]:
     """Each team's members: their share of the team's rotation leads (first assignments made
     through the team) against their weight's share (weighted) or an equal share (round robin),
     and who the team's strategy picks next, as the worker would (routing.versions)."""
@@ -992,7 +1007,10 @@ def fairness(*, span: Span, team_ids: list[int] | None = None) -> list[TeamFairn
     if team_ids is not None:
         teams = [team for team in teams if team.pk in team_ids]
     wanted = [team.pk for team in teams]
-    counts = _initial_counts(span, wanted)
+    if initial is None:
+        counts = _initial_counts(span, wanted)
+    else:  # window_tables' (the same window and scope): every team's
+        counts = {pair: n for pair, n in initial.items() if pair[0] in wanted}
     members: dict[int, list[TeamMembership]] = defaultdict(list)
     for membership in (
         TeamMembership.objects.filter(team_id__in=wanted)
