@@ -380,6 +380,52 @@ def routed_counts(span: Span) -> list[int]:
     return _slot_counts(routed, "at", span, Q(measure="routed"))
 
 
+@dataclass(frozen=True)
+class WindowCounts:
+    """The window's charts (leads received, routed, per bucket) and outcomes."""
+
+    intake: list[int]
+    routed: list[int]
+    outcomes: Outcomes
+
+
+def window_counts(span: Span) -> WindowCounts:
+    """intake_counts, routed_counts and outcomes together: from the rollups, one read of the
+    slot rollup for all three (grouped by slot and measure), the raw rows for the edges."""
+    if not span.rollup:
+        return WindowCounts(intake_counts(span), routed_counts(span), outcomes(span=span))
+    first, last = _inner(span, rollups.SLOT)
+    intake = [0] * span.bars
+    routed = [0] * span.bars
+    by_status: Counter[str] = Counter()
+    if first < last:
+        rows = (
+            ReportSlot.objects.filter(slot__gte=first, slot__lt=last)
+            .filter(Q(measure__startswith="lead:") | Q(measure="routed"))
+            .order_by()
+            .values_list("slot", "measure")
+            .annotate(n=Sum("n"))
+        )
+        for slot, measure, n in rows:
+            index = span.index_of(slot)
+            if measure == "routed":
+                if index is not None:
+                    routed[index] += n
+                continue
+            by_status[measure.removeprefix("lead:")] += n
+            if index is not None:
+                intake[index] += n
+    leads = Lead.objects.all()
+    events = Event.objects.filter(type__in=ROUTED_EVENTS)
+    for start, end in _raw_pieces(span, first, last):
+        for index, n in enumerate(bucket_counts(leads, "received_at", span, start=start, end=end)):
+            intake[index] += n
+        for index, n in enumerate(bucket_counts(events, "at", span, start=start, end=end)):
+            routed[index] += n
+        by_status.update(_status_counts(start, end))
+    return WindowCounts(intake, routed, _outcomes_of(by_status))
+
+
 # --- Percentiles ----------------------------------------------------------------------------
 
 
@@ -1093,14 +1139,20 @@ def outcomes(*, span: Span) -> Outcomes:
             ):
                 by_status[measure.removeprefix("lead:")] += n
     for start, end in pieces:
-        by_status.update(
-            dict(
-                Lead.objects.filter(received_at__gte=start, received_at__lt=end)
-                .order_by()
-                .values_list("status")
-                .annotate(n=Count("pk"))
-            )
-        )
+        by_status.update(_status_counts(start, end))
+    return _outcomes_of(by_status)
+
+
+def _status_counts(start: datetime, end: datetime) -> dict[str, int]:
+    return dict(
+        Lead.objects.filter(received_at__gte=start, received_at__lt=end)
+        .order_by()
+        .values_list("status")
+        .annotate(n=Count("pk"))
+    )
+
+
+def _outcomes_of(by_status: Counter[str]) -> Outcomes:
     return Outcomes(
         received=sum(by_status.values()),
         assigned=by_status.get(LeadStatus.ASSIGNED, 0) + by_status.get(LeadStatus.DUPLICATE, 0),

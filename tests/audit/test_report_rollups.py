@@ -197,6 +197,10 @@ def test_rollup_figures_equal_the_raw_rows(seed: int, now: datetime) -> None:
             assert reports.intake_counts(span) == reports.intake_counts(raw), where
             assert reports.routed_counts(span) == reports.routed_counts(raw), where
             assert reports.outcomes(span=span) == reports.outcomes(span=raw), where
+            # The dashboard's: all three from one read of the slot rollup.
+            assert reports.window_counts(span) == reports.WindowCounts(
+                reports.intake_counts(raw), reports.routed_counts(raw), reports.outcomes(span=raw)
+            ), where
             for scope in (None, team_ids):
                 assert _counts(reports.totals(span=span, team_ids=scope)) == _counts(
                     reports.totals(span=raw, team_ids=scope)

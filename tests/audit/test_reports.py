@@ -592,6 +592,7 @@ def test_a_long_window_reads_the_day_rollup_once_per_page(company: dict[str, Any
             dashboard(query=dashboard_query({"window": window}), now=NOW)
         sql = [q["sql"] for q in captured.captured_queries]
         assert sum("audit_assignmentday" in s for s in sql) == 1, window
+        assert sum("audit_reportslot" in s for s in sql) == 1, window
         assert sum("'reassigned'" in s or '"reassigned"' in s for s in sql) <= 1, window
         # Open now: no count over the open assignments.
         assert not [
