@@ -729,11 +729,64 @@ class _WindowFigures:
     initial: dict[tuple[int, int], int] | None = None  # fairness's counts (rollups only)
 
 
+_FIRST_SQL = ", ".join(f"'{kind}'" for kind in FIRST_ASSIGNMENT_KINDS)
+
+
+def _grouping_sets_figures(span: Span, team_ids: list[int] | None) -> _WindowFigures:
+    """PostgreSQL, over the raw rows: _assignment_figures per team, per rep and in total in one
+    query (``GROUPING SETS``): the window's assignments are found and joined to their leads
+    once, not three times, with the same counts and ``percentile_cont`` percentiles."""
+    where = "a.assigned_at >= %s AND a.assigned_at < %s"
+    params: list[Any] = [span.now, span.start, span.end]
+    if team_ids is not None:
+        if not team_ids:
+            return _WindowFigures({}, {}, Figures())
+        where += f" AND a.team_id IN ({', '.join(['%s'] * len(team_ids))})"
+        params += [int(pk) for pk in team_ids]
+    first = f"a.kind IN ({_FIRST_SQL})"
+    to_assign = "(a.assigned_at - l.received_at)"
+    to_touch = "(a.touched_at - a.assigned_at)"
+    # Built from constants and placeholders only.
+    sql = f"""SELECT GROUPING(a.team_id), GROUPING(a.rep_id), a.team_id, a.rep_id,
+            COUNT(*),
+            COUNT(*) FILTER (WHERE {first}),
+            COUNT(*) FILTER (WHERE a.kind = 'reassignment'),
+            COUNT(*) FILTER (WHERE a.sla_due_at IS NOT NULL AND a.touched_at <= a.sla_due_at),
+            COUNT(*) FILTER (WHERE a.sla_due_at IS NOT NULL AND (a.touched_at > a.sla_due_at
+                OR (a.touched_at IS NULL AND a.sla_due_at < %s))),
+            percentile_cont(0.5) WITHIN GROUP (ORDER BY {to_assign}) FILTER (WHERE {first}),
+            percentile_cont(0.95) WITHIN GROUP (ORDER BY {to_assign}) FILTER (WHERE {first}),
+            percentile_cont(0.5) WITHIN GROUP (ORDER BY {to_touch})
+                FILTER (WHERE a.touched_at IS NOT NULL),
+            percentile_cont(0.95) WITHIN GROUP (ORDER BY {to_touch})
+                FILTER (WHERE a.touched_at IS NOT NULL)
+        FROM routing_assignment a JOIN leads_lead l ON l.id = a.lead_id
+        WHERE {where}
+        GROUP BY GROUPING SETS ((a.team_id), (a.rep_id), ())"""  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    teams: dict[Any, Figures] = {}
+    reps: dict[Any, Figures] = {}
+    total = Figures()
+    for no_team, no_rep, team_id, rep_id, *values in rows:
+        figures = Figures(*values)
+        if no_team and no_rep:
+            total = figures
+        elif no_rep:
+            teams[team_id] = figures
+        else:
+            reps[rep_id] = figures
+    return _WindowFigures(teams, reps, total)
+
+
 def _window_figures(span: Span, team_ids: list[int] | None) -> _WindowFigures:
     """The window's assignment figures per team, per rep and in total (without the
     reassignments away). Over the raw rows (a week or less): a grouped query each, for their
     exact percentiles. From the rollups: one read, added up three ways."""
     if not span.rollup:
+        if connection.vendor == "postgresql":
+            return _grouping_sets_figures(span, team_ids)
         assignments = _window_assignments(span, team_ids)
         return _WindowFigures(
             teams=_assignment_figures(assignments, "team_id", span.now),

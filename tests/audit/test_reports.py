@@ -603,3 +603,20 @@ def test_a_long_window_reads_the_day_rollup_once_per_page(company: dict[str, Any
             and "GROUP BY" in s
             and "sla_due_at" not in s
         ], window
+
+
+@pytest.mark.parametrize("window", ["1h", "24h", "7d"])
+def test_one_grouping_sets_query_equals_a_query_per_team_rep_and_total(
+    company: dict[str, Any], window: str
+) -> None:
+    """PostgreSQL reads a short window's team, rep and total figures in one query (GROUPING
+    SETS, the assignments joined to their leads once): the same counts and percentile_cont
+    figures as one grouped query each (the path SQLite keeps)."""
+    span = _span(window)
+    for scope in (None, [company["teams"][0].pk], []):
+        found = reports._window_figures(span, scope)
+        assignments = reports._window_assignments(span, scope)
+        assert found.teams == reports._assignment_figures(assignments, "team_id", span.now)
+        assert found.reps == reports._assignment_figures(assignments, "rep_id", span.now)
+        total = reports._assignment_figures(assignments, None, span.now).get(None)
+        assert found.total == (total or reports.Figures()), scope
