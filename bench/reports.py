@@ -268,6 +268,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--plans", default="")
     parser.add_argument(
+        "--windows", default=",".join(WINDOWS), help="the windows to time, comma-separated"
+    )
+    parser.add_argument(
         "--reuse", action="store_true", help="time an already filled database (no refill)"
     )
     args, _others = parser.parse_known_args()
@@ -328,7 +331,8 @@ def main() -> int:
     from routing.models import Team
 
     scoped = list(Team.objects.order_by("pk").values_list("pk", flat=True)[:2])
-    for window in WINDOWS:
+    windows = [w for w in args.windows.split(",") if w in WINDOWS]
+    for window in windows:
         for scope, team_ids in (("all teams", None), ("2 teams", scoped)):
             print(f"\nwindow {window}, {scope} (median of {args.runs}, ms): raw rows, now")
             timed: dict[str, list[float]] = {}
@@ -342,7 +346,7 @@ def main() -> int:
     target = Path(args.plans) if args.plans else Path(var) / "plans.txt"
     print("\nquery side, whole dashboard, all teams (EXPLAIN ANALYZE execution times added up)")
     with target.open("w") as out:
-        for window in WINDOWS:
+        for window in windows:
             total, count = _plans(out, window)
             print(f"  {window:<5} {total:>8.0f} ms in {count} queries", flush=True)
     print(f"\nload average {os.getloadavg()[0]:.1f}; query plans: {target}")
