@@ -1,8 +1,10 @@
 """The dashboard: the live tiles (backlog, stuck leads, alerts) and the window's reports.
 
 Nothing here loops over leads: charts come from grouped counts per minute or hour
-(audit.reports.bucket_counts), the tables from GROUP BY queries over the window's assignments
-(audit.reports), loads from grouped counts over reps, "today" from each rep's local midnight.
+(audit.reports.bucket_counts) or the slot rollup, the tables from GROUP BY queries over the
+window's assignments or the day rollup, read once for the totals, teams and reps
+(audit.reports.window_tables); "open now" from each rep's load counters, "today" from each
+rep's local midnight.
 """
 
 from __future__ import annotations
@@ -136,21 +138,22 @@ def dashboard(
     bucket_name, bucket = reports.bucket_parse(query.bucket, query.window)
     span = reports.span_of(query.window, bucket, now)
 
+    # COUNT(*), not of the id: counted from the status indexes alone (an index-only scan),
+    # not by reading every unassigned lead's row.
     backlog = Lead.objects.filter(status=LeadStatus.RECEIVED).aggregate(
-        n=Count("pk"), oldest=Min("queued_at")
+        n=Count("*"), oldest=Min("queued_at")
     )
     stuck = dict(
         Lead.objects.filter(status__in=(LeadStatus.UNASSIGNED, LeadStatus.FAILED))
         .order_by()
         .values_list("status")
-        .annotate(n=Count("pk"))
+        .annotate(n=Count("*"))
     )
-    intake = reports.intake_counts(span)
-    routed = reports.routed_counts(span)
-    totals = reports.totals(span=span, team_ids=team_ids)
-    rows = reports.rep_rows_sorted(
-        reports.rep_rows(span=span, team_ids=team_ids), query.sort, query.descending
-    )
+    counts = reports.window_counts(span)
+    intake, routed = counts.intake, counts.routed
+    tables = reports.window_tables(span=span, team_ids=team_ids)
+    totals = tables.totals
+    rows = reports.rep_rows_sorted(tables.reps, query.sort, query.descending)
     page = reports.rep_page(rows, query.page)
     oldest = backlog["oldest"]
     per = reports.bucket_words(bucket)
@@ -170,12 +173,12 @@ def dashboard(
         unassigned=stuck.get(LeadStatus.UNASSIGNED, 0),
         failed=stuck.get(LeadStatus.FAILED, 0),
         alerts=dashboard_alerts() if team_ids is None else [],
-        outcomes=reports.outcomes(span=span),
+        outcomes=counts.outcomes,
         totals=totals,
-        teams=reports.team_rows(span=span, team_ids=team_ids),
+        teams=tables.teams,
         rep_page=page,
         reps=rep_loads(page.rows),
-        fairness=reports.fairness(span=span, team_ids=team_ids),
+        fairness=reports.fairness(span=span, team_ids=team_ids, initial=tables.initial),
     )
 
 

@@ -32,6 +32,7 @@ come from a histogram with bins 19 % wide (at most one bin off, see histogram_pe
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -349,13 +350,13 @@ def _slot_counts(queryset: QuerySet[Any], column: str, span: Span, measure: Q) -
         rows = (
             ReportSlot.objects.filter(measure, slot__gte=first, slot__lt=last)
             .order_by()
-            # The local hour, as bucket_counts truncates raw rows: a slot lies within one.
-            .annotate(hour=TruncHour("slot", tzinfo=span.zone))
-            .values_list("hour")
+            # Per slot (its 8 shards added up): a slot lies within one bar of hour bars or
+            # longer in any zone, so its start finds its bar (no per-row zone conversion).
+            .values_list("slot")
             .annotate(n=Sum("n"))
         )
-        for hour, n in rows:
-            index = span.index_of(hour)
+        for slot, n in rows:
+            index = span.index_of(slot)
             if index is not None:
                 values[index] += n
     for start, end in _raw_pieces(span, first, last):
@@ -377,6 +378,70 @@ def routed_counts(span: Span) -> list[int]:
     if not span.rollup:
         return bucket_counts(routed, "at", span)
     return _slot_counts(routed, "at", span, Q(measure="routed"))
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    """The window's charts (leads received, routed, per bucket) and outcomes."""
+
+    intake: list[int]
+    routed: list[int]
+    outcomes: Outcomes
+
+
+def _slot_bars(span: Span, first: datetime, last: datetime) -> list[tuple[int | None, str, int]]:
+    """(bar index or None, measure, n) of the slot rollup over ``[first, last)``. PostgreSQL
+    finds each slot's bar itself (``width_bucket`` over the bars' edges) and sums per bar, a
+    few hundred rows; elsewhere the rows come per slot (a slot lies within one bar of hour
+    bars or longer in any zone, so its start finds its bar)."""
+    if connection.vendor == "postgresql" and span.edges:
+        sql = f"""SELECT width_bucket(slot, %s::timestamptz[]) - 1, measure, sum(n)
+            FROM {rollups.SLOT_TABLE}
+            WHERE slot >= %s AND slot < %s AND (measure LIKE 'lead:%%' OR measure = 'routed')
+            GROUP BY 1, 2"""  # noqa: S608 (a constant table name)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [list(span.edges), first, last])
+            return [
+                (index if 0 <= index < span.bars else None, measure, int(n))
+                for index, measure, n in cursor.fetchall()
+            ]
+    rows = (
+        ReportSlot.objects.filter(slot__gte=first, slot__lt=last)
+        .filter(Q(measure__startswith="lead:") | Q(measure="routed"))
+        .order_by()
+        .values_list("slot", "measure")
+        .annotate(n=Sum("n"))
+    )
+    return [(span.index_of(slot), measure, n) for slot, measure, n in rows]
+
+
+def window_counts(span: Span) -> WindowCounts:
+    """intake_counts, routed_counts and outcomes together: from the rollups, one read of the
+    slot rollup for all three (grouped by slot and measure), the raw rows for the edges."""
+    if not span.rollup:
+        return WindowCounts(intake_counts(span), routed_counts(span), outcomes(span=span))
+    first, last = _inner(span, rollups.SLOT)
+    intake = [0] * span.bars
+    routed = [0] * span.bars
+    by_status: Counter[str] = Counter()
+    if first < last:
+        for index, measure, n in _slot_bars(span, first, last):
+            if measure == "routed":
+                if index is not None:
+                    routed[index] += n
+                continue
+            by_status[measure.removeprefix("lead:")] += n
+            if index is not None:
+                intake[index] += n
+    leads = Lead.objects.all()
+    events = Event.objects.filter(type__in=ROUTED_EVENTS)
+    for start, end in _raw_pieces(span, first, last):
+        for index, n in enumerate(bucket_counts(leads, "received_at", span, start=start, end=end)):
+            intake[index] += n
+        for index, n in enumerate(bucket_counts(events, "at", span, start=start, end=end)):
+            routed[index] += n
+        by_status.update(_status_counts(start, end))
+    return WindowCounts(intake, routed, _outcomes_of(by_status))
 
 
 # --- Percentiles ----------------------------------------------------------------------------
@@ -504,8 +569,12 @@ def _assignment_figures(
     return found
 
 
-def _away_counts(events: QuerySet[Event], key: str) -> dict[Any, dict[str, int]]:
-    """Reassignments away per ``key``, by why (the event's data says)."""
+_AWAY = ("away_sla", "away_hand", "away_crm", "away_other")
+
+
+def _away_pairs(events: QuerySet[Event]) -> dict[tuple[Any, Any], Counter[str]]:
+    """Reassignments away per (team, rep the lead was taken from), by why (the event's data
+    says): one grouped query, from which the team, rep and total lines are added up."""
     sla = Q(data__reason="sla_breached")
     hand = Q(data__manual=True)
     # Not ~hand alone: for an event without the key that is NOT NULL, which counts nothing.
@@ -513,7 +582,7 @@ def _away_counts(events: QuerySet[Event], key: str) -> dict[Any, dict[str, int]]
     crm = Q(data__has_key="crm")
     rows = (
         events.order_by()
-        .values(group=F(key))
+        .values(team_key=F("team_id"), from_rep=F("data__from__id"))
         .annotate(
             total=Count("pk"),
             sla=Count("pk", filter=sla & not_hand & ~crm),
@@ -521,27 +590,15 @@ def _away_counts(events: QuerySet[Event], key: str) -> dict[Any, dict[str, int]]
             crm=Count("pk", filter=crm & not_hand),
         )
     )
-    return {
-        row["group"]: {
-            "away_sla": row["sla"],
-            "away_hand": row["hand"],
-            "away_crm": row["crm"],
-            "away_other": row["total"] - row["sla"] - row["hand"] - row["crm"],
-        }
-        for row in rows
-        if row["group"] is not None
-    }
-
-
-_RAW_KEYS = {"team": "team_id", "rep": "rep_id", None: None}
-_ROLLUP_KEYS = {"team": "team_key", "rep": "rep_id"}
-
-
-def _figures(span: Span, team_ids: list[int] | None, key: str | None) -> dict[Any, Figures]:
-    """The window's assignment figures per team (``key`` "team"), rep ("rep") or in total."""
-    if not span.rollup:
-        return _assignment_figures(_window_assignments(span, team_ids), _RAW_KEYS[key], span.now)
-    return _rollup_figures(span, team_ids, key)
+    found: dict[tuple[Any, Any], Counter[str]] = {}
+    for row in rows:
+        found[row["team_key"], row["from_rep"]] = Counter(
+            away_sla=row["sla"],
+            away_hand=row["hand"],
+            away_crm=row["crm"],
+            away_other=row["total"] - row["sla"] - row["hand"] - row["crm"],
+        )
+    return found
 
 
 @dataclass
@@ -552,6 +609,12 @@ class _Tally:
     tta: list[int] = field(default_factory=lambda: [0] * rollups.BINS)
     ttft: list[int] = field(default_factory=lambda: [0] * rollups.BINS)
     missed: int = 0
+
+    def add(self, other: _Tally) -> None:
+        self.counts.update(other.counts)
+        self.tta = [a + b for a, b in zip(self.tta, other.tta, strict=True)]
+        self.ttft = [a + b for a, b in zip(self.ttft, other.ttft, strict=True)]
+        self.missed += other.missed
 
     def figures(self) -> Figures:
         c = self.counts
@@ -568,79 +631,184 @@ class _Tally:
         )
 
 
-def _rollup_figures(span: Span, team_ids: list[int] | None, key: str | None) -> dict[Any, Figures]:
-    """_assignment_figures from the day rollup for the whole UTC days of the window and the
-    raw rows for its edges; missed SLAs need ``now``: with an SLA, neither met nor still due
-    (the untouched ones due from now on are counted from the raw rows, an index scan)."""
+Pair = tuple[int | None, int]  # (team id, or None for an assignment outside a team; rep id)
+
+
+def _edge_tallies(
+    start: datetime, end: datetime, team_ids: list[int] | None, tallies: dict[Pair, _Tally]
+) -> None:
+    """Adds the assignments of ``[start, end)`` (a window's partial day) per (team, rep),
+    aggregated in SQL with the triggers' own expressions (audit.rollups): the counts and the
+    time-to-assign bins grouped by (team, rep, bin), the first-touch bins likewise, so a day
+    of ten thousand assignments comes back as a few rows per rep."""
+    if team_ids is not None and not team_ids:
+        return
+    ops = connection.ops
+    where = "a.assigned_at >= %s AND a.assigned_at < %s"
+    params: list[Any] = [ops.adapt_datetimefield_value(start), ops.adapt_datetimefield_value(end)]
+    if team_ids is not None:
+        where += f" AND a.team_id IN ({', '.join(['%s'] * len(team_ids))})"
+        params += [int(pk) for pk in team_ids]
+    values = rollups.assignment_values_sql(
+        connection.vendor,
+        f"FROM routing_assignment a JOIN leads_lead l ON l.id = a.lead_id WHERE {where}",
+    )
+    # The SQL is built from audit.rollups' constants and placeholders only.
+    sql = f"""WITH v AS ({values})
+        SELECT team_key, rep_id, 0, tb, count(*), sum(is_first), sum(is_initial),
+            sum(is_reassignment), sum(has_sla), sum(met)
+        FROM v GROUP BY team_key, rep_id, tb
+        UNION ALL
+        SELECT team_key, rep_id, 1, fb, count(*), 0, 0, 0, 0, 0
+        FROM v WHERE fb >= 0 GROUP BY team_key, rep_id, fb"""  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    for team_key, rep_id, part, index, n, first, initial, reassigned, with_sla, met in rows:
+        tally = tallies[None if team_key == 0 else team_key, rep_id]
+        if part == 1:
+            tally.ttft[index] += n
+            continue
+        tally.counts["assigned"] += n
+        tally.counts["first"] += first
+        tally.counts["initial"] += initial
+        tally.counts["reassigned_in"] += reassigned
+        tally.counts["sla_met"] += met
+        tally.missed += with_sla - met
+        if index >= 0:
+            tally.tta[index] += n
+
+
+def _rollup_tallies(span: Span, team_ids: list[int] | None) -> dict[Pair, _Tally]:
+    """The window's assignment figures per (team, rep): the day rollup for the whole UTC days
+    of the window (read once, grouped by team and rep), the raw rows for its partial edges
+    (aggregated in SQL). Missed SLAs need ``now``: every judged assignment that was not met
+    counts as missed, less the untouched ones still due from now on (an index scan on the
+    untouched ones' due time)."""
     first, last = _inner(span, DAY)
-    raw_key = _RAW_KEYS[key]
-    tallies: dict[Any, _Tally] = defaultdict(_Tally)
+    tallies: dict[Pair, _Tally] = defaultdict(_Tally)
     if first < last:
         days = AssignmentDay.objects.filter(day__gte=first.date(), day__lt=last.date())
         if team_ids is not None:
             days = days.filter(team_key__in=team_ids)
         sums = {c: Sum(c) for c in rollups.SUM_COLUMNS}
-        rows: list[dict[str, Any]]
-        if key is None:
-            rows = [{"group": None, **days.aggregate(**sums)}]
-        else:
-            grouped = days.order_by().values(group=F(_ROLLUP_KEYS[key])).annotate(**sums)
-            rows = [dict(row) for row in grouped]
-        for row in rows:
-            group = row.pop("group")
+        grouped: Any = days.order_by().values("team_key", "rep_id").annotate(**sums)
+        for row in grouped:
             if not row["assigned"]:
                 continue  # nothing, or contributions that moved away (a team deleted)
-            tally = tallies[None if key == "team" and group == 0 else group]
+            tally = tallies[None if row["team_key"] == 0 else row["team_key"], row["rep_id"]]
             for name in rollups.COUNT_COLUMNS:
                 tally.counts[name] += row[name] or 0
             for k in range(rollups.BINS):
                 tally.tta[k] += row[f"tta_{k}"] or 0
                 tally.ttft[k] += row[f"ttft_{k}"] or 0
             tally.missed += (row["with_sla"] or 0) - (row["sla_met"] or 0)
-        due = Assignment.objects.filter(
-            assigned_at__gte=first,
-            assigned_at__lt=last,
-            touched_at__isnull=True,
-            sla_due_at__isnull=False,
-            sla_due_at__gte=span.now,
-        )
-        if team_ids is not None:
-            due = due.filter(team_id__in=team_ids)
-        if raw_key is None:
-            not_due = {None: due.count()}
-        else:
-            not_due = dict(
-                due.order_by()
-                .values(group=F(raw_key))
-                .annotate(n=Count("pk"))
-                .values_list("group", "n")
-            )
-        for group, n in not_due.items():
-            tallies[group].missed -= n
     for start, end in _raw_pieces(span, first, last):
-        edge = Assignment.objects.filter(assigned_at__gte=start, assigned_at__lt=end)
-        if team_ids is not None:
-            edge = edge.filter(team_id__in=team_ids)
-        columns = [raw_key] if raw_key else []
-        for row in edge.order_by().values_list(
-            *columns, "kind", "assigned_at", "lead__received_at", "touched_at", "sla_due_at"
-        ):
-            tally = tallies[row[0] if raw_key else None]
-            kind, assigned, received, touched, due_at = row[-5:]
-            tally.counts["assigned"] += 1
-            if kind in FIRST_ASSIGNMENT_KINDS:
-                tally.counts["first"] += 1
-                tally.tta[rollups.duration_bin((assigned - received).total_seconds())] += 1
-            elif kind == AssignmentKind.REASSIGNMENT:
-                tally.counts["reassigned_in"] += 1
-            if touched is not None:
-                tally.ttft[rollups.duration_bin((touched - assigned).total_seconds())] += 1
-            if due_at is not None:
-                if touched is not None and touched <= due_at:
-                    tally.counts["sla_met"] += 1
-                elif touched is not None or due_at < span.now:
-                    tally.missed += 1
-    return {group: tally.figures() for group, tally in tallies.items() if tally.counts["assigned"]}
+        _edge_tallies(start, end, team_ids, tallies)
+    due = Assignment.objects.filter(
+        assigned_at__gte=span.start,
+        assigned_at__lt=span.end,
+        touched_at__isnull=True,
+        sla_due_at__isnull=False,
+        sla_due_at__gte=span.now,
+    )
+    if team_ids is not None:
+        due = due.filter(team_id__in=team_ids)
+    for team_id, rep_id, n in (
+        due.order_by().values_list("team_id", "rep_id").annotate(n=Count("pk"))
+    ):
+        tallies[team_id, rep_id].missed -= n
+    return {pair: tally for pair, tally in tallies.items() if tally.counts["assigned"]}
+
+
+@dataclass(frozen=True)
+class _WindowFigures:
+    teams: dict[Any, Figures]
+    reps: dict[Any, Figures]
+    total: Figures
+    initial: dict[tuple[int, int], int] | None = None  # fairness's counts (rollups only)
+
+
+_FIRST_SQL = ", ".join(f"'{kind}'" for kind in FIRST_ASSIGNMENT_KINDS)
+
+
+def _grouping_sets_figures(span: Span, team_ids: list[int] | None) -> _WindowFigures:
+    """PostgreSQL, over the raw rows: _assignment_figures per team, per rep and in total in one
+    query (``GROUPING SETS``): the window's assignments are found and joined to their leads
+    once, not three times, with the same counts and ``percentile_cont`` percentiles."""
+    where = "a.assigned_at >= %s AND a.assigned_at < %s"
+    params: list[Any] = [span.now, span.start, span.end]
+    if team_ids is not None:
+        if not team_ids:
+            return _WindowFigures({}, {}, Figures())
+        where += f" AND a.team_id IN ({', '.join(['%s'] * len(team_ids))})"
+        params += [int(pk) for pk in team_ids]
+    first = f"a.kind IN ({_FIRST_SQL})"
+    to_assign = "(a.assigned_at - l.received_at)"
+    to_touch = "(a.touched_at - a.assigned_at)"
+    # Built from constants and placeholders only.
+    sql = f"""SELECT GROUPING(a.team_id), GROUPING(a.rep_id), a.team_id, a.rep_id,
+            COUNT(*),
+            COUNT(*) FILTER (WHERE {first}),
+            COUNT(*) FILTER (WHERE a.kind = 'reassignment'),
+            COUNT(*) FILTER (WHERE a.sla_due_at IS NOT NULL AND a.touched_at <= a.sla_due_at),
+            COUNT(*) FILTER (WHERE a.sla_due_at IS NOT NULL AND (a.touched_at > a.sla_due_at
+                OR (a.touched_at IS NULL AND a.sla_due_at < %s))),
+            percentile_cont(0.5) WITHIN GROUP (ORDER BY {to_assign}) FILTER (WHERE {first}),
+            percentile_cont(0.95) WITHIN GROUP (ORDER BY {to_assign}) FILTER (WHERE {first}),
+            percentile_cont(0.5) WITHIN GROUP (ORDER BY {to_touch})
+                FILTER (WHERE a.touched_at IS NOT NULL),
+            percentile_cont(0.95) WITHIN GROUP (ORDER BY {to_touch})
+                FILTER (WHERE a.touched_at IS NOT NULL)
+        FROM routing_assignment a JOIN leads_lead l ON l.id = a.lead_id
+        WHERE {where}
+        GROUP BY GROUPING SETS ((a.team_id), (a.rep_id), ())"""  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    teams: dict[Any, Figures] = {}
+    reps: dict[Any, Figures] = {}
+    total = Figures()
+    for no_team, no_rep, team_id, rep_id, *values in rows:
+        figures = Figures(*values)
+        if no_team and no_rep:
+            total = figures
+        elif no_rep:
+            teams[team_id] = figures
+        else:
+            reps[rep_id] = figures
+    return _WindowFigures(teams, reps, total)
+
+
+def _window_figures(span: Span, team_ids: list[int] | None) -> _WindowFigures:
+    """The window's assignment figures per team, per rep and in total (without the
+    reassignments away). Over the raw rows (a week or less): a grouped query each, for their
+    exact percentiles. From the rollups: one read, added up three ways."""
+    if not span.rollup:
+        if connection.vendor == "postgresql":
+            return _grouping_sets_figures(span, team_ids)
+        assignments = _window_assignments(span, team_ids)
+        return _WindowFigures(
+            teams=_assignment_figures(assignments, "team_id", span.now),
+            reps=_assignment_figures(assignments, "rep_id", span.now),
+            total=_assignment_figures(assignments, None, span.now).get(None) or Figures(),
+        )
+    by_team: dict[Any, _Tally] = defaultdict(_Tally)
+    by_rep: dict[Any, _Tally] = defaultdict(_Tally)
+    total = _Tally()
+    initial: dict[tuple[int, int], int] = {}
+    for (team_id, rep_id), tally in _rollup_tallies(span, team_ids).items():
+        by_team[team_id].add(tally)
+        by_rep[rep_id].add(tally)
+        total.add(tally)
+        if team_id is not None and tally.counts["initial"]:
+            initial[team_id, rep_id] = tally.counts["initial"]
+    return _WindowFigures(
+        teams={k: t.figures() for k, t in by_team.items()},
+        reps={k: t.figures() for k, t in by_rep.items()},
+        total=total.figures() if total.counts["assigned"] else Figures(),
+        initial=initial,
+    )
 
 
 def _window_assignments(span: Span, team_ids: list[int] | None) -> QuerySet[Assignment]:
@@ -694,20 +862,61 @@ class RepRow:
         )
 
 
-def team_rows(*, span: Span, team_ids: list[int] | None = None) -> list[TeamRow]:
-    """Every team (in scope), by name, with the window's figures."""
-    figures = _figures(span, team_ids, "team")
-    away = _away_counts(_window_reassignments(span, team_ids), "team_id")
+@dataclass(frozen=True)
+class WindowTables:
+    """The window's totals, team table and rep table, computed together (one read of the
+    rollups and of the reassignments away for all three)."""
+
+    totals: Figures
+    teams: list[TeamRow]
+    reps: list[RepRow]
+    # First assignments of kind initial per (team, rep), for fairness (rollups only).
+    initial: dict[tuple[int, int], int] | None = None
+
+
+def _with_away(figures: Figures | None, away: Counter[str] | None) -> Figures:
+    found = dataclasses.replace(figures) if figures is not None else Figures()
+    for name in _AWAY:
+        setattr(found, name, away[name] if away else 0)
+    return found
+
+
+def window_tables(
+    *, span: Span, team_ids: list[int] | None = None, reps: bool = True
+) -> WindowTables:
+    """Totals, every team (in scope) by name and, with ``reps``, every active rep (in scope)
+    and any inactive one with assignments in the window, with the window's figures."""
+    figures = _window_figures(span, team_ids)
+    away_teams: dict[Any, Counter[str]] = defaultdict(Counter)
+    away_reps: dict[Any, Counter[str]] = defaultdict(Counter)
+    away_total: Counter[str] = Counter()
+    for (team_id, rep_id), counts in _away_pairs(_window_reassignments(span, team_ids)).items():
+        if team_id is not None:
+            away_teams[team_id].update(counts)
+        if rep_id is not None:
+            away_reps[rep_id].update(counts)
+        away_total.update(counts)
     teams = Team.objects.order_by("name").only("name", "strategy")
     if team_ids is not None:
         teams = teams.filter(pk__in=team_ids)
-    rows = []
-    for team in teams:
-        found = figures.get(team.pk) or Figures()
-        for name, value in away.get(team.pk, {}).items():
-            setattr(found, name, value)
-        rows.append(TeamRow(team.pk, team.name, team.get_strategy_display(), found))
-    return rows
+    team_lines = [
+        TeamRow(
+            team.pk,
+            team.name,
+            team.get_strategy_display(),
+            _with_away(figures.teams.get(team.pk), away_teams.get(team.pk)),
+        )
+        for team in teams
+    ]
+    rep_lines = _rep_lines(span, team_ids, figures.reps, away_reps) if reps else []
+    return WindowTables(
+        _with_away(figures.total, away_total), team_lines, rep_lines, figures.initial
+    )
+
+
+def team_rows(*, span: Span, team_ids: list[int] | None = None) -> list[TeamRow]:
+    """Every team (in scope), by name, with the window's figures."""
+    return window_tables(span=span, team_ids=team_ids, reps=False).teams
 
 
 def reps_in_scope(team_ids: list[int] | None) -> QuerySet[Rep]:
@@ -717,57 +926,58 @@ def reps_in_scope(team_ids: list[int] | None) -> QuerySet[Rep]:
     return reps
 
 
-def rep_rows(*, span: Span, team_ids: list[int] | None = None) -> list[RepRow]:
-    """Every active rep (in scope), and any inactive one with assignments in the window."""
-    figures = _figures(span, team_ids, "rep")
-    away = _away_counts(_window_reassignments(span, team_ids), "data__from__id")
+def _rep_lines(
+    span: Span,
+    team_ids: list[int] | None,
+    figures: dict[Any, Figures],
+    away: dict[Any, Counter[str]],
+) -> list[RepRow]:
+    """ "Open now" is the rep's open counter (routing.loads: kept in the transaction of every
+    assignment, touch and release, what the caps decide on; repaired by the reconciliation),
+    read with the rep through its LEFT JOIN, not counted from every open assignment."""
     reps = list(
         reps_in_scope(team_ids)
         .filter(Q(active=True) | Q(pk__in=[pk for pk in figures if pk is not None]))
         .order_by()
-        .values("id", "name", "email", "timezone", "active", "max_open", "max_per_day")
-    )
-    opened = dict(
-        Assignment.objects.filter(active=True, touched_at__isnull=True)
-        .order_by()
-        .values_list("rep_id")
-        .annotate(n=Count("pk"))
+        .values(
+            "id",
+            "name",
+            "email",
+            "timezone",
+            "active",
+            "max_open",
+            "max_per_day",
+            "load__open_count",
+        )
     )
     today = assigned_since_local_midnight(
         now=span.now, zones={row["timezone"] or "UTC" for row in reps}
     )
-    rows = []
-    for rep in reps:
-        found = figures.get(rep["id"]) or Figures()
-        for name, value in away.get(rep["id"], {}).items():
-            setattr(found, name, value)
-        rows.append(
-            RepRow(
-                id=rep["id"],
-                name=rep["name"],
-                email=rep["email"],
-                timezone=rep["timezone"] or "UTC",
-                active=rep["active"],
-                open=opened.get(rep["id"], 0),
-                today=today.get(rep["id"], 0),
-                max_open=rep["max_open"],
-                max_per_day=rep["max_per_day"],
-                figures=found,
-            )
+    return [
+        RepRow(
+            id=rep["id"],
+            name=rep["name"],
+            email=rep["email"],
+            timezone=rep["timezone"] or "UTC",
+            active=rep["active"],
+            open=rep["load__open_count"] or 0,
+            today=today.get(rep["id"], 0),
+            max_open=rep["max_open"],
+            max_per_day=rep["max_per_day"],
+            figures=_with_away(figures.get(rep["id"]), away.get(rep["id"])),
         )
-    return rows
+        for rep in reps
+    ]
+
+
+def rep_rows(*, span: Span, team_ids: list[int] | None = None) -> list[RepRow]:
+    """Every active rep (in scope), and any inactive one with assignments in the window."""
+    return window_tables(span=span, team_ids=team_ids).reps
 
 
 def totals(*, span: Span, team_ids: list[int] | None = None) -> Figures:
     """The figures over every assignment of the window (in scope)."""
-    found = _figures(span, team_ids, None)
-    result = found.get(None) or Figures()
-    away = _away_counts(
-        _window_reassignments(span, team_ids).annotate(everything=F("type")), "everything"
-    )
-    for name, value in away.get(EventType.REASSIGNED, {}).items():
-        setattr(result, name, value)
-    return result
+    return window_tables(span=span, team_ids=team_ids, reps=False).totals
 
 
 # --- Sorting and pages of the rep table -----------------------------------------------------
@@ -899,7 +1109,12 @@ def _initial_counts(span: Span, team_ids: list[int]) -> dict[tuple[int, int], in
     return {pair: n for pair, n in counts.items() if n}
 
 
-def fairness(*, span: Span, team_ids: list[int] | None = None) -> list[TeamFairness]:
+def fairness(
+    *,
+    span: Span,
+    team_ids: list[int] | None = None,
+    initial: dict[tuple[int, int], int] | None = None,
+) -> list[TeamFairness]:
     """Each team's members: their share of the team's rotation leads (first assignments made
     through the team) against their weight's share (weighted) or an equal share (round robin),
     and who the team's strategy picks next, as the worker would (routing.versions)."""
@@ -909,7 +1124,10 @@ def fairness(*, span: Span, team_ids: list[int] | None = None) -> list[TeamFairn
     if team_ids is not None:
         teams = [team for team in teams if team.pk in team_ids]
     wanted = [team.pk for team in teams]
-    counts = _initial_counts(span, wanted)
+    if initial is None:
+        counts = _initial_counts(span, wanted)
+    else:  # window_tables' (the same window and scope): every team's
+        counts = {pair: n for pair, n in initial.items() if pair[0] in wanted}
     members: dict[int, list[TeamMembership]] = defaultdict(list)
     for membership in (
         TeamMembership.objects.filter(team_id__in=wanted)
@@ -992,14 +1210,20 @@ def outcomes(*, span: Span) -> Outcomes:
             ):
                 by_status[measure.removeprefix("lead:")] += n
     for start, end in pieces:
-        by_status.update(
-            dict(
-                Lead.objects.filter(received_at__gte=start, received_at__lt=end)
-                .order_by()
-                .values_list("status")
-                .annotate(n=Count("pk"))
-            )
-        )
+        by_status.update(_status_counts(start, end))
+    return _outcomes_of(by_status)
+
+
+def _status_counts(start: datetime, end: datetime) -> dict[str, int]:
+    return dict(
+        Lead.objects.filter(received_at__gte=start, received_at__lt=end)
+        .order_by()
+        .values_list("status")
+        .annotate(n=Count("pk"))
+    )
+
+
+def _outcomes_of(by_status: Counter[str]) -> Outcomes:
     return Outcomes(
         received=sum(by_status.values()),
         assigned=by_status.get(LeadStatus.ASSIGNED, 0) + by_status.get(LeadStatus.DUPLICATE, 0),

@@ -158,6 +158,16 @@ def _assignment_values(vendor: str, row: str, received: str, source: str = "") -
         {tta} AS tta_s, {ttft} AS ttft_s {source}{_fence(vendor)}) AS w{_fence(vendor)}"""
 
 
+def assignment_values_sql(vendor: str, source: str) -> str:
+    """A SELECT of each assignment's contributions (``day``, ``team_key``, ``rep_id``, the
+    0/1 flags ``is_first``, ``is_initial``, ``is_reassignment``, ``has_sla``, ``met``,
+    ``late``, and the bins ``tb``, ``fb``, -1 for none), for ``source``: a FROM clause naming
+    the assignments ``a`` and their leads ``l`` (and any WHERE). The expressions are the
+    triggers', so rows read this way bin exactly as the rollup does (audit.reports reads a
+    window's partial days so)."""
+    return _assignment_values(vendor, "a", "l.received_at", source)
+
+
 def _assignment_sums(sign: str) -> str:
     """The rollup columns from ``_assignment_values`` (as ``v``), each times ``sign``."""
     parts = [

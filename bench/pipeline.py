@@ -16,6 +16,9 @@ to it, then measures, in one run:
   batch stored to every lead assigned, leads per second. The rep's e-mail (a delivery task per
   lead) is off, as is any webhook: routing alone; ``BENCH_EMAIL=true`` turns the e-mail on (to
   Django's dummy backend) for both sides.
+
+``--without-rollup-triggers`` drops the report rollups' triggers (audit.rollups) after
+migrating: run with and without, alternating, for their cost on every side.
 - **steady**: 50 leads a second accepted one by one (the single-lead intake service) for
   ``--steady-seconds``, with 2 workers: accept to assigned, p50 / p95 / max, where "assigned"
   is the moment the worker took its decision (``processed_at``; its commit follows within
@@ -128,6 +131,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--leads", type=int, default=2000, help="leads per throughput run")
     parser.add_argument("--steady-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--without-rollup-triggers",
+        action="store_true",
+        help="drop the report rollups' triggers after migrating (their cost: run with and "
+        "without, alternating)",
+    )
     args, _others = parser.parse_known_args()
 
     database_url = os.environ.get(
@@ -178,6 +187,10 @@ def main() -> int:
     from routing.models import Assignment, AssignmentKind, Rep, Team
     from routing.rules_io import rules_import
 
+    if args.without_rollup_triggers:
+        from audit.rollups import rollup_triggers_drop
+
+        rollup_triggers_drop(connection)
     rules_import(_document(), publish=True)
     source = Source.objects.create(slug="bench", name="Bench", rate_limit_per_minute=10**6)
     team = Team.objects.get(name=TEAM)
@@ -320,7 +333,11 @@ def main() -> int:
         f"{platform.python_version()}, PostgreSQL {pg}, Redis broker; "
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
-    print(f"{args.leads} leads per throughput run; {assigned} assigned in all\n")
+    triggers = "dropped" if args.without_rollup_triggers else "on"
+    print(
+        f"{args.leads} leads per throughput run; {assigned} assigned in all; "
+        f"report rollup triggers {triggers}\n"
+    )
     print("| measure | leads/s | ratio to raw (same connections) |")
     print("|---|---:|---:|")
     for n in (1, 2):

@@ -11,13 +11,17 @@ time zones), 70 % of them touched, a 60-minute SLA on each; 1.5 % of the leads r
 (by the SLA, by hand, in the CRM, by the rules after an absence); the audit events the
 dashboard reads (assigned, excluded, unassigned, reassigned, sla_breached). The fill runs with
 triggers off (``session_replication_role = replica``); the report rollups are then computed by
-the backfill (``audit.rollups.rollups_rebuild``, timed). Then, for each window (24h, 7d, 30d,
-90d), it times every report the page builds (the median of ``--runs``, in milliseconds) and the
-whole dashboard, twice: over the raw rows only (the path before the rollups, kept for windows
-of a week or less) and as the page reads them now (the rollups for windows over a week), and
-writes the EXPLAIN ANALYZE of each report query of the 90-day window (rollups) to ``--plans``
-(default: stdout is the summary, the plans a file under the temporary var directory, named at
-the end).
+the backfill (``audit.rollups.rollups_rebuild``, timed), and the reps' load counters by the
+reconciliation (``routing.loads.rep_loads_reconcile``: "Open now" reads them). Then, for each
+window (1h, 24h, 7d, 30d, 90d; all teams and 2 of the 8), it times every report the page
+builds (the median of ``--runs``, in milliseconds; the totals, team and rep tables are read
+together, as the page does) and the whole dashboard, twice: over the raw rows only (the path
+before the rollups, kept for windows of a week or less) and as the page reads them now (the
+rollups for windows over a week). Last, per window (all teams, as the page reads it now), the
+query side: every query the whole dashboard runs, under EXPLAIN (ANALYZE, BUFFERS), their
+execution times added up (less sensitive to the machine's load than the wall clock, which
+includes Python); the plans go to ``--plans`` (default: a file under the temporary var
+directory, named at the end).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ TEAMS = 8
 REPS = 200
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo", "Asia/Kolkata")
 STRATEGIES = ("round_robin", "weighted", "least_loaded")
+WINDOWS = ("1h", "24h", "7d", "30d", "90d")
 
 # The leads: n = 1..N, received evenly over 90 days back from now; the status by n % 50.
 FILL_LEADS = """
@@ -188,33 +193,37 @@ def _reports(window: str, team_ids: list[int] | None = None) -> dict[str, Callab
         "intake chart": lambda: reports.intake_counts(span),
         "routed chart": lambda: reports.routed_counts(span),
         "outcomes": lambda: reports.outcomes(span=span),
-        "totals": lambda: reports.totals(span=span, team_ids=team_ids),
-        "team table": lambda: reports.team_rows(span=span, team_ids=team_ids),
-        "rep table": lambda: reports.rep_rows(span=span, team_ids=team_ids),
+        "tables": lambda: reports.window_tables(span=span, team_ids=team_ids),
         "fairness": lambda: reports.fairness(span=span, team_ids=team_ids),
         "SLA breaches today": lambda: reports.sla_breaches_today(now=span.now),
         "whole dashboard": lambda: dashboard.dashboard(query=query, team_ids=team_ids),
     }
 
 
-def _plans(out: Any) -> None:
-    """EXPLAIN ANALYZE of every query the 90-day reports run (the whole dashboard's)."""
+def _plans(out: Any, window: str) -> tuple[float, int]:
+    """EXPLAIN (ANALYZE, BUFFERS) of every query the whole dashboard runs over ``window``
+    (all teams), written to ``out``; returns their execution times added up (ms) and how many."""
+    import re
+
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    for label, call in _reports("90d").items():
-        if label == "whole dashboard":
+    with CaptureQueriesContext(connection) as captured:
+        _reports(window)["whole dashboard"]()
+    total, count = 0.0, 0
+    print(f"# window {window}\n", file=out)
+    for query in captured.captured_queries:
+        sql = query["sql"]
+        if not sql.lstrip().upper().startswith(("SELECT", "WITH")):
             continue
-        with CaptureQueriesContext(connection) as captured:
-            call()
-        for query in captured.captured_queries:
-            sql = query["sql"]
-            if not sql.lstrip().upper().startswith("SELECT"):
-                continue
-            with connection.cursor() as cursor:
-                cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}")
-                plan = "\n".join(row[0] for row in cursor.fetchall())
-            print(f"## {label}\n\n{sql}\n\n{plan}\n", file=out, flush=True)
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        found = re.search(r"Execution Time: ([0-9.]+) ms", plan)
+        total += float(found.group(1)) if found else 0.0
+        count += 1
+        print(f"## {window}\n\n{sql}\n\n{plan}\n", file=out, flush=True)
+    return total, count
 
 
 def _fill(leads: int) -> None:
@@ -258,6 +267,9 @@ def main() -> int:
     parser.add_argument("--leads", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--plans", default="")
+    parser.add_argument(
+        "--windows", default=",".join(WINDOWS), help="the windows to time, comma-separated"
+    )
     parser.add_argument(
         "--reuse", action="store_true", help="time an already filled database (no refill)"
     )
@@ -310,10 +322,17 @@ def main() -> int:
         f"{days:,} day rows",
         flush=True,
     )
+    from routing.loads import rep_loads_reconcile
+    from routing.models import RepLoad
+
+    if RepLoad.objects.count() < REPS:  # the fill writes around the services
+        report = rep_loads_reconcile()
+        print(f"load counters: {report.repaired} reps counted", flush=True)
     from routing.models import Team
 
     scoped = list(Team.objects.order_by("pk").values_list("pk", flat=True)[:2])
-    for window in ("24h", "7d", "30d", "90d"):
+    windows = [w for w in args.windows.split(",") if w in WINDOWS]
+    for window in windows:
         for scope, team_ids in (("all teams", None), ("2 teams", scoped)):
             print(f"\nwindow {window}, {scope} (median of {args.runs}, ms): raw rows, now")
             timed: dict[str, list[float]] = {}
@@ -325,9 +344,12 @@ def main() -> int:
                 print(f"  {label:<20} {before:>8.0f} {after:>8.0f}", flush=True)
     _paths(False)
     target = Path(args.plans) if args.plans else Path(var) / "plans.txt"
+    print("\nquery side, whole dashboard, all teams (EXPLAIN ANALYZE execution times added up)")
     with target.open("w") as out:
-        _plans(out)
-    print(f"\nload average {os.getloadavg()[0]:.1f}; query plans (90d): {target}")
+        for window in windows:
+            total, count = _plans(out, window)
+            print(f"  {window:<5} {total:>8.0f} ms in {count} queries", flush=True)
+    print(f"\nload average {os.getloadavg()[0]:.1f}; query plans: {target}")
     return 0
 
 

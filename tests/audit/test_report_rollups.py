@@ -197,6 +197,10 @@ def test_rollup_figures_equal_the_raw_rows(seed: int, now: datetime) -> None:
             assert reports.intake_counts(span) == reports.intake_counts(raw), where
             assert reports.routed_counts(span) == reports.routed_counts(raw), where
             assert reports.outcomes(span=span) == reports.outcomes(span=raw), where
+            # The dashboard's: all three from one read of the slot rollup.
+            assert reports.window_counts(span) == reports.WindowCounts(
+                reports.intake_counts(raw), reports.routed_counts(raw), reports.outcomes(span=raw)
+            ), where
             for scope in (None, team_ids):
                 assert _counts(reports.totals(span=span, team_ids=scope)) == _counts(
                     reports.totals(span=raw, team_ids=scope)
@@ -212,6 +216,11 @@ def test_rollup_figures_equal_the_raw_rows(seed: int, now: datetime) -> None:
                 assert reports.fairness(span=span, team_ids=scope) == reports.fairness(
                     span=raw, team_ids=scope
                 ), where
+                # The dashboard's: the counts of the one read of the rollups for the tables.
+                initial = reports.window_tables(span=span, team_ids=scope).initial
+                assert reports.fairness(
+                    span=span, team_ids=scope, initial=initial
+                ) == reports.fairness(span=raw, team_ids=scope), where
         # Percentiles, per rep and in total, on the 90-day window of this zone.
         span = _spans(now, zone)[2]
         by_rep = {m: _durations(span, "rep_id", m) for m in ("tta", "ttft")}

@@ -538,3 +538,85 @@ def test_fairness_targets_are_shared_among_the_members_who_can_take_leads(
     # Their leads of the window still count in the team's total and their own share.
     assert rr["Ben"].leads > 0
     assert rr["Ben"].share is not None
+
+
+def test_open_now_is_the_reps_open_counter_and_equals_their_open_assignments() -> None:
+    """ "Open now" reads the load counters the services keep (routing.loads), not a count of
+    every open assignment: routed, touched and reassigned through the services, it equals
+    plain SQL over the assignments, in a short window (raw rows) and a long one (rollups)."""
+    from routing import decisions
+    from routing.services import assignment_touch, lead_reassign
+    from tests.leads.factories import SourceFactory
+    from tests.routing.factories import make_rep, published_ruleset, team_with
+
+    decisions.clear_live_config_cache()
+    ana = make_rep(email="ana@x.example", timezone="Europe/Berlin")
+    ben = make_rep(email="ben@x.example", timezone="Asia/Tokyo")
+    team = team_with([ana, ben])
+    published_ruleset({"name": "All", "action": {"type": "team", "team": team.name}})
+    source = SourceFactory(slug="open-now")
+    routed = []
+    for i in range(7):
+        lead = LeadFactory(source=source, status=LeadStatus.PROCESSING, email=f"p{i}@c.example")
+        result = decisions.route_lead(lead=lead)
+        assert result.assignment is not None
+        routed.append(result.assignment)
+    assignment_touch(lead_id=routed[0].lead_id, actor="test")
+    assignment_touch(lead_id=routed[1].lead_id, actor="test")
+    lead_reassign(lead_id=routed[2].lead_id, rep_email=ben.email, reason="cover", actor="test")
+    lead_reassign(lead_id=routed[3].lead_id, rep_email=ana.email, reason="cover", actor="test")
+    expected = dict(
+        _sql(
+            "SELECT rep_id, COUNT(*) FROM routing_assignment"
+            " WHERE active AND touched_at IS NULL GROUP BY rep_id",
+            [],
+        )
+    )
+    assert sum(expected.values()) == 5
+    now = datetime.now(UTC)
+    for window in ("24h", "90d"):
+        w = reports.WINDOWS[window]
+        span = reports.span_of(w, reports.BUCKETS[w.bucket], now)
+        rows = {row.id: row.open for row in reports.rep_rows(span=span)}
+        assert rows == {ana.pk: expected.get(ana.pk, 0), ben.pk: expected.get(ben.pk, 0)}
+    decisions.clear_live_config_cache()
+
+
+def test_a_long_window_reads_the_day_rollup_once_per_page(company: dict[str, Any]) -> None:
+    """The totals, team and rep tables come from one read of the day rollup (they read it
+    three times, a third of a second each on a million leads) and one of the reassignments."""
+    from django.test.utils import CaptureQueriesContext
+
+    for window in ("30d", "90d"):
+        with CaptureQueriesContext(connection) as captured:
+            dashboard(query=dashboard_query({"window": window}), now=NOW)
+        sql = [q["sql"] for q in captured.captured_queries]
+        assert sum("audit_assignmentday" in s for s in sql) == 1, window
+        assert sum("audit_reportslot" in s for s in sql) == 1, window
+        assert sum("'reassigned'" in s or '"reassigned"' in s for s in sql) <= 1, window
+        # Open now: no count over the open assignments.
+        assert not [
+            s
+            for s in sql
+            if "routing_assignment" in s
+            and 'touched_at" IS NULL' in s
+            and "GROUP BY" in s
+            and "sla_due_at" not in s
+        ], window
+
+
+@pytest.mark.parametrize("window", ["1h", "24h", "7d"])
+def test_one_grouping_sets_query_equals_a_query_per_team_rep_and_total(
+    company: dict[str, Any], window: str
+) -> None:
+    """PostgreSQL reads a short window's team, rep and total figures in one query (GROUPING
+    SETS, the assignments joined to their leads once): the same counts and percentile_cont
+    figures as one grouped query each (the path SQLite keeps)."""
+    span = _span(window)
+    for scope in (None, [company["teams"][0].pk], []):
+        found = reports._window_figures(span, scope)
+        assignments = reports._window_assignments(span, scope)
+        assert found.teams == reports._assignment_figures(assignments, "team_id", span.now)
+        assert found.reps == reports._assignment_figures(assignments, "rep_id", span.now)
+        total = reports._assignment_figures(assignments, None, span.now).get(None)
+        assert found.total == (total or reports.Figures()), scope
