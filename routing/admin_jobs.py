@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from routing.engine import RuleErrors
 from routing.models import AdminJob, AdminJobKind, AdminJobStatus, RuleSet
+from routing.rules_io import ConfigurationBusy
 from routing.tables_io import TableErrors, tables_apply, tables_plan
 from routing.versions import replay_result_data, ruleset_replay
 
@@ -137,6 +138,9 @@ def _run_replay(job: AdminJob) -> None:
             status=AdminJobStatus.FAILED,
             error=f"Version {ruleset.version} does not compile: {exc}",
         )
+        return
+    except ConfigurationBusy as exc:
+        _finish(job, status=AdminJobStatus.FAILED, error=str(exc))
         return
     _finish(
         job,

@@ -16,6 +16,7 @@ and check it without writing anything.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -56,9 +57,11 @@ from routing.models import (
 )
 from routing.rules_io import (
     PUBLISH_LOCK,
+    ConfigurationBusy,
     Counts,
     ImportResult,
     _Plan,
+    configuration_reading,
     rules_apply,
     rules_plan,
     rules_prune,
@@ -87,26 +90,36 @@ CHECK_LEADS_DEFAULT = 500
 CHECK_ROWS_KEPT = 1000  # changed leads listed by a check; every change is counted
 
 
-class ConfigurationBusy(Exception):
-    """Another import or publish of the routing configuration holds the lock."""
+LOCK_WAIT_SECONDS = 10.0  # how long a change made in the admin waits for another in flight
+_LOCK_POLL_SECONDS = 0.05
 
 
-def configuration_lock() -> None:
-    """Take the publish lock without waiting (PostgreSQL), or refuse: of two imports, or an
-    import and a publish, at once, the second is told why and writes nothing. Then the decide
-    lock, exclusively (``routing.decisions.DECIDE_LOCK``): leads being routed finish first,
-    and the next ones wait for this transaction. (SQLite lets one
-    writer at a time in any case.) An admin publish waits for an import in flight instead."""
+def _try_publish_lock(cursor: Any) -> bool:
+    cursor.execute("SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))", [PUBLISH_LOCK])
+    row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def configuration_lock(*, wait_seconds: float = 0.0) -> None:
+    """Take the publish lock (PostgreSQL) or refuse with ConfigurationBusy: of two imports or
+    publishes at once, or a publish during a replay (which holds it shared,
+    ``routing.rules_io.configuration_reading``), the second is told why and writes nothing.
+    It is tried, never queued for: ``wait_seconds`` (a change made in the admin) tries again
+    until then, so that a publish of a few seconds is waited for while a long replay is not.
+    Then the decide lock, exclusively (``routing.decisions.DECIDE_LOCK``): leads being routed
+    finish first, and the next ones wait for this transaction. (SQLite lets one writer at a
+    time in any case.)"""
     if connection.vendor != "postgresql":
         return
+    deadline = time.monotonic() + wait_seconds
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))", [PUBLISH_LOCK])
-        row = cursor.fetchone()
-    if not (row and row[0]):
-        raise ConfigurationBusy(
-            "Another import or publish of the routing configuration is in progress; nothing "
-            "was written. Try again when it has finished."
-        )
+        while not _try_publish_lock(cursor):
+            if time.monotonic() >= deadline:
+                raise ConfigurationBusy(
+                    "Another import or publish of the routing configuration, or a replay of "
+                    "it, is in progress; nothing was written. Try again when it has finished."
+                )
+            time.sleep(_LOCK_POLL_SECONDS)
     # Before the first write: wait for the leads being decided now, and make the next ones
     # wait for this commit, so that no lead is decided by a mix of two versions.
     with connection.cursor() as cursor:
@@ -619,7 +632,8 @@ def configuration_check(
     """Validate a document, run its test cases and diff its decisions against the published
     configuration over the last ``leads`` processed leads; reads only.
 
-    Raises RulesFileErrors (every problem with its path). With ``prune``, the file is checked
+    Raises RulesFileErrors (every problem with its path), ConfigurationBusy (a publish or
+    import under way). With ``prune``, the file is checked
     (and its configuration built) as ``routing_import --prune`` would take it.
     """
     return configuration_check_plan(plan=rules_plan(data, prune=prune), leads=leads)
@@ -628,7 +642,14 @@ def configuration_check(
 def configuration_check_plan(
     *, plan: _Plan, leads: int = CHECK_LEADS_DEFAULT
 ) -> ConfigurationCheck:
-    """``configuration_check`` of a checked plan (a draft's, ``routing.drafts``); reads only."""
+    """``configuration_check`` of a checked plan (a draft's, ``routing.drafts``); reads only.
+    Raises ConfigurationBusy while a publish or import is under way (and refuses one that
+    starts while it reads: ``routing.rules_io.configuration_reading``)."""
+    with configuration_reading():
+        return _configuration_check_plan(plan=plan, leads=leads)
+
+
+def _configuration_check_plan(*, plan: _Plan, leads: int) -> ConfigurationCheck:
     document = document_config(plan)
     now = timezone.now()
     results = tuple(document_cases_run(document, now))

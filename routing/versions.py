@@ -59,7 +59,7 @@ from routing.models import (
     Team,
     TeamMembership,
 )
-from routing.rules_io import ruleset_copy, ruleset_publish
+from routing.rules_io import configuration_reading, ruleset_copy, ruleset_publish
 from routing.selectors import ruleset_published
 from routing.timeoff.availability import rep_unavailable_reason
 
@@ -611,8 +611,16 @@ def ruleset_replay(
     Turns move in memory from one lead to the next (as if they were routed now, oldest first)
     and are never written. At most ``REPLAY_MAX_LEADS`` (a setting) leads; they are read
     ``REPLAY_CHUNK`` at a time, and ``progress`` is called after each chunk. Raises RuleErrors
-    when the version does not compile.
+    when the version does not compile, and ConfigurationBusy when a publish or import of the
+    configuration is under way (or starts: it is refused while the replay reads).
     """
+    with configuration_reading():
+        return _ruleset_replay(ruleset=ruleset, limit=limit, progress=progress)
+
+
+def _ruleset_replay(
+    *, ruleset: RuleSet, limit: int, progress: ReplayProgress | None
+) -> ReplayResult:
     limit = max(1, min(limit, settings.REPLAY_MAX_LEADS))
     config = live_config(ruleset.version)
     now = timezone.now()

@@ -649,7 +649,7 @@ class DraftTestView(_DraftScoped):
         tags=["configuration"],
         parameters=[_ID],
         request={"application/json": _TEST_INPUT},
-        responses={200: OpenApiResponse(_TEST_SCHEMA), **_errors(400, 401, 403, 404, 415)},
+        responses={200: OpenApiResponse(_TEST_SCHEMA), **_errors(400, 401, 403, 404, 409, 415)},
     )
     def post(self, request: Request, draft_id: int) -> Response:
         body = _body(request, {"leads": int})

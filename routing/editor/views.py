@@ -23,7 +23,7 @@ from routing.admin_jobs import admin_job_start_replay
 from routing.editor.forms import SimulateForm
 from routing.engine import RuleErrors
 from routing.models import AdminJob, AdminJobKind, Rule, RuleSet, RuleSetStatus
-from routing.rules_io import AlreadyPublished
+from routing.rules_io import AlreadyPublished, ConfigurationBusy
 from routing.versions import (
     REPLAY_DEFAULT,
     TestCasesFailing,
@@ -157,6 +157,8 @@ def replay_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) -> 
                 result = replay_result_data(ruleset_replay(ruleset=ruleset, limit=limit))
             except RuleErrors as exc:
                 error = f"Version {ruleset.version} does not compile: {exc}"
+            except ConfigurationBusy as exc:
+                error = str(exc)
     can_run_large = request.user.has_perm("routing.change_ruleset")
     context = {
         **_context(model_admin, request, f"Replay version {ruleset.version}"),
