@@ -183,7 +183,12 @@ def configuration_import(
 def _configuration_import(
     *, data: Any, publish: bool, prune: bool, force: bool, actor: Actor, file_name: str
 ) -> ConfigurationImport:
+    # routing.drafts.live records versions of the configuration, which it imports from here.
+    from routing.drafts.live import config_live_baseline, config_live_version_record
+    from routing.drafts.models import ConfigSnapshotKind
+
     configuration_lock()
+    config_live_baseline(actor=_actor_label(actor))
     imported = configuration_apply_plan(
         plan=rules_plan(data, prune=prune),
         publish=publish,
@@ -191,34 +196,16 @@ def _configuration_import(
         actor=actor,
         file_name=file_name,
     )
-    if publish:
-        _snapshot_if_changed(imported, actor=actor, file_name=file_name)
-    return imported
-
-
-def _snapshot_if_changed(imported: ConfigurationImport, *, actor: Actor, file_name: str) -> None:
-    """A published import is a configuration version too (``routing.drafts``), when it
-    changed the configuration the latest version holds."""
-    from routing.drafts.models import ConfigSnapshotKind
-    from routing.drafts.snapshots import (
-        config_snapshot_latest,
-        config_snapshot_record,
-        configuration_document,
-        document_digest,
-    )
-
-    document = configuration_document()
-    latest = config_snapshot_latest()
-    if latest is not None and latest.digest == document_digest(document):
-        return
-    config_snapshot_record(
-        kind=ConfigSnapshotKind.IMPORT,
-        document=document,
-        ruleset_version=imported.result.ruleset.version,
+    # Published or not, an import changes the tables that route: a configuration version
+    # (routing.drafts), when it changed what the latest version holds.
+    config_live_version_record(
         actor=_actor_label(actor),
-        note=f"routing_import --publish {file_name}".strip()[:200],
+        user=actor,
+        kind=ConfigSnapshotKind.IMPORT,
+        what=f"routing_import{' --publish' if publish else ''} {file_name}".strip()[:200],
         failing_test_cases=imported.failing,
     )
+    return imported
 
 
 def configuration_apply_plan(
