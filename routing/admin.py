@@ -92,6 +92,7 @@ class RepAdmin(
     admin.ModelAdmin,
 ):
     in_use_kind = "reps"
+    versioned_locks_claimed_rows = True
     list_display = (
         "email",
         "name",
@@ -322,6 +323,7 @@ class TeamAdmin(
     admin.ModelAdmin,
 ):
     in_use_kind = "teams"
+    versioned_locks_claimed_rows = True
     list_display = ("name", "strategy", "respect_working_hours", "sla_minutes", "member_count")
     list_filter = ("strategy", "respect_working_hours")
     search_fields = ("name",)

@@ -25,7 +25,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from audit.models import EventType
@@ -106,9 +106,11 @@ def configuration_lock(*, wait_seconds: float = 0.0) -> None:
     ``routing.rules_io.configuration_reading``), the second is told why and writes nothing.
     It is tried, never queued for: ``wait_seconds`` (a change made in the admin) tries again
     until then, so that a publish of a few seconds is waited for while a long replay is not.
-    Then the decide lock, exclusively (``routing.decisions.DECIDE_LOCK``): leads being routed
-    finish first, and the next ones wait for this transaction. (SQLite lets one writer at a
-    time in any case.)"""
+    (SQLite lets one writer at a time in any case.)
+
+    Leads keep being routed meanwhile, with the configuration as committed: the publish's
+    writes are invisible to them until it commits. It takes the decide lock exclusively only
+    for that, with ``decide_lock_exclusive`` as its last statement."""
     if connection.vendor != "postgresql":
         return
     deadline = time.monotonic() + wait_seconds
@@ -120,10 +122,36 @@ def configuration_lock(*, wait_seconds: float = 0.0) -> None:
                     "it, is in progress; nothing was written. Try again when it has finished."
                 )
             time.sleep(_LOCK_POLL_SECONDS)
-    # Before the first write: wait for the leads being decided now, and make the next ones
-    # wait for this commit, so that no lead is decided by a mix of two versions.
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [DECIDE_LOCK])
+
+
+_DEADLOCK = "40P01"
+_SWAP_ATTEMPTS = 20
+
+
+def decide_lock_exclusive() -> None:
+    """The decide lock, exclusively (``routing.decisions.DECIDE_LOCK``): the last statement of
+    a publish, after every write and check (PostgreSQL). It waits for the leads being decided
+    now (each holds it shared from its claim), and the next ones wait for the commit that
+    follows at once: no lead is decided by a mix of two versions, and leads wait only for the
+    swap, never for a publish's preparation (a 20,000-row table is written and checked before).
+
+    A lead already holding it shared may be waiting for a row the publish wrote (a team's or a
+    rep's): the database ends one of the two as a deadlock. When that is this statement, it
+    is rolled back alone (a savepoint) and tried again; the lead, ended or timed out
+    (``lock_timeout``), is routed again by its worker."""
+    if connection.vendor != "postgresql":
+        return
+    for attempt in range(_SWAP_ATTEMPTS):
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [DECIDE_LOCK]
+                )
+            return
+        except OperationalError as exc:
+            code = getattr(exc.__cause__, "sqlstate", None)
+            if code != _DEADLOCK or attempt == _SWAP_ATTEMPTS - 1:
+                raise
 
 
 # --- Import -------------------------------------------------------------------------------------
@@ -205,7 +233,38 @@ def _configuration_import(
         what=f"routing_import{' --publish' if publish else ''} {file_name}".strip()[:200],
         failing_test_cases=imported.failing,
     )
+    decide_lock_exclusive()  # the swap: the last statement before the commit
     return imported
+
+
+def plan_touches_claimed_rows(plan: _Plan) -> bool:
+    """Whether importing ``plan`` updates or deletes a team's or a rep's row: the rows each
+    lead's routing locks (a team's turn, a rep's caps) while it holds the decide lock shared.
+    Such a publish takes the decide lock before its first write (``decide_lock_exclusive``),
+    else a lead waiting for one of those rows and the publish waiting for the lead would
+    deadlock; any other (territories, accounts, lists, rules, new teams and reps) only for its
+    final swap."""
+    teams = {team.name: team for team in Team.objects.all()}
+    for entry in plan.sections["teams"]:
+        team = teams.get(entry.key)
+        if team is not None and any(
+            getattr(team, name) != value for name, value in entry.fields.items()
+        ):
+            return True
+    reps = {rep.email.lower(): rep for rep in Rep.objects.all()}
+    for entry in plan.sections["reps"]:
+        rep = reps.get(entry.key.lower())
+        if rep is not None and any(
+            getattr(rep, name) != value for name, value in entry.fields.items()
+        ):
+            return True
+    if plan.prune:
+        if "teams" in plan.present and set(teams) - {e.key for e in plan.sections["teams"]}:
+            return True
+        named = {e.key.lower() for e in plan.sections["reps"]}
+        if "reps" in plan.present and set(reps) - named:
+            return True
+    return False
 
 
 def configuration_apply_plan(
@@ -213,6 +272,8 @@ def configuration_apply_plan(
 ) -> ConfigurationImport:
     """``configuration_import``'s writes for a checked plan, in the caller's transaction,
     which holds ``configuration_lock``. Prunes when the plan was made with ``prune``."""
+    if plan_touches_claimed_rows(plan):
+        decide_lock_exclusive()  # before the first write: see plan_touches_claimed_rows
     prune = plan.prune
     before = ruleset_published()
     result = rules_apply(plan=plan, actor=actor)

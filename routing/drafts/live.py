@@ -25,7 +25,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
 
 from audit.config_changes import config_change_record
-from routing.configuration import configuration_lock
+from routing.configuration import configuration_lock, decide_lock_exclusive
 from routing.decisions import clear_live_config_cache
 from routing.drafts.diff import configuration_diff
 from routing.drafts.models import ConfigSnapshot, ConfigSnapshotKind
@@ -151,7 +151,12 @@ def config_live_version_record(
 
 @contextmanager
 def config_live_change(
-    *, actor: str, user: User = None, what: str, wait_seconds: float = 0.0
+    *,
+    actor: str,
+    user: User = None,
+    what: str,
+    wait_seconds: float = 0.0,
+    locks_claimed_rows: bool = False,
 ) -> Iterator[list[Any]]:
     """Run a live change of the routed configuration as a version (see the module docstring).
 
@@ -159,16 +164,23 @@ def config_live_change(
     change's first statement: raises ConfigurationBusy when another publish, import or replay
     still holds it after ``wait_seconds``. Yields a list that receives the snapshot stored, if
     any. Raises LiveChangeRefused (rolled back) as ``config_live_version_record`` does.
+
+    The decide lock is taken exclusively for the final swap only, unless the change may write
+    a team's or a rep's row (``locks_claimed_rows``: see
+    ``routing.configuration.plan_touches_claimed_rows``), which takes it before the change.
     """
     stored: list[Any] = []
     try:
         with transaction.atomic():
             configuration_lock(wait_seconds=wait_seconds)
             config_live_baseline(actor=actor)
+            if locks_claimed_rows:
+                decide_lock_exclusive()
             yield stored
             snapshot = config_live_version_record(actor=actor, user=user, what=what)
             if snapshot is not None:
                 stored.append(snapshot)
+            decide_lock_exclusive()  # the swap: leads wait only from here to the commit
     except BaseException:
         # Configurations compiled inside the rolled-back transaction carry numbers a later,
         # real change takes again: forget them (as configuration_import does).

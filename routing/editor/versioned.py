@@ -32,6 +32,11 @@ VERSIONED_ACTIONS = frozenset({"delete_selected"})
 class VersionedConfigAdmin:
     """ModelAdmin mixin (before ``AuditedConfigAdmin``): see the module docstring."""
 
+    # Saves that write rows each lead's routing locks (a team's, a rep's) hold the decide lock
+    # from the start (``routing.configuration.plan_touches_claimed_rows``); others only for the
+    # final swap.
+    versioned_locks_claimed_rows = False
+
     def versioned(self, request: HttpRequest, view: Callable[[], HttpResponse]) -> HttpResponse:
         """Run ``view`` (a POST that may change the routed configuration) as a live change."""
         if request.method != "POST" or request.__dict__.get("_config_versioned"):
@@ -44,6 +49,7 @@ class VersionedConfigAdmin:
                 user=request.user,  # type: ignore[arg-type]
                 what=f"the admin ({name})",
                 wait_seconds=LOCK_WAIT_SECONDS,
+                locks_claimed_rows=self.versioned_locks_claimed_rows,
             ) as stored:
                 response = view()
         except (ConfigurationBusy, LiveChangeRefused) as exc:

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from leads.models import Lead, LeadStatus
-from routing.configuration import configuration_lock
+from routing.configuration import configuration_lock, decide_lock_exclusive
 from routing.decisions import clear_live_config_cache
 from routing.models import Assignment, Rep
 from routing.monitoring.sla import assignment_sla_breach
@@ -64,6 +64,7 @@ def _waits_for_a_publish(action: Callable[[], Any]) -> Any:
 
     with transaction.atomic():
         configuration_lock()  # a publish of the whole configuration, under way
+        decide_lock_exclusive()  # at its swap
         worker = threading.Thread(target=work)
         worker.start()
         time.sleep(WAITED)
