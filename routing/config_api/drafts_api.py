@@ -26,7 +26,7 @@ from routing.config_api.auth import HasScope, request_actor
 from routing.configuration import ConfigurationBusy, ConfigurationCheck
 from routing.drafts import services
 from routing.drafts.diff import RowChange
-from routing.drafts.models import ConfigDraft, ConfigSnapshot
+from routing.drafts.models import ConfigDraft, ConfigSnapshot, ConfigSnapshotKind
 from routing.drafts.snapshots import (
     config_snapshot_latest,
     configuration_document,
@@ -69,7 +69,7 @@ VERSION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "number": {"type": "integer"},
-        "kind": {"type": "string", "enum": ["baseline", "draft", "rollback", "import"]},
+        "kind": {"type": "string", "enum": [kind.value for kind in ConfigSnapshotKind]},
         "ruleset_version": {"type": "integer"},
         "published_at": {"type": "string", "format": "date-time"},
         "published_by": {"type": "string"},
