@@ -160,3 +160,49 @@ def test_a_change_after_which_the_published_rules_no_longer_compile_is_refused(
         Team.objects.filter(pk=emea.pk).update(name="Renamed")  # the rule names EMEA SDR
     assert Team.objects.get(pk=emea.pk).name == "EMEA SDR"
     assert _versions() == []  # the baseline it took first is rolled back with it
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_admin_save_while_a_publish_holds_the_lock_is_refused_with_the_reason(
+    client_revops: Client, live: RuleSet, emea: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from django.db import connection, transaction
+
+    from routing.configuration import configuration_lock
+    from routing.editor import versioned
+
+    monkeypatch.setattr(versioned, "LOCK_WAIT_SECONDS", 0.3)
+    url = reverse("admin:routing_team_change", args=[emea.pk])
+    data = _form_data(client_revops, url, sla_minutes=5)
+    held, release = threading.Event(), threading.Event()
+
+    def publishing() -> None:
+        try:
+            with transaction.atomic():
+                configuration_lock()
+                held.set()
+                release.wait(20)
+        finally:
+            held.set()
+            connection.close()
+
+    thread = threading.Thread(target=publishing)
+    thread.start()
+    try:
+        assert held.wait(20)
+        response = client_revops.post(url, data, follow=True)
+    finally:
+        release.set()
+        thread.join(30)
+    assert response.status_code == 200
+    shown = [str(message) for message in response.context["messages"]]
+    assert any("in progress; nothing was written" in message for message in shown), shown
+    assert Team.objects.get(pk=emea.pk).sla_minutes == 60
+    assert _versions() == []
+    response = client_revops.post(url, data)  # once it is over
+    assert response.status_code == 302
+    assert Team.objects.get(pk=emea.pk).sla_minutes == 5
+    assert [v.kind for v in _versions()] == [ConfigSnapshotKind.BASELINE, ConfigSnapshotKind.LIVE]
