@@ -11,7 +11,7 @@ then measures, ``--rounds`` times each, in alternating order:
     an admin save is);
   - the baseline: the same territory rows updated in one transaction with one bulk UPDATE (the
     least rewriting them can cost).
-For each, the time a lead's claim would wait: a probe connection takes the decide lock shared
+For each, the time a lead's claim would wait: a probe process takes the decide lock shared
 (as a claim does) in a loop while it runs, and the longest wait is the time the publish held it
 exclusively. Figures: the longest wait in ms, and its ratio to the baseline's total time.
 """
@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -56,40 +55,43 @@ def _document(territories: int, shift: int) -> dict[str, Any]:
     }
 
 
+_PROBE = """
+import sys, time, select, psycopg
+conn = psycopg.connect(sys.argv[1])
+longest = 0.0
+while not select.select([sys.stdin], [], [], 0)[0]:
+    start = time.perf_counter()
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))", [sys.argv[2]])
+    longest = max(longest, time.perf_counter() - start)
+    time.sleep(0.002)
+print(longest)
+"""
+
+
 class Probe:
-    """Takes the decide lock shared in a loop, as every lead's claim does; the longest wait."""
+    """Takes the decide lock shared in a loop, as every lead's claim does, from a process of its
+    own (a thread would wait for the publisher's GIL too); the longest wait, in seconds."""
 
-    def __init__(self) -> None:
-        self.stop = threading.Event()
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
         self.longest = 0.0
-        self.thread = threading.Thread(target=self.run)
-
-    def run(self) -> None:
-        from django.db import connection, transaction
-
-        from routing.decisions import decide_lock_shared_sql
-
-        lock = decide_lock_shared_sql()
-        assert lock is not None
-        sql, params = lock
-        try:
-            while not self.stop.is_set():
-                start = time.perf_counter()
-                with transaction.atomic(), connection.cursor() as cursor:
-                    cursor.execute(f"SELECT {sql}", params)
-                self.longest = max(self.longest, time.perf_counter() - start)
-                time.sleep(0.002)
-        finally:
-            connection.close()
 
     def __enter__(self) -> Probe:
-        self.thread.start()
-        time.sleep(0.05)
+        from routing.decisions import DECIDE_LOCK
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _PROBE, self.database_url, DECIDE_LOCK],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(0.5)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
+        out, _err = self.process.communicate("stop\n", timeout=600)
+        self.longest = float(out.strip() or 0)
 
 
 def main() -> int:
@@ -141,24 +143,27 @@ def main() -> int:
         document = dict(draft.document)
         document["territories"] = _document(args.territories, round_ + 1)["territories"]
         config_draft_replace(draft_id=draft.pk, document=document, actor="bench")
-        with Probe() as probe:
+        with Probe(database_url) as probe:
             start = time.perf_counter()
             config_draft_publish(draft_id=draft.pk, actor="bench")
-            results["draft"].append((time.perf_counter() - start, probe.longest))
+            took = time.perf_counter() - start
+        results["draft"].append((took, probe.longest))
 
     def live_change(round_: int) -> None:
-        with Probe() as probe:
+        with Probe(database_url) as probe:
             start = time.perf_counter()
             with config_live_change(actor="bench", what="bench"):
                 Team.objects.filter(name=TEAM).update(sla_minutes=10 + round_)
-            results["live"].append((time.perf_counter() - start, probe.longest))
+            took = time.perf_counter() - start
+        results["live"].append((took, probe.longest))
 
     def baseline(round_: int) -> None:
-        with Probe() as probe:
+        with Probe(database_url) as probe:
             start = time.perf_counter()
             with transaction.atomic():
                 Territory.objects.update(postal_prefixes=F("postal_prefixes"), regions=[])
-            results["baseline"].append((time.perf_counter() - start, probe.longest))
+            took = time.perf_counter() - start
+        results["baseline"].append((took, probe.longest))
 
     for round_ in range(args.rounds):
         for step in (

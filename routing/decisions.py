@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, time, timedelta
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -235,9 +235,10 @@ def decide_locked(queryset: QuerySet[_M]) -> QuerySet[_M]:
     if lock is None:
         return queryset
     sql, params = lock
-    return queryset.annotate(
+    locked = queryset.annotate(
         _decide_lock=RawSQL(sql, params, output_field=TextField())  # noqa: S611 - constant
     )
+    return cast("QuerySet[_M]", locked)
 
 
 # --- The live configuration, compiled and cached ------------------------------------------------

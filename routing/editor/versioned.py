@@ -46,7 +46,7 @@ class VersionedConfigAdmin:
         try:
             with config_live_change(
                 actor=actor_of(request),
-                user=request.user,  # type: ignore[arg-type]
+                user=request.user,
                 what=f"the admin ({name})",
                 wait_seconds=LOCK_WAIT_SECONDS,
                 locks_claimed_rows=self.versioned_locks_claimed_rows,
@@ -74,7 +74,7 @@ class VersionedConfigAdmin:
         parent = super()
         return self.versioned(
             request,
-            lambda: parent.changeform_view(request, object_id, form_url, extra_context),  # type: ignore[misc]
+            lambda: parent.changeform_view(request, object_id, form_url, extra_context),  # type: ignore[attr-defined]
         )
 
     def delete_view(
@@ -83,14 +83,14 @@ class VersionedConfigAdmin:
         parent = super()
         return self.versioned(
             request,
-            lambda: parent.delete_view(request, object_id, extra_context),  # type: ignore[misc]
+            lambda: parent.delete_view(request, object_id, extra_context),  # type: ignore[attr-defined]
         )
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         parent = super()
 
         def view() -> HttpResponse:
-            return parent.changelist_view(request, extra_context)  # type: ignore[misc, no-any-return]
+            return parent.changelist_view(request, extra_context)  # type: ignore[attr-defined]
 
         action = request.POST.get("action") if request.method == "POST" else None
         if request.method == "POST" and (action in VERSIONED_ACTIONS or "_save" in request.POST):
