@@ -40,6 +40,7 @@ from leads.tryit import (
     source_samples,
     source_try,
 )
+from routing.editor.versioned import VersionedConfigAdmin
 
 
 def _overlap() -> timedelta:
@@ -169,7 +170,7 @@ class SourceForm(forms.ModelForm):
 
 
 @admin.register(Source)
-class SourceAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
+class SourceAdmin(VersionedConfigAdmin, AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
     form = SourceForm
     list_display = (
         "slug",

@@ -28,8 +28,10 @@ from audit.config_changes import (
     values_of,
 )
 from config.json_input import BoundedJsonAdmin
+from routing.drafts.live import LiveChangeRefused
 from routing.editor import jobs, tables, views
 from routing.editor.forms import OutOfOfficeForm, RoutingTestCaseForm, RuleForm
+from routing.editor.versioned import VersionedConfigAdmin
 from routing.engine import MAX_TEAM_WEIGHT, RuleErrors
 from routing.engine.describe import describe_action, describe_condition
 from routing.models import (
@@ -48,7 +50,7 @@ from routing.models import (
     VersionReadOnly,
 )
 from routing.rep_access import InviteError, rep_invite
-from routing.rules_io import AlreadyPublished, ruleset_add_draft
+from routing.rules_io import AlreadyPublished, ConfigurationBusy, ruleset_add_draft
 from routing.selectors import names_in_use
 from routing.timeoff.admin import RepAbsenceInline
 from routing.timeoff.services import (
@@ -82,8 +84,15 @@ class RefuseDeletingWhatRulesUse:
 
 
 @admin.register(Rep)
-class RepAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin):
+class RepAdmin(
+    VersionedConfigAdmin,
+    AuditedConfigAdmin,
+    BoundedJsonAdmin,
+    RefuseDeletingWhatRulesUse,
+    admin.ModelAdmin,
+):
     in_use_kind = "reps"
+    versioned_locks_claimed_rows = True
     list_display = (
         "email",
         "name",
@@ -110,6 +119,14 @@ class RepAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse,
     ) -> HttpResponse:
         if request.method != "POST" or object_id is None or not object_id.isdigit():
             return super().changeform_view(request, object_id, form_url, extra_context)
+        # The configuration lock first (a version of the rep's design), then the rep's row.
+        return self.versioned(
+            request, lambda: self._rep_changeform(request, object_id, form_url, extra_context)
+        )
+
+    def _rep_changeform(
+        self, request: HttpRequest, object_id: str, form_url: str, extra_context: Any
+    ) -> HttpResponse:
         with transaction.atomic():
             # The rep's row locked before the form checks its absences for overlaps (another
             # save of this rep's absences waits), as rep_absence_save does.
@@ -298,8 +315,15 @@ class TeamMembershipInline(admin.TabularInline):
 
 
 @admin.register(Team)
-class TeamAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin):
+class TeamAdmin(
+    VersionedConfigAdmin,
+    AuditedConfigAdmin,
+    BoundedJsonAdmin,
+    RefuseDeletingWhatRulesUse,
+    admin.ModelAdmin,
+):
     in_use_kind = "teams"
+    versioned_locks_claimed_rows = True
     list_display = ("name", "strategy", "respect_working_hours", "sla_minutes", "member_count")
     list_filter = ("strategy", "respect_working_hours")
     search_fields = ("name",)
@@ -325,7 +349,7 @@ class TeamAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse
         )
 
 
-class CsvTableAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
+class CsvTableAdmin(VersionedConfigAdmin, AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
     """Admin mixin: *Import CSV* and *Export CSV* pages (``routing.editor.tables``)."""
 
     csv_table: tables.Table = "territories"
@@ -432,7 +456,11 @@ class AdminJobAdmin(admin.ModelAdmin):
 
 @admin.register(ValueList)
 class ValueListAdmin(
-    AuditedConfigAdmin, BoundedJsonAdmin, RefuseDeletingWhatRulesUse, admin.ModelAdmin
+    VersionedConfigAdmin,
+    AuditedConfigAdmin,
+    BoundedJsonAdmin,
+    RefuseDeletingWhatRulesUse,
+    admin.ModelAdmin,
 ):
     in_use_kind = "value_lists"
     list_display = ("name", "updated_at")
@@ -563,6 +591,9 @@ class RuleSetAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseFrozenVersions, a
             self.message_user(request, views.someone_else_published(), messages.ERROR)
             return
         except RuleErrors as exc:
+            self.message_user(request, f"Not published: {exc}", messages.ERROR)
+            return
+        except (ConfigurationBusy, LiveChangeRefused) as exc:
             self.message_user(request, f"Not published: {exc}", messages.ERROR)
             return
         self.log_change(request, published, f"Published version {published.version}")
@@ -754,7 +785,9 @@ class RuleAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseFrozenVersions, admi
 
 
 @admin.register(RoutingTestCase)
-class RoutingTestCaseAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
+class RoutingTestCaseAdmin(
+    VersionedConfigAdmin, AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin
+):
     form = RoutingTestCaseForm
     list_display = ("name", "expected_status", "expected_rep", "expected_team", "source")
     list_select_related = ("expected_rep", "expected_team", "source")

@@ -20,8 +20,10 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from routing.drafts.live import LiveChangeRefused
 from routing.engine import RuleErrors
 from routing.models import AdminJob, AdminJobKind, AdminJobStatus, RuleSet
+from routing.rules_io import ConfigurationBusy
 from routing.tables_io import TableErrors, tables_apply, tables_plan
 from routing.versions import replay_result_data, ruleset_replay
 
@@ -138,6 +140,9 @@ def _run_replay(job: AdminJob) -> None:
             error=f"Version {ruleset.version} does not compile: {exc}",
         )
         return
+    except ConfigurationBusy as exc:
+        _finish(job, status=AdminJobStatus.FAILED, error=str(exc))
+        return
     _finish(
         job,
         status=AdminJobStatus.DONE,
@@ -184,6 +189,8 @@ def _run_import(job: AdminJob) -> None:
                 result=report.as_data(),
             ):
                 raise _Superseded
+    except (ConfigurationBusy, LiveChangeRefused) as exc:
+        _finish(job, status=AdminJobStatus.FAILED, error=str(exc))
     except _Superseded:
         logger.warning("admin job %s was claimed again while it ran; this run gave way", job.pk)
 

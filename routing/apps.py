@@ -14,6 +14,7 @@ def config_triggers_ensure(using: str = "default", **kwargs: Any) -> None:
     from django.db import connections, transaction
 
     from routing.config_triggers import config_triggers_create, config_triggers_drop
+    from routing.drafts.snapshot_triggers import snapshot_triggers_create
     from routing.version_triggers import version_triggers_create
 
     connection = connections[using]
@@ -23,6 +24,7 @@ def config_triggers_ensure(using: str = "default", **kwargs: Any) -> None:
         config_triggers_drop(connection)
         config_triggers_create(connection)
         version_triggers_create(connection)
+        snapshot_triggers_create(connection)
 
 
 def version_triggers_lift(using: str = "default", **kwargs: Any) -> None:

@@ -16,6 +16,7 @@ and check it without writing anything.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -24,7 +25,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from audit.models import EventType
@@ -56,9 +57,11 @@ from routing.models import (
 )
 from routing.rules_io import (
     PUBLISH_LOCK,
+    ConfigurationBusy,
     Counts,
     ImportResult,
     _Plan,
+    configuration_reading,
     rules_apply,
     rules_plan,
     rules_prune,
@@ -89,30 +92,68 @@ CHECK_LEADS_DEFAULT = 500
 CHECK_ROWS_KEPT = 1000  # changed leads listed by a check; every change is counted
 
 
-class ConfigurationBusy(Exception):
-    """Another import or publish of the routing configuration holds the lock."""
+LOCK_WAIT_SECONDS = 10.0  # how long a change made in the admin waits for another in flight
+_LOCK_POLL_SECONDS = 0.05
 
 
-def configuration_lock() -> None:
-    """Take the publish lock without waiting (PostgreSQL), or refuse: of two imports, or an
-    import and a publish, at once, the second is told why and writes nothing. Then the decide
-    lock, exclusively (``routing.decisions.DECIDE_LOCK``): leads being routed finish first,
-    and the next ones wait for this transaction. (SQLite lets one
-    writer at a time in any case.) An admin publish waits for an import in flight instead."""
+def _try_publish_lock(cursor: Any) -> bool:
+    cursor.execute("SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))", [PUBLISH_LOCK])
+    row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def configuration_lock(*, wait_seconds: float = 0.0) -> None:
+    """Take the publish lock (PostgreSQL) or refuse with ConfigurationBusy: of two imports or
+    publishes at once, or a publish during a replay (which holds it shared,
+    ``routing.rules_io.configuration_reading``), the second is told why and writes nothing.
+    It is tried, never queued for: ``wait_seconds`` (a change made in the admin) tries again
+    until then, so that a publish of a few seconds is waited for while a long replay is not.
+    (SQLite lets one writer at a time in any case.)
+
+    Leads keep being routed meanwhile, with the configuration as committed: the publish's
+    writes are invisible to them until it commits. It takes the decide lock exclusively only
+    for that, with ``decide_lock_exclusive`` as its last statement."""
     if connection.vendor != "postgresql":
         return
+    deadline = time.monotonic() + wait_seconds
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))", [PUBLISH_LOCK])
-        row = cursor.fetchone()
-    if not (row and row[0]):
-        raise ConfigurationBusy(
-            "Another import or publish of the routing configuration is in progress; nothing "
-            "was written. Try again when it has finished."
-        )
-    # Before the first write: wait for the leads being decided now, and make the next ones
-    # wait for this commit, so that no lead is decided by a mix of two versions.
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [DECIDE_LOCK])
+        while not _try_publish_lock(cursor):
+            if time.monotonic() >= deadline:
+                raise ConfigurationBusy(
+                    "Another import or publish of the routing configuration, or a replay of "
+                    "it, is in progress; nothing was written. Try again when it has finished."
+                )
+            time.sleep(_LOCK_POLL_SECONDS)
+
+
+_DEADLOCK = "40P01"
+_SWAP_ATTEMPTS = 20
+
+
+def decide_lock_exclusive() -> None:
+    """The decide lock, exclusively (``routing.decisions.DECIDE_LOCK``): the last statement of
+    a publish, after every write and check (PostgreSQL). It waits for the leads being decided
+    now (each holds it shared from its claim), and the next ones wait for the commit that
+    follows at once: no lead is decided by a mix of two versions, and leads wait only for the
+    swap, never for a publish's preparation (a 20,000-row table is written and checked before).
+
+    A lead already holding it shared may be waiting for a row the publish wrote (a team's or a
+    rep's): the database ends one of the two as a deadlock. When that is this statement, it
+    is rolled back alone (a savepoint) and tried again; the lead, ended or timed out
+    (``lock_timeout``), is routed again by its worker."""
+    if connection.vendor != "postgresql":
+        return
+    for attempt in range(_SWAP_ATTEMPTS):
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [DECIDE_LOCK]
+                )
+            return
+        except OperationalError as exc:
+            code = getattr(exc.__cause__, "sqlstate", None)
+            if code != _DEADLOCK or attempt == _SWAP_ATTEMPTS - 1:
+                raise
 
 
 # --- Import -------------------------------------------------------------------------------------
@@ -172,7 +213,12 @@ def configuration_import(
 def _configuration_import(
     *, data: Any, publish: bool, prune: bool, force: bool, actor: Actor, file_name: str
 ) -> ConfigurationImport:
+    # routing.drafts.live records versions of the configuration, which it imports from here.
+    from routing.drafts.live import config_live_baseline, config_live_version_record
+    from routing.drafts.models import ConfigSnapshotKind
+
     configuration_lock()
+    config_live_baseline(actor=_actor_label(actor))
     imported = configuration_apply_plan(
         plan=rules_plan(data, prune=prune),
         publish=publish,
@@ -180,34 +226,47 @@ def _configuration_import(
         actor=actor,
         file_name=file_name,
     )
-    if publish:
-        _snapshot_if_changed(imported, actor=actor, file_name=file_name)
+    # Published or not, an import changes the tables that route: a configuration version
+    # (routing.drafts), when it changed what the latest version holds.
+    config_live_version_record(
+        actor=_actor_label(actor),
+        user=actor,
+        kind=ConfigSnapshotKind.IMPORT,
+        what=f"routing_import{' --publish' if publish else ''} {file_name}".strip()[:200],
+        failing_test_cases=imported.failing,
+    )
+    decide_lock_exclusive()  # the swap: the last statement before the commit
     return imported
 
 
-def _snapshot_if_changed(imported: ConfigurationImport, *, actor: Actor, file_name: str) -> None:
-    """A published import is a configuration version too (``routing.drafts``), when it
-    changed the configuration the latest version holds."""
-    from routing.drafts.models import ConfigSnapshotKind
-    from routing.drafts.snapshots import (
-        config_snapshot_latest,
-        config_snapshot_record,
-        configuration_document,
-        document_digest,
-    )
-
-    document = configuration_document()
-    latest = config_snapshot_latest()
-    if latest is not None and latest.digest == document_digest(document):
-        return
-    config_snapshot_record(
-        kind=ConfigSnapshotKind.IMPORT,
-        document=document,
-        ruleset_version=imported.result.ruleset.version,
-        actor=_actor_label(actor),
-        note=f"routing_import --publish {file_name}".strip()[:200],
-        failing_test_cases=imported.failing,
-    )
+def plan_touches_claimed_rows(plan: _Plan) -> bool:
+    """Whether importing ``plan`` updates or deletes a team's or a rep's row: the rows each
+    lead's routing locks (a team's turn, a rep's caps) while it holds the decide lock shared.
+    Such a publish takes the decide lock before its first write (``decide_lock_exclusive``),
+    else a lead waiting for one of those rows and the publish waiting for the lead would
+    deadlock; any other (territories, accounts, lists, rules, new teams and reps) only for its
+    final swap."""
+    teams = {team.name: team for team in Team.objects.all()}
+    for entry in plan.sections["teams"]:
+        team = teams.get(entry.key)
+        if team is not None and any(
+            getattr(team, name) != value for name, value in entry.fields.items()
+        ):
+            return True
+    reps = {rep.email.lower(): rep for rep in Rep.objects.all()}
+    for entry in plan.sections["reps"]:
+        rep = reps.get(entry.key.lower())
+        if rep is not None and any(
+            getattr(rep, name) != value for name, value in entry.fields.items()
+        ):
+            return True
+    if plan.prune:
+        if "teams" in plan.present and set(teams) - {e.key for e in plan.sections["teams"]}:
+            return True
+        named = {e.key.lower() for e in plan.sections["reps"]}
+        if "reps" in plan.present and set(reps) - named:
+            return True
+    return False
 
 
 def configuration_apply_plan(
@@ -215,6 +274,8 @@ def configuration_apply_plan(
 ) -> ConfigurationImport:
     """``configuration_import``'s writes for a checked plan, in the caller's transaction,
     which holds ``configuration_lock``. Prunes when the plan was made with ``prune``."""
+    if plan_touches_claimed_rows(plan):
+        decide_lock_exclusive()  # before the first write: see plan_touches_claimed_rows
     prune = plan.prune
     before = ruleset_published()
     result = rules_apply(plan=plan, actor=actor)
@@ -621,7 +682,8 @@ def configuration_check(
     """Validate a document, run its test cases and diff its decisions against the published
     configuration over the last ``leads`` processed leads; reads only.
 
-    Raises RulesFileErrors (every problem with its path). With ``prune``, the file is checked
+    Raises RulesFileErrors (every problem with its path), ConfigurationBusy (a publish or
+    import under way). With ``prune``, the file is checked
     (and its configuration built) as ``routing_import --prune`` would take it.
     """
     return configuration_check_plan(plan=rules_plan(data, prune=prune), leads=leads)
@@ -630,7 +692,14 @@ def configuration_check(
 def configuration_check_plan(
     *, plan: _Plan, leads: int = CHECK_LEADS_DEFAULT
 ) -> ConfigurationCheck:
-    """``configuration_check`` of a checked plan (a draft's, ``routing.drafts``); reads only."""
+    """``configuration_check`` of a checked plan (a draft's, ``routing.drafts``); reads only.
+    Raises ConfigurationBusy while a publish or import is under way (and refuses one that
+    starts while it reads: ``routing.rules_io.configuration_reading``)."""
+    with configuration_reading():
+        return _configuration_check_plan(plan=plan, leads=leads)
+
+
+def _configuration_check_plan(*, plan: _Plan, leads: int) -> ConfigurationCheck:
     document = document_config(plan)
     now = timezone.now()
     results = tuple(document_cases_run(document, now))

@@ -22,10 +22,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, time, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Model, QuerySet, TextField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from leads.models import CANONICAL_COLUMNS, Lead, LeadStatus, Source
@@ -211,6 +213,7 @@ def lead_facts(lead: Lead, *, accounts: Mapping[str, AccountFacts] | None = None
 # statement a lead's decision reads (the live configuration, the reps, the turns) sees one
 # configuration version: the one before the publish, or the one after it, never a mix.
 DECIDE_LOCK = "routing:decide"
+_M = TypeVar("_M", bound=Model)
 
 
 def decide_lock_shared_sql() -> tuple[str, list[str]] | None:
@@ -219,6 +222,23 @@ def decide_lock_shared_sql() -> tuple[str, list[str]] | None:
     if connection.vendor != "postgresql":
         return None
     return "pg_advisory_xact_lock_shared(hashtextextended(%s, 0))", [DECIDE_LOCK]
+
+
+def decide_locked(queryset: QuerySet[_M]) -> QuerySet[_M]:
+    """``queryset`` (a lead's row lock) whose statement also takes the decide lock shared, so
+    that everything the rest of the transaction reads of the configuration is one version:
+    every path that decides, reassigns or sends a lead to be routed again (the claim, a
+    reassignment by hand or for a missed SLA, a rep's leads moved when they became
+    unavailable, a re-route, an unassigned retry) locks its lead with it. Unchanged on SQLite.
+    """
+    lock = decide_lock_shared_sql()
+    if lock is None:
+        return queryset
+    sql, params = lock
+    locked = queryset.annotate(
+        _decide_lock=RawSQL(sql, params, output_field=TextField())  # noqa: S611 - constant
+    )
+    return cast("QuerySet[_M]", locked)
 
 
 # --- The live configuration, compiled and cached ------------------------------------------------

@@ -38,7 +38,8 @@ import itertools
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -1534,6 +1535,45 @@ def ruleset_compile_errors(ruleset: RuleSet) -> list[RuleError]:
 
 
 PUBLISH_LOCK = "routing:publish"
+
+
+class ConfigurationBusy(Exception):
+    """Another import or publish of the routing configuration holds the lock, or a replay reads
+    it (``routing.configuration``); nothing was written."""
+
+
+REPLAY_BUSY = (
+    "A publish or import of the routing configuration is in progress: a replay now would "
+    "decide some leads with the old configuration and some with the new one. Nothing was "
+    "replayed; try again when it has finished."
+)
+
+
+@contextmanager
+def configuration_reading() -> Iterator[None]:
+    """Hold the publish lock shared while a replay or a check reads the live configuration
+    (PostgreSQL; a session lock, released on leaving, so a long replay holds no transaction
+    open): a publish or import meanwhile is refused with ConfigurationBusy (it takes the lock
+    exclusively without waiting long, ``routing.configuration.configuration_lock``), and a
+    replay while one is under way is refused the same way, with ``REPLAY_BUSY``. Replays do
+    not exclude each other. Nothing on SQLite, which has one writer at a time."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_try_advisory_lock_shared(hashtextextended(%s, 0))", [PUBLISH_LOCK]
+        )
+        row = cursor.fetchone()
+    if not (row and row[0]):
+        raise ConfigurationBusy(REPLAY_BUSY)
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_unlock_shared(hashtextextended(%s, 0))", [PUBLISH_LOCK]
+            )
 
 
 def _publish_lock() -> None:

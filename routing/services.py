@@ -13,8 +13,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import DatabaseError as DBError
 from django.db import transaction
-from django.db.models import Case, F, Q, TextField, When
-from django.db.models.expressions import RawSQL
+from django.db.models import Case, F, Q, When
 from django.utils import timezone
 
 from audit.models import EventType
@@ -39,7 +38,7 @@ from routing.decisions import (
     RoutingContention,
     assignment_create,
     assignment_first_touch,
-    decide_lock_shared_sql,
+    decide_locked,
     route_lead,
     stored_trace,
 )
@@ -489,15 +488,9 @@ def _lead_process_claimed(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
             .select_related("source")
             .filter(id=lead_uuid, status=LeadStatus.PROCESSING, claimed_until=lease)
         )
-        decide_lock = decide_lock_shared_sql()
-        if decide_lock is not None:
-            # In the claim's own statement: every later statement of this lead sees one
-            # configuration version (routing.decisions.DECIDE_LOCK).
-            sql, params = decide_lock
-            claim = claim.annotate(
-                _decide_lock=RawSQL(sql, params, output_field=TextField())  # noqa: S611 - constant
-            )
-        lead = claim.first()
+        # In the claim's own statement: every later statement of this lead sees one
+        # configuration version (routing.decisions.DECIDE_LOCK).
+        lead = decide_locked(claim).first()
         if lead is None:
             logger.warning("process_lead: lease on lead %s lost; writing nothing", lead_uuid)
             return None
@@ -596,8 +589,11 @@ class LeadActionError(Exception):
         self.status = status
 
 
-def _locked_lead(lead_id: uuid.UUID | str) -> Lead:
-    lead = Lead.objects.select_for_update(no_key=True).filter(pk=lead_id).first()
+def _locked_lead(lead_id: uuid.UUID | str, *, decide: bool = False) -> Lead:
+    """The lead's row, locked; with ``decide`` (a path that assigns it or sends it to be
+    routed again), under the decide lock shared too (``routing.decisions.decide_locked``)."""
+    query = Lead.objects.select_for_update(no_key=True).filter(pk=lead_id)
+    lead = (decide_locked(query) if decide else query).first()
     if lead is None:
         raise LeadActionError("not_found", "No such lead.", 404)
     return lead
@@ -721,7 +717,7 @@ def lead_reassign(
     erasure of the lead's person cannot reach it.
     """
     reason = reason_redact(reason.strip())
-    lead = _locked_lead(lead_id)
+    lead = _locked_lead(lead_id, decide=True)
     current = _current_assignment(lead)
     _scope_check(current, scope_team_ids)
     if lead.status not in _REASSIGNABLE:
@@ -783,7 +779,7 @@ _REROUTABLE = (LeadStatus.UNASSIGNED, LeadStatus.FAILED)
 def lead_reroute(*, lead_id: uuid.UUID | str, actor: str) -> Lead:
     """Send an unassigned or failed lead through routing again (a fresh attempt budget)."""
     with transaction.atomic():
-        lead = _locked_lead(lead_id)
+        lead = _locked_lead(lead_id, decide=True)
         if lead.status not in _REROUTABLE:
             raise LeadActionError(
                 "not_reroutable",
@@ -831,7 +827,7 @@ def lead_retry_unassigned(*, lead_id: uuid.UUID | str, now: datetime | None = No
     """
     now = now or timezone.now()
     with transaction.atomic():
-        lead = _locked_lead(lead_id)
+        lead = _locked_lead(lead_id, decide=True)
         if lead.status != LeadStatus.UNASSIGNED:
             raise LeadActionError(
                 "not_unassigned", f"Only unassigned leads are retried; this is {lead.status}."
@@ -895,11 +891,11 @@ def rep_reroute_open_leads(
         if progress is not None and done % 20 == 0:
             progress(done, len(lead_ids))
         with transaction.atomic():
-            lead = (
+            lead = decide_locked(
                 Lead.objects.select_for_update(of=("self",), no_key=True)
                 .select_related("source")
-                .get(pk=lead_id)
-            )
+                .filter(pk=lead_id)
+            ).get()
             current = _current_assignment(lead)
             if current is None or current.rep_id != rep_id or current.touched_at is not None:
                 continue  # moved or touched meanwhile

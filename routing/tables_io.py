@@ -475,14 +475,31 @@ def tables_apply(
     """Write a checked plan in bulk, in one transaction, with its ``config_imported`` event.
 
     Territory writes bump the routing configuration version (database triggers), so workers
-    pick them up for the next lead.
+    pick them up for the next lead. A configuration version too (``routing.drafts.live``),
+    under the configuration lock: ConfigurationBusy when another publish, import or replay
+    keeps it past ``LOCK_WAIT_SECONDS``.
     """
-    report = _apply_territories(plan) if plan.table == "territories" else _apply_accounts(plan)
-    event_record(
-        type=EventType.CONFIG_IMPORTED,
-        actor=f"user:{actor.get_username()}" if actor is not None else "system",
-        data={**report.as_data(), "file": file_name[:200], "delete_missing": plan.delete_missing},
-    )
+    # routing.drafts.live stands above this module (routing.drafts.services imports it).
+    from routing.configuration import LOCK_WAIT_SECONDS
+    from routing.drafts.live import config_live_change
+
+    label = f"user:{actor.get_username()}" if actor is not None else "system"
+    with config_live_change(
+        actor=label,
+        user=actor,
+        what=f"a CSV import of {plan.table} {file_name}".strip()[:200],
+        wait_seconds=LOCK_WAIT_SECONDS,
+    ):
+        report = _apply_territories(plan) if plan.table == "territories" else _apply_accounts(plan)
+        event_record(
+            type=EventType.CONFIG_IMPORTED,
+            actor=label,
+            data={
+                **report.as_data(),
+                "file": file_name[:200],
+                "delete_missing": plan.delete_missing,
+            },
+        )
     return report
 
 

@@ -59,7 +59,7 @@ from routing.models import (
     Team,
     TeamMembership,
 )
-from routing.rules_io import ruleset_copy, ruleset_publish
+from routing.rules_io import configuration_reading, ruleset_copy, ruleset_publish
 from routing.selectors import ruleset_published
 from routing.timeoff.availability import rep_unavailable_reason
 from routing.timeoff.state_history import ReplayRepStates
@@ -210,12 +210,16 @@ def ruleset_publish_checked(
 
     Raises TestCasesFailing when a case fails and ``confirm_failing`` is false, and RuleErrors
     when the draft does not compile (``ruleset_publish``). ``note``, when given, is added to the
-    version's note.
+    version's note. A configuration version too (``routing.drafts.live``), under the
+    configuration lock: ConfigurationBusy when another publish, import or replay keeps it
+    past ``LOCK_WAIT_SECONDS``.
     """
+    # The cases run before the configuration lock: leads are not kept waiting meanwhile.
     results = test_cases_run(ruleset=ruleset)
     if any(not result.passed for result in results) and not confirm_failing:
         raise TestCasesFailing(results)
-    return ruleset_publish(ruleset=ruleset, actor=actor, note=note)
+    with _live_change(actor, f"the publish of ruleset version {ruleset.version}"):
+        return ruleset_publish(ruleset=ruleset, actor=actor, note=note)
 
 
 @transaction.atomic
@@ -223,18 +227,28 @@ def ruleset_rollback(*, ruleset: RuleSet, actor: Actor = None, note: str = "") -
     """Republish an archived version as a new version (a copy), in one transaction.
 
     Only an archived version: a draft is published with ``ruleset_publish_checked``, which runs
-    the saved test cases first.
+    the saved test cases first. A configuration version too, as there.
     """
-    status = RuleSet.objects.filter(pk=ruleset.pk).values_list("status", flat=True).first()
-    if status != RuleSetStatus.ARCHIVED:
-        raise ValidationError(
-            f"Version {ruleset.version} is {status or 'deleted'}: only an archived version can "
-            "be rolled back to (publish a draft with Publish…)."
-        )
-    copy = ruleset_copy(ruleset=ruleset, actor=actor)
-    copy.note = f"Rollback to version {ruleset.version}" + (f": {note.strip()}" if note else "")
-    RuleSet.objects.filter(pk=copy.pk).update(note=copy.note)
-    return ruleset_publish(ruleset=copy, actor=actor)
+    with _live_change(actor, f"the rollback to ruleset version {ruleset.version}"):
+        status = RuleSet.objects.filter(pk=ruleset.pk).values_list("status", flat=True).first()
+        if status != RuleSetStatus.ARCHIVED:
+            raise ValidationError(
+                f"Version {ruleset.version} is {status or 'deleted'}: only an archived version "
+                "can be rolled back to (publish a draft with Publish…)."
+            )
+        copy = ruleset_copy(ruleset=ruleset, actor=actor)
+        copy.note = f"Rollback to version {ruleset.version}" + (f": {note.strip()}" if note else "")
+        RuleSet.objects.filter(pk=copy.pk).update(note=copy.note)
+        return ruleset_publish(ruleset=copy, actor=actor)
+
+
+def _live_change(actor: Actor, what: str) -> Any:
+    # routing.drafts.live stands above this module (it imports routing.configuration).
+    from routing.configuration import LOCK_WAIT_SECONDS
+    from routing.drafts.live import config_live_change
+
+    label = f"user:{actor.get_username()}" if actor is not None else "system"
+    return config_live_change(actor=label, user=actor, what=what, wait_seconds=LOCK_WAIT_SECONDS)
 
 
 # --- Diff ---------------------------------------------------------------------------------------
@@ -624,8 +638,16 @@ def ruleset_replay(
     Turns move in memory from one lead to the next (as if they were routed now, oldest first)
     and are never written. At most ``REPLAY_MAX_LEADS`` (a setting) leads; they are read
     ``REPLAY_CHUNK`` at a time, and ``progress`` is called after each chunk. Raises RuleErrors
-    when the version does not compile.
+    when the version does not compile, and ConfigurationBusy when a publish or import of the
+    configuration is under way (or starts: it is refused while the replay reads).
     """
+    with configuration_reading():
+        return _ruleset_replay(ruleset=ruleset, limit=limit, progress=progress)
+
+
+def _ruleset_replay(
+    *, ruleset: RuleSet, limit: int, progress: ReplayProgress | None
+) -> ReplayResult:
     limit = max(1, min(limit, settings.REPLAY_MAX_LEADS))
     config = live_config(ruleset.version)
     now = timezone.now()

@@ -26,7 +26,7 @@ from routing.config_api.auth import HasScope, request_actor
 from routing.configuration import ConfigurationBusy, ConfigurationCheck
 from routing.drafts import services
 from routing.drafts.diff import RowChange
-from routing.drafts.models import ConfigDraft, ConfigSnapshot
+from routing.drafts.models import ConfigDraft, ConfigSnapshot, ConfigSnapshotKind
 from routing.drafts.snapshots import (
     config_snapshot_latest,
     configuration_document,
@@ -69,7 +69,7 @@ VERSION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "number": {"type": "integer"},
-        "kind": {"type": "string", "enum": ["baseline", "draft", "rollback", "import"]},
+        "kind": {"type": "string", "enum": [kind.value for kind in ConfigSnapshotKind]},
         "ruleset_version": {"type": "integer"},
         "published_at": {"type": "string", "format": "date-time"},
         "published_by": {"type": "string"},
@@ -649,7 +649,7 @@ class DraftTestView(_DraftScoped):
         tags=["configuration"],
         parameters=[_ID],
         request={"application/json": _TEST_INPUT},
-        responses={200: OpenApiResponse(_TEST_SCHEMA), **_errors(400, 401, 403, 404, 415)},
+        responses={200: OpenApiResponse(_TEST_SCHEMA), **_errors(400, 401, 403, 404, 409, 415)},
     )
     def post(self, request: Request, draft_id: int) -> Response:
         body = _body(request, {"leads": int})

@@ -18,7 +18,8 @@ class ConfigSnapshotKind(models.TextChoices):
     BASELINE = "baseline", "Baseline (the configuration before the first draft)"
     DRAFT = "draft", "Published draft"
     ROLLBACK = "rollback", "Rollback"
-    IMPORT = "import", "routing_import --publish"
+    IMPORT = "import", "routing_import"
+    LIVE = "live", "Live change (admin, CSV import, ruleset publish)"
 
 
 class ConfigSnapshot(models.Model):

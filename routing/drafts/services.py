@@ -35,6 +35,7 @@ from routing.configuration import (
     configuration_apply_plan,
     configuration_check_plan,
     configuration_lock,
+    decide_lock_exclusive,
 )
 from routing.decisions import clear_live_config_cache
 from routing.drafts.diff import KEYS, NOUNS, RowChange, configuration_diff
@@ -629,6 +630,7 @@ def config_draft_publish(
         draft.status = ConfigDraftStatus.PUBLISHED
         draft.published_as = published.snapshot
         draft.save(update_fields=["status", "published_as", "updated_at"])
+        decide_lock_exclusive()  # the swap: the last statement before the commit
     except BaseException:
         # Configurations compiled inside the rolled-back transaction carry numbers a later,
         # real change takes again: forget them (as configuration_import does).
@@ -659,6 +661,7 @@ def config_rollback(
             what=f"configuration version {number}",
             rolled_back_to=number,
         )
+        decide_lock_exclusive()  # the swap: the last statement before the commit
     except BaseException:
         clear_live_config_cache()
         raise

@@ -20,6 +20,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from routing.admin_jobs import admin_job_start_import
+from routing.drafts.live import LiveChangeRefused
+from routing.rules_io import ConfigurationBusy
 from routing.tables_io import (
     ACCOUNT_COLUMNS,
     TERRITORY_COLUMNS,
@@ -96,6 +98,8 @@ def import_view(model_admin: ModelAdmin[Any], request: HttpRequest, table: Table
                 )
             except TableErrors as exc:
                 errors, more = exc.errors, exc.more
+            except (ConfigurationBusy, LiveChangeRefused) as exc:
+                errors = (str(exc),)
             else:
                 messages.success(
                     request,

@@ -20,10 +20,11 @@ from django.urls import reverse
 
 from audit.config_changes import actor_of, config_change_record, stored_values, values_of
 from routing.admin_jobs import admin_job_start_replay
+from routing.drafts.live import LiveChangeRefused
 from routing.editor.forms import SimulateForm
 from routing.engine import RuleErrors
 from routing.models import AdminJob, AdminJobKind, Rule, RuleSet, RuleSetStatus
-from routing.rules_io import AlreadyPublished
+from routing.rules_io import AlreadyPublished, ConfigurationBusy
 from routing.versions import (
     REPLAY_DEFAULT,
     TestCasesFailing,
@@ -157,6 +158,8 @@ def replay_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) -> 
                 result = replay_result_data(ruleset_replay(ruleset=ruleset, limit=limit))
             except RuleErrors as exc:
                 error = f"Version {ruleset.version} does not compile: {exc}"
+            except ConfigurationBusy as exc:
+                error = str(exc)
     can_run_large = request.user.has_perm("routing.change_ruleset")
     context = {
         **_context(model_admin, request, f"Replay version {ruleset.version}"),
@@ -237,6 +240,8 @@ def publish_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) ->
             return HttpResponseRedirect(_change_url(ruleset))
         except RuleErrors as exc:
             error = f"Not published: {exc}"
+        except (ConfigurationBusy, LiveChangeRefused) as exc:
+            error = f"Not published: {exc}"
         else:
             _log(request, published, f"Published version {published.version}")
             messages.success(
@@ -280,6 +285,8 @@ def rollback_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) -
             return HttpResponseRedirect(_change_url(ruleset))
         except (ValidationError, RuleErrors) as exc:
             error = " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+        except (ConfigurationBusy, LiveChangeRefused) as exc:
+            error = f"Not rolled back: {exc}"
         else:
             _log(request, live, f"Rolled back to version {ruleset.version}")
             messages.success(

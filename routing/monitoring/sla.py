@@ -40,6 +40,7 @@ from routing.decisions import (
     _lock_rep,
     _snapshot,
     assignment_create,
+    decide_locked,
     live_config,
 )
 from routing.engine import RuleErrors, rep_is_eligible
@@ -353,7 +354,9 @@ def _breach_locked(assignment_id: int, now: datetime) -> SlaBreach | None:
     lead_id = Assignment.objects.filter(pk=assignment_id).values_list("lead_id", flat=True).first()
     if lead_id is None:
         return None
-    lead = Lead.objects.select_for_update(no_key=True).filter(pk=lead_id).first()
+    # Under the decide lock shared, like every path that assigns a lead: a reassignment reads
+    # one configuration version (routing.decisions.decide_locked).
+    lead = decide_locked(Lead.objects.select_for_update(no_key=True).filter(pk=lead_id)).first()
     if lead is None:
         return None
     assignment = (

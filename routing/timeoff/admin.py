@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from django.forms import BaseInlineFormSet
 
 from audit.config_changes import AuditedConfigAdmin
+from routing.editor.versioned import VersionedConfigAdmin
 from routing.engine.availability import NonexistentLocalTime, wall_clock_at, zone_named
 from routing.timeoff.models import HolidayCalendar, HolidayCalendarDay, RepAbsence
 
@@ -114,7 +115,7 @@ class HolidayCalendarDayInline(admin.TabularInline):
 
 
 @admin.register(HolidayCalendar)
-class HolidayCalendarAdmin(AuditedConfigAdmin, admin.ModelAdmin):
+class HolidayCalendarAdmin(VersionedConfigAdmin, AuditedConfigAdmin, admin.ModelAdmin):
     list_display = ("name", "country", "subdivision")
     search_fields = ("name", "country")
     filter_horizontal = ("reps", "teams")

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection, transaction
 
 from leads.models import Lead, LeadStatus
-from routing.configuration import configuration_lock
+from routing.configuration import configuration_lock, decide_lock_exclusive
 from routing.decisions import clear_live_config_cache
 from routing.drafts.models import ConfigSnapshot
 from routing.drafts.services import (
@@ -51,6 +51,7 @@ def test_a_lead_waits_for_a_publish_under_way_and_is_decided_after_it(published:
 
     with transaction.atomic():
         configuration_lock()  # a publish holding the configuration
+        decide_lock_exclusive()  # at its swap
         worker = threading.Thread(target=work)
         worker.start()
         time.sleep(1.5)

@@ -18,6 +18,7 @@ from django.db import connections, transaction
 
 from audit.rollups import rollup_triggers_create, rollup_triggers_drop
 from audit.triggers import triggers_create, triggers_drop
+from routing.drafts.snapshot_triggers import snapshot_triggers_create, snapshot_triggers_drop
 from routing.version_triggers import version_triggers_create, version_triggers_drop
 
 
@@ -36,6 +37,7 @@ class Command(flush.Command):
             # The published ruleset versions are frozen too (SQLite flushes with DELETE).
             triggers_drop(connection)
             version_triggers_drop(connection)
+            snapshot_triggers_drop(connection)  # configuration versions are immutable too
             # SQLite deletes row by row: the rollups' triggers would count the deletions
             # after their own table was emptied.
             rollup_triggers_drop(connection)
@@ -44,4 +46,5 @@ class Command(flush.Command):
             triggers_drop(connection)
             triggers_create(connection)
             version_triggers_create(connection)
+            snapshot_triggers_create(connection)
             rollup_triggers_create(connection)

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from routing.configuration import CHECK_LEADS_DEFAULT, configuration_check
+from routing.configuration import CHECK_LEADS_DEFAULT, ConfigurationBusy, configuration_check
 from routing.engine import RuleErrors
 from routing.rules_io import rules_read
 from routing.versions import Outcome
@@ -67,6 +67,8 @@ class Command(BaseCommand):
                 self.stderr.write(str(error) or error.message)
             count = len(exc.errors)
             raise CommandError(f"{count} error{'s' if count != 1 else ''} in {path}.") from None
+        except ConfigurationBusy as exc:
+            raise CommandError(str(exc)) from None
         self.stdout.write(f"{path} is valid.")
         failing = report.failing
         self.stdout.write(

@@ -1,0 +1,98 @@
+"""Admin mixin: a save of a table that routes is a configuration version (``routing.drafts.live``).
+
+The admin's forms stay live (a team, a territory, a rep's caps change on the next lead) but are
+never unrecorded: each POST that can change the routed configuration (a change or add form
+with its inlines, a delete, a list's inline edits or bulk delete) runs in its own transaction
+under the configuration lock, and when the routed configuration differs afterwards it is
+stored as the next numbered version, audited like a draft's publish, which rollback covers and
+each lead's trace names. Another publish, import or replay still holding the lock after
+``LOCK_WAIT_SECONDS`` is a message and nothing is saved, as is a change after which the
+published rules no longer compile. A rep's live state (active, out of office, absences) is no
+version: such a save records none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+
+from audit.config_changes import actor_of
+from routing.configuration import LOCK_WAIT_SECONDS
+from routing.drafts.live import LiveChangeRefused, config_live_change
+from routing.rules_io import ConfigurationBusy
+
+# Bulk actions of a list that change a table (the others, such as a rep's out of office, change
+# live state only and take no configuration lock).
+VERSIONED_ACTIONS = frozenset({"delete_selected"})
+
+
+class VersionedConfigAdmin:
+    """ModelAdmin mixin (before ``AuditedConfigAdmin``): see the module docstring."""
+
+    # Saves that write rows each lead's routing locks (a team's, a rep's) hold the decide lock
+    # from the start (``routing.configuration.plan_touches_claimed_rows``); others only for the
+    # final swap.
+    versioned_locks_claimed_rows = False
+
+    def versioned(self, request: HttpRequest, view: Callable[[], HttpResponse]) -> HttpResponse:
+        """Run ``view`` (a POST that may change the routed configuration) as a live change."""
+        if request.method != "POST" or request.__dict__.get("_config_versioned"):
+            return view()
+        request.__dict__["_config_versioned"] = True
+        name = self.model._meta.verbose_name  # type: ignore[attr-defined]
+        try:
+            with config_live_change(
+                actor=actor_of(request),
+                user=request.user,
+                what=f"the admin ({name})",
+                wait_seconds=LOCK_WAIT_SECONDS,
+                locks_claimed_rows=self.versioned_locks_claimed_rows,
+            ) as stored:
+                response = view()
+        except (ConfigurationBusy, LiveChangeRefused) as exc:
+            self.message_user(request, str(exc), messages.ERROR)  # type: ignore[attr-defined]
+            return HttpResponseRedirect(request.get_full_path())
+        if stored:
+            self.message_user(  # type: ignore[attr-defined]
+                request,
+                f"Recorded as configuration version {stored[0].number} (it can be rolled back "
+                "under Configuration versions).",
+                messages.INFO,
+            )
+        return response
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: Any = None,
+    ) -> HttpResponse:
+        parent = super()
+        return self.versioned(
+            request,
+            lambda: parent.changeform_view(request, object_id, form_url, extra_context),  # type: ignore[attr-defined]
+        )
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: Any = None
+    ) -> HttpResponse:
+        parent = super()
+        return self.versioned(
+            request,
+            lambda: parent.delete_view(request, object_id, extra_context),  # type: ignore[attr-defined]
+        )
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        parent = super()
+
+        def view() -> HttpResponse:
+            return parent.changelist_view(request, extra_context)  # type: ignore[attr-defined]
+
+        action = request.POST.get("action") if request.method == "POST" else None
+        if request.method == "POST" and (action in VERSIONED_ACTIONS or "_save" in request.POST):
+            return self.versioned(request, view)
+        return view()
