@@ -23,14 +23,15 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.models import EventType
-from audit.services import event_record, events_record_received
+from audit.models import Event, EventType
+from audit.services import event_record, events_record_received, received_events_build
 from config.broker_filesystem import queue_has_message
 from config.celery import app as celery_app
 from config.logging import log_context, log_context_add
 from leads import lanes, privacy
 from leads.breaker import CircuitBreaker
 from leads.broker_publish import raw_publish_possible, raw_publisher
+from leads.kickoff_sql import kickoff_statement
 from leads.models import (
     CANONICAL_COLUMNS,
     CrmLookupStatus,
@@ -339,19 +340,25 @@ def _lead_ingest(
     try:
         # The lead and its `received` audit event in one transaction; the enqueue runs once it
         # is committed (at the outer commit if a caller wraps this in a transaction).
-        with transaction.atomic():
-            lead = _new_lead(source, item, timezone.now(), lane)
-            lead.save(force_insert=True)
-            if actor is None:
-                events_record_received(leads=[lead], actor=f"source:{source.slug}")
-            else:
-                event_record(
-                    type=EventType.RECEIVED,
-                    lead=lead,
-                    actor=actor,
-                    at=lead.received_at,
-                    data=received_data or {},
-                )
+        lead = _new_lead(source, item, timezone.now(), lane)
+        received = None
+        if actor is None:
+            [received] = received_events_build(leads=[lead], actor=f"source:{source.slug}")
+        if received is not None and kickoff_statement.usable(received):
+            kickoff_statement.execute(lead, received)  # one statement, one commit (PostgreSQL)
+        else:
+            with transaction.atomic():
+                lead.save(force_insert=True)
+                if received is not None:
+                    Event.objects.bulk_create([received])
+                else:
+                    event_record(
+                        type=EventType.RECEIVED,
+                        lead=lead,
+                        actor=str(actor),
+                        at=lead.received_at,
+                        data=received_data or {},
+                    )
         leads_enqueue_after_commit([item.lead_id], lane=lane)
     except IntegrityError:
         if item.key is None:
