@@ -105,6 +105,18 @@ ASGI_PROCESS = env.bool("LEADROUTER_ASGI_PROCESS", default=False)
 if ASGI_PROCESS:
     MIDDLEWARE.remove("whitenoise.middleware.WhiteNoiseMiddleware")
     MIDDLEWARE.remove("audit.timezones.UserTimeZoneMiddleware")  # sync-only; no pages there
+else:
+    # The intake URLs skip the middleware only pages need (config.pages_only, issue 18).
+    PAGES_ONLY = {
+        "whitenoise.middleware.WhiteNoiseMiddleware": "config.pages_only.WhiteNoise",
+        "django.contrib.sessions.middleware.SessionMiddleware": "config.pages_only.Session",
+        "django.contrib.auth.middleware.AuthenticationMiddleware": (
+            "config.pages_only.Authentication"
+        ),
+        "audit.timezones.UserTimeZoneMiddleware": "config.pages_only.UserTimeZone",
+        "django.contrib.messages.middleware.MessageMiddleware": "config.pages_only.Messages",
+    }
+    MIDDLEWARE = [PAGES_ONLY.get(path, path) for path in MIDDLEWARE]
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
