@@ -76,10 +76,10 @@ class RawRedisPublisher:
             message = celery_app.amqp.as_task_v2(
                 "",
                 name,
-                args=[],
+                args=(),
                 kwargs={},
                 reply_to=celery_app.thread_oid,
-                ignore_result=None,  # as send_task passes it when not given
+                ignore_result=None,  # type: ignore[arg-type]  # as send_task passes it
                 time_limit=None,
                 soft_time_limit=None,
             )

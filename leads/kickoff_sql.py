@@ -25,6 +25,7 @@ from typing import Any
 
 from django.db import connection, models, transaction
 from django.db.models.fields import AutoFieldMixin
+from django.utils import timezone
 
 from audit.models import Event
 from leads.models import Lead
@@ -49,7 +50,12 @@ class _Columns:
     """One table's INSERT: its columns, the varying ones as placeholders, the rest literals."""
 
     def __init__(self, model: type[models.Model], varying: Sequence[str], prototype: Any) -> None:
-        self.varying = [model._meta.get_field(name) for name in varying]
+        self.varying: list[models.Field[Any, Any]] = []
+        for name in varying:
+            field = model._meta.get_field(name)
+            if not isinstance(field, models.Field):
+                raise TypeError(f"{model.__name__}.{name} is not a column")
+            self.varying.append(field)
         self.constant: list[tuple[models.Field[Any, Any], Any]] = []
         columns: list[str] = []
         values: list[str] = []
@@ -65,9 +71,9 @@ class _Columns:
             prepared = field.get_db_prep_save(value, connection)
             if prepared is None:
                 continue  # NULL: the column's own default
-            columns.append(quote(field.column))
-            values.append(connection.ops.compose_sql("%s", [prepared]))
-        self.columns = [quote(field.column) for field in self.varying] + columns
+            columns.append(quote(str(field.column)))
+            values.append(connection.ops.compose_sql("%s", [prepared]))  # type: ignore[attr-defined]
+        self.columns = [quote(str(field.column)) for field in self.varying] + columns
         self.values = ["%s"] * len(self.varying) + values
 
     def params(self, obj: models.Model) -> list[Any]:
@@ -96,7 +102,7 @@ class KickoffStatement:
                     # A received event as audit builds it, for a lead that is not there.
                     from audit.services import received_events_build
 
-                    proto = Lead(id=None, received_at=None)
+                    proto = Lead(id=None, received_at=timezone.now())
                     event = _Columns(
                         Event, EVENT_VARYING, received_events_build(leads=[proto], actor="")[0]
                     )
