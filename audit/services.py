@@ -28,6 +28,9 @@ def _chain_lock(chain: str) -> None:
             )
 
 
+_EVENT_TYPES = frozenset(EventType.values)  # .values builds a new list on every call
+
+
 def _build(
     *,
     chain: str,
@@ -48,7 +51,7 @@ def _build(
     trace: Sequence[Any] | None,
     person_key_id: int | None = None,
 ) -> Event:
-    if type not in EventType.values:
+    if type not in _EVENT_TYPES:
         raise ValueError(f"unknown audit event type {type!r}")
     values: dict[str, Any] = {
         "chain": chain,
@@ -170,7 +173,16 @@ def events_record_received(*, leads: Iterable[Lead], actor: str) -> None:
 
     A new lead's chain is empty, so there is nothing to read or lock: each starts at 1.
     """
-    events = [
+    events = received_events_build(leads=leads, actor=actor)
+    if events:
+        Event.objects.bulk_create(events, batch_size=500)
+
+
+def received_events_build(*, leads: Iterable[Lead], actor: str) -> list[Event]:
+    """The ``received`` events of new leads, built (hashed) but not stored: what
+    ``events_record_received`` inserts, and what the kickoff's single statement writes on
+    PostgreSQL (leads.kickoff_sql)."""
+    return [
         _build(
             chain=str(lead.pk),
             seq=1,
@@ -191,5 +203,3 @@ def events_record_received(*, leads: Iterable[Lead], actor: str) -> None:
         )
         for lead in leads
     ]
-    if events:
-        Event.objects.bulk_create(events, batch_size=500)

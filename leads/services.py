@@ -23,13 +23,15 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.models import EventType
-from audit.services import event_record, events_record_received
+from audit.models import Event, EventType
+from audit.services import event_record, events_record_received, received_events_build
 from config.broker_filesystem import queue_has_message
 from config.celery import app as celery_app
 from config.logging import log_context, log_context_add
 from leads import lanes, privacy
 from leads.breaker import CircuitBreaker
+from leads.broker_publish import raw_publish_possible, raw_publisher
+from leads.kickoff_sql import kickoff_statement
 from leads.models import (
     CANONICAL_COLUMNS,
     CrmLookupStatus,
@@ -338,19 +340,25 @@ def _lead_ingest(
     try:
         # The lead and its `received` audit event in one transaction; the enqueue runs once it
         # is committed (at the outer commit if a caller wraps this in a transaction).
-        with transaction.atomic():
-            lead = _new_lead(source, item, timezone.now(), lane)
-            lead.save(force_insert=True)
-            if actor is None:
-                events_record_received(leads=[lead], actor=f"source:{source.slug}")
-            else:
-                event_record(
-                    type=EventType.RECEIVED,
-                    lead=lead,
-                    actor=actor,
-                    at=lead.received_at,
-                    data=received_data or {},
-                )
+        lead = _new_lead(source, item, timezone.now(), lane)
+        received = None
+        if actor is None:
+            [received] = received_events_build(leads=[lead], actor=f"source:{source.slug}")
+        if received is not None and kickoff_statement.usable(lead, received):
+            kickoff_statement.execute(lead, received)  # one statement, one commit (PostgreSQL)
+        else:
+            with transaction.atomic():
+                lead.save(force_insert=True)
+                if received is not None:
+                    Event.objects.bulk_create([received])
+                else:
+                    event_record(
+                        type=EventType.RECEIVED,
+                        lead=lead,
+                        actor=str(actor),
+                        at=lead.received_at,
+                        data=received_data or {},
+                    )
         leads_enqueue_after_commit([item.lead_id], lane=lane)
     except IntegrityError:
         if item.key is None:
@@ -543,6 +551,8 @@ class BackgroundPublisher:
     delayed: the leads are committed and the stale sweeper re-enqueues them.
     """
 
+    DRAIN_MAX = 200  # kickoffs' ids published together, at most
+
     def __init__(self, maxsize: int = 10_000) -> None:
         self._maxsize = maxsize
         self._lock = threading.Lock()
@@ -590,13 +600,20 @@ class BackgroundPublisher:
     def _run(self) -> None:
         work = self._queue
         while True:
-            ids, lane = work.get()
+            # What queued up meanwhile goes out with it: one round trip for all (on Redis).
+            items = [work.get()]
+            while len(items) < self.DRAIN_MAX:
+                try:
+                    items.append(work.get_nowait())
+                except queue.Empty:
+                    break
             try:
-                leads_enqueue(ids, lane=lane)
-            except Exception:  # leads_enqueue does not raise; never let the thread die
+                leads_enqueue_groups(items)
+            except Exception:  # leads_enqueue_groups does not raise; never let the thread die
                 logger.exception("background publish failed")
             finally:
-                work.task_done()
+                for _item in items:
+                    work.task_done()
 
 
 publisher = BackgroundPublisher()
@@ -706,36 +723,56 @@ def leads_enqueue(lead_ids: Sequence[uuid.UUID | str], *, lane: str | None = Non
     wait on a broker that is down or hung. What was published is the first ones given, in
     order, unless the leads span lanes (the stale sweeper passes one lane at a time).
     """
-    if not lead_ids:
+    return leads_enqueue_groups([(lead_ids, lane)])
+
+
+def leads_enqueue_groups(
+    groups: Sequence[tuple[Sequence[uuid.UUID | str], str | None]],
+) -> int:
+    """``leads_enqueue`` for several groups of ids at once, each its own messages (a group is
+    one kickoff's ids, with their lane when known): on Redis all of them in one round trip
+    (``leads.broker_publish``), else through kombu one by one. Never raises; returns how many
+    leads were published."""
+    total = sum(len(ids) for ids, _lane in groups)
+    if not total:
         return 0
     if not broker_breaker.allows():
-        logger.warning("broker marked down; %d lead(s) left for the stale sweeper", len(lead_ids))
+        logger.warning("broker marked down; %d lead(s) left for the stale sweeper", total)
         return 0
-    groups = {lanes.lane_clean(lane): list(lead_ids)} if lane else leads_by_lane(lead_ids)
     size = max(1, settings.ENQUEUE_CHUNK_SIZE)
+    messages: list[tuple[str, list[Any], str, int]] = []
+    for lead_ids, lane in groups:
+        if not lead_ids:
+            continue
+        by_lane = {lanes.lane_clean(lane): list(lead_ids)} if lane else leads_by_lane(lead_ids)
+        for group_lane, ids in by_lane.items():
+            queue_name = lanes.routing_queue(group_lane)
+            for i in range(0, len(ids), size):
+                chunk = ids[i : i + size]
+                if len(chunk) == 1:
+                    messages.append((PROCESS_LEAD_TASK, [str(chunk[0])], queue_name, 1))
+                else:
+                    args = [[str(lead_id) for lead_id in chunk]]
+                    messages.append((PROCESS_LEADS_TASK, args, queue_name, len(chunk)))
     published = 0
     try:
-        with celery_app.producer_or_acquire() as producer:
-            for group_lane, ids in groups.items():
-                queue_name = lanes.routing_queue(group_lane)
-                for i in range(0, len(ids), size):
-                    chunk = ids[i : i + size]
-                    args: list[Any]
-                    if len(chunk) == 1:
-                        name, args = PROCESS_LEAD_TASK, [str(chunk[0])]
-                    else:
-                        name, args = PROCESS_LEADS_TASK, [[str(lead_id) for lead_id in chunk]]
+        if raw_publish_possible():
+            raw_publisher.publish([(name, args, queue) for name, args, queue, _n in messages])
+            published = total
+        else:
+            with celery_app.producer_or_acquire() as producer:
+                for name, args, queue_name, count in messages:
                     celery_app.send_task(
                         name, args=args, producer=producer, retry=False, queue=queue_name
                     )
-                    published += len(chunk)
+                    published += count
     except Exception as exc:  # any broker failure: the sweeper re-enqueues what was not published
         broker_breaker.trip(settings.BROKER_BREAKER_SECONDS)
         logger.error(
             "could not enqueue %d of %d lead(s) (%s: %s); publishing paused for %.0f s, "
             "the stale sweeper will retry them",
-            len(lead_ids) - published,
-            len(lead_ids),
+            total - published,
+            total,
             type(exc).__name__,
             exc,
             settings.BROKER_BREAKER_SECONDS,

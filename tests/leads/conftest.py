@@ -35,7 +35,13 @@ class Published(list[str]):
 
 @pytest.fixture
 def published(monkeypatch: pytest.MonkeyPatch) -> Published:
-    """Capture task publications instead of sending them (for tests about the kickoff only)."""
+    """Capture task publications instead of sending them (for tests about the kickoff only).
+
+    Through kombu's ``send_task`` even on Redis (not the raw LPUSH of leads.broker_publish,
+    which tests/leads/test_broker_publish.py checks against it)."""
+    from django.conf import settings
+
+    monkeypatch.setattr(settings, "ENQUEUE_RAW_REDIS", False)
     sent = Published()
     messages = sent.messages
 

@@ -65,6 +65,10 @@ def test_a_chunk_past_its_time_slice_hands_the_rest_back_to_its_lanes_queue(monk
         app, "send_task", lambda name, args, **kw: sent.append((name, args[0], kw["queue"]))
     )
     monkeypatch.setattr(app, "producer_or_acquire", lambda *a, **k: contextlib.nullcontext())
+    from django.conf import settings as django_settings
+
+    # Through send_task, on any broker.
+    monkeypatch.setattr(django_settings, "ENQUEUE_RAW_REDIS", False)
     leads = [LeadFactory(lane="bulk", email=f"p{i}@acme.com") for i in range(5)]
     ids = [str(lead.pk) for lead in leads]
     outcome = services.leads_process_chunk(lead_ids=ids, slice_seconds=1e-9)
