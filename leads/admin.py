@@ -28,6 +28,7 @@ from leads.models import (
     SourceAuthMode,
     status_reveal_default,
 )
+from leads.priority import priority_clean
 from leads.services import source_set_hmac_secret, source_set_token
 from leads.sources import kind_choices, kind_get, options_masked, options_unmasked
 from leads.tryit import (
@@ -117,6 +118,7 @@ class SourceForm(forms.ModelForm):
             "field_map",
             "rate_limit_per_minute",
             "lane",
+            "intake_priority",
             "status_minutes",
             "status_reveal",
             "cors_origins",
@@ -133,6 +135,9 @@ class SourceForm(forms.ModelForm):
 
     def clean_kind(self) -> str:
         return self.cleaned_data.get("kind") or "generic"
+
+    def clean_intake_priority(self) -> str:
+        return priority_clean(self.cleaned_data.get("intake_priority"))
 
     def clean_status_minutes(self) -> int:
         minutes = self.cleaned_data.get("status_minutes")
@@ -202,6 +207,7 @@ class SourceAdmin(AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin):
         "field_map",
         "rate_limit_per_minute",
         "lane",
+        "intake_priority",
         "status_minutes",
         "status_reveal",
         "cors_origins",
