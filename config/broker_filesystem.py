@@ -11,9 +11,11 @@ starts again at the worker's first queue (its ``--queues`` order, else CELERY_TA
 
 Within a queue, a message's priority is honoured as on Redis (lower first: kombu's Redis
 transport keeps a list per priority step and polls step 0 first): ``Channel._put`` names the
-file ``p<priority>_<ms>_<uuid>.<queue>.msg`` (the priority clamped to 0-9, the milliseconds
-zero-padded), and kombu's ``_get`` takes the first matching name in sorted order, so a queue's
-priority-0 messages are taken before its priority-3 ones, each priority first in, first out.
+file ``p<priority>_<ns>_<uuid>.<queue>.msg`` (the priority clamped to 0-9, the monotonic clock
+in nanoseconds zero-padded: kombu's own milliseconds left two messages of one millisecond in
+the order of their random uuids), and kombu's ``_get`` takes the first matching name in sorted
+order, so a queue's priority-0 messages are taken before its priority-3 ones, each priority
+first in, first out.
 Files named by kombu itself (``<ms>_<uuid>.<queue>.msg``, queued before this naming) sort before
 every prefixed one: they are taken first, as any message queued ahead.
 
@@ -26,7 +28,7 @@ import os
 import uuid
 from collections.abc import Callable
 from queue import Empty  # what kombu's channels raise when a queue has no message
-from time import monotonic
+from time import monotonic_ns
 from typing import Any
 
 from kombu.exceptions import ChannelError
@@ -44,13 +46,13 @@ class FirstWaitingCycle(FairCycle):
         return super().get(callback, **kwargs)
 
 
-def message_filename(queue: str, priority: int, ms: int, unique: str) -> str:
+def message_filename(queue: str, priority: int, ns: int, unique: str) -> str:
     """The file a message of ``priority`` (0-9, lower first) for ``queue`` is written to.
 
-    Sorted names put a queue's messages in order of priority, then of time (the milliseconds
-    zero-padded to 15 digits, so a longer number never sorts before a shorter one). No dot
+    Sorted names put a queue's messages in order of priority, then of time (the nanoseconds
+    zero-padded to 20 digits, so a longer number never sorts before a shorter one). No dot
     before the queue's name: kombu matches ``name.partition(".")[2] == f"{queue}.msg"``."""
-    return f"p{priority}_{ms:015d}_{unique}.{queue}.msg"
+    return f"p{priority}_{ns:020d}_{unique}.{queue}.msg"
 
 
 class Channel(filesystem.Channel):
@@ -63,7 +65,7 @@ class Channel(filesystem.Channel):
     def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
         """kombu's ``_put``, the file named by the message's priority (``message_filename``)."""
         priority = self._get_message_priority(payload, reverse=False)
-        name = message_filename(queue, priority, round(monotonic() * 1000), str(uuid.uuid4()))
+        name = message_filename(queue, priority, monotonic_ns(), str(uuid.uuid4()))
         path = os.path.join(self.data_folder_out, name)
         handle = None
         try:
@@ -87,7 +89,8 @@ class Transport(filesystem.Transport):
 def queue_has_message(folder: str | os.PathLike[str], queue: str) -> bool:
     """Whether the filesystem broker's ``folder`` holds a message for ``queue``.
 
-    kombu names a message ``<ms>_<uuid>.<queue>.msg`` and matches it so when consuming."""
+    A message is ``<ms>_<uuid>.<queue>.msg`` (kombu's) or ``p<priority>_<ns>_<uuid>.<queue>.msg``
+    (``message_filename``); kombu matches either by what follows the first dot."""
     wanted = f"{queue}.msg"
     try:
         with os.scandir(folder) as entries:
