@@ -62,7 +62,8 @@ class Channel(filesystem.Channel):
     def _reset_cycle(self) -> None:
         self._cycle = FirstWaitingCycle(self._get_and_deliver, self._active_queues, Empty)
 
-    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+    # kombu's filesystem channel calls it ``payload``, its abstract base ``message``.
+    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
         """kombu's ``_put``, the file named by the message's priority (``message_filename``)."""
         priority = self._get_message_priority(payload, reverse=False)
         name = message_filename(queue, priority, monotonic_ns(), str(uuid.uuid4()))
@@ -70,7 +71,7 @@ class Channel(filesystem.Channel):
         handle = None
         try:
             handle = open(path, "wb", buffering=0)  # noqa: SIM115 - locked and closed below
-            filesystem.lock(handle, filesystem.LOCK_EX)
+            filesystem.lock(handle, filesystem.LOCK_EX)  # type: ignore[attr-defined]
             handle.write(str_to_bytes(dumps(payload)))
         except OSError as exc:
             raise ChannelError(f"Cannot add file {path!r} to directory") from exc
