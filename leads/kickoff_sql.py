@@ -124,9 +124,13 @@ class KickoffStatement:
                     self._built = (sql, lead, event)
         return self._built
 
-    def usable(self, event: Event) -> bool:
-        """Whether this statement can write ``event`` (a plain received event of a kickoff)."""
-        return connection.vendor == "postgresql" and self._build()[2].matches(event)
+    def usable(self, lead: Lead, event: Event) -> bool:
+        """Whether this statement can write ``lead`` and ``event``: on PostgreSQL, a new lead
+        that sets no column beyond the kickoff's and a plain received event (else the ORM)."""
+        if connection.vendor != "postgresql":
+            return False
+        _sql, lead_columns, event_columns = self._build()
+        return lead_columns.matches(lead) and event_columns.matches(event)
 
     def execute(self, lead: Lead, event: Event) -> None:
         """Insert both rows in one statement (committed by it, outside a transaction)."""

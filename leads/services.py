@@ -344,7 +344,7 @@ def _lead_ingest(
         received = None
         if actor is None:
             [received] = received_events_build(leads=[lead], actor=f"source:{source.slug}")
-        if received is not None and kickoff_statement.usable(received):
+        if received is not None and kickoff_statement.usable(lead, received):
             kickoff_statement.execute(lead, received)  # one statement, one commit (PostgreSQL)
         else:
             with transaction.atomic():

@@ -43,7 +43,7 @@ def _both_ways(source: Any, key: str | None) -> tuple[Lead, Lead, Event, Event]:
     item = _prepare(source, RECORD, key, 0)
     by_sql = _new_lead(source, item, now, lanes.REALTIME)
     [sql_event] = received_events_build(leads=[by_sql], actor="source:webform")
-    assert kickoff_statement.usable(sql_event)
+    assert kickoff_statement.usable(by_sql, sql_event)
     kickoff_statement.execute(by_sql, sql_event)
     return by_orm, by_sql, orm_event, sql_event
 
@@ -102,12 +102,15 @@ def test_a_repeated_key_writes_neither_row_and_replays(source, published) -> Non
     assert again.lead_id == first.lead_id
 
 
-def test_a_received_event_with_other_constants_is_not_written_by_it(source) -> None:  # type: ignore[no-untyped-def]
+def test_a_lead_or_event_with_other_constants_is_not_written_by_it(source) -> None:  # type: ignore[no-untyped-def]
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL's statement")
     item = _prepare(source, {"email": "di@acme.com"}, None, 0)
     lead = _new_lead(source, item, timezone.now(), lanes.REALTIME)
     [event] = received_events_build(leads=[lead], actor="source:webform")
-    assert kickoff_statement.usable(event)
+    assert kickoff_statement.usable(lead, event)
     event.data = {"by": "someone"}
-    assert not kickoff_statement.usable(event)  # the ORM writes it (leads.services)
+    assert not kickoff_statement.usable(lead, event)  # the ORM writes it (leads.services)
+    [event] = received_events_build(leads=[lead], actor="source:webform")
+    lead.email = "di@acme.com"  # a column the statement writes as its default
+    assert not kickoff_statement.usable(lead, event)
