@@ -28,6 +28,7 @@ from leads.models import (
     SourceAuthMode,
     status_reveal_default,
 )
+from leads.priority import priority_clean
 from leads.services import source_set_hmac_secret, source_set_token
 from leads.sources import kind_choices, kind_get, options_masked, options_unmasked
 from leads.tryit import (
@@ -118,6 +119,7 @@ class SourceForm(forms.ModelForm):
             "field_map",
             "rate_limit_per_minute",
             "lane",
+            "intake_priority",
             "status_minutes",
             "status_reveal",
             "cors_origins",
@@ -134,6 +136,9 @@ class SourceForm(forms.ModelForm):
 
     def clean_kind(self) -> str:
         return self.cleaned_data.get("kind") or "generic"
+
+    def clean_intake_priority(self) -> str:
+        return priority_clean(self.cleaned_data.get("intake_priority"))
 
     def clean_status_minutes(self) -> int:
         minutes = self.cleaned_data.get("status_minutes")
@@ -203,6 +208,7 @@ class SourceAdmin(VersionedConfigAdmin, AuditedConfigAdmin, BoundedJsonAdmin, ad
         "field_map",
         "rate_limit_per_minute",
         "lane",
+        "intake_priority",
         "status_minutes",
         "status_reveal",
         "cors_origins",

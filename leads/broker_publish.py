@@ -21,6 +21,7 @@ import copy
 import json
 import threading
 import uuid
+from bisect import bisect
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +33,28 @@ from config.celery import app as celery_app
 # kombu's envelope defaults for a persistent message on the virtual transports.
 _DELIVERY_MODE_PERSISTENT = 2
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
+
+
+# kombu's Redis transport: a queue's list for priority step ``n`` is ``<queue><sep><n>`` (step 0:
+# the queue's own name), ``sep`` being ``kombu.transport.redis.Channel.sep``.
+REDIS_PRIORITY_SEP = "\x06\x16"
+_MIN_PRIORITY, _MAX_PRIORITY = 0, 9  # kombu's virtual channel clamps a message's priority so
+
+
+def redis_priority_queue(queue: str, priority: int, steps: Sequence[int]) -> str:
+    """The Redis list kombu's transport pushes a message of ``priority`` for ``queue`` to.
+
+    As ``Channel._put``: the priority clamped to 0-9, then down to its step
+    (``Channel.priority``: the greatest step not above it), then ``Channel._q_for_pri``."""
+    clamped = max(min(int(priority), _MAX_PRIORITY), _MIN_PRIORITY)
+    step = steps[bisect(steps, clamped) - 1]
+    return f"{queue}{REDIS_PRIORITY_SEP}{step}" if step else queue
+
+
+def broker_priority_steps() -> tuple[int, ...]:
+    """The priority steps of this broker (``priority_steps`` option, else kombu's default)."""
+    options = settings.CELERY_BROKER_TRANSPORT_OPTIONS or {}
+    return tuple(options.get("priority_steps") or (0, 3, 6, 9))
 
 
 def raw_publish_possible() -> bool:
@@ -89,8 +112,9 @@ class RawRedisPublisher:
             self._templates[name] = template
         return template
 
-    def message(self, name: str, args: list[Any], queue: str) -> bytes:
-        """The Redis list entry ``send_task(name, args=args, queue=queue)`` would push."""
+    def message(self, name: str, args: list[Any], queue: str, priority: int = 0) -> bytes:
+        """The Redis list entry ``send_task(name, args=args, queue=queue, priority=priority)``
+        would push."""
         headers_template, properties_template = self._template(name)
         task_id = str(uuid.uuid4())
         headers = dict(headers_template)
@@ -110,20 +134,23 @@ class RawRedisPublisher:
                 **properties,
                 "delivery_mode": _DELIVERY_MODE_PERSISTENT,
                 "delivery_info": {"exchange": "", "routing_key": queue},
-                "priority": 0,
+                "priority": priority,
                 "body_encoding": "base64",
                 "delivery_tag": str(uuid.uuid4()),
             },
         }
         return json.dumps(envelope).encode("utf-8")
 
-    def publish(self, messages: Sequence[tuple[str, list[Any], str]]) -> int:
-        """LPUSH (task name, args, queue) messages, one command per queue, in one round trip.
+    def publish(self, messages: Sequence[tuple[str, list[Any], str, int]]) -> int:
+        """LPUSH (task name, args, queue, priority) messages, one command per Redis list (the
+        queue's list for that priority step, as kombu names it), in one round trip.
 
-        Within a queue they are consumed in the order given (workers pop from the right)."""
+        Within a list they are consumed in the order given (workers pop from the right)."""
+        steps = broker_priority_steps()
         by_queue: dict[str, list[bytes]] = {}
-        for name, args, queue in messages:
-            by_queue.setdefault(queue, []).append(self.message(name, args, queue))
+        for name, args, queue, priority in messages:
+            key = redis_priority_queue(queue, priority, steps)
+            by_queue.setdefault(key, []).append(self.message(name, args, queue, priority))
         if not by_queue:
             return 0
         client = self._redis()

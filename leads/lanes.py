@@ -72,3 +72,22 @@ def all_queues() -> list[str]:
     """Every lane queue, realtime first (the order a worker should consume them in)."""
     stage = [f"{name}.realtime" for name in STAGE_QUEUES] + list(STAGE_QUEUES)
     return [ROUTING_QUEUES[lane] for lane in LANES] + stage
+
+
+# kombu's Redis transport keeps one list per priority step of a queue and takes the lower step
+# first; its default steps (and this project's: no ``priority_steps`` option is set).
+PRIORITY_STEPS: Final = (0, 3, 6, 9)
+
+
+def routing_priority(lane: str | None, high: bool, steps: tuple[int, ...] = PRIORITY_STEPS) -> int:
+    """The broker priority (a step of ``steps``) of a routing message in ``lane``.
+
+    A worker polls step by step, every one of its queues at each step (kombu's BRPOP keys: step
+    0 of each queue in its ``--queues`` order, then step 3 of each, ...). So that a lane's high
+    message goes first *within its lane* and a bulk one never ahead of realtime, the steps
+    follow the lanes: realtime high 0, normal 3; normal high 3, normal 6; bulk high 6, normal
+    9. At a shared step the lane order of ``--queues`` decides (realtime's normal messages
+    before the normal lane's high ones). Fewer steps configured: the last step for the rest.
+    """
+    index = LANES.index(lane_clean(lane)) + (0 if high else 1)
+    return steps[min(index, len(steps) - 1)]

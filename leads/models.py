@@ -135,6 +135,14 @@ class Source(models.Model):
         help_text="Which lane its leads are routed in. Blank: by how they arrive (one lead posted "
         "on its own: realtime; a batch request or upload, even of one lead: bulk).",
     )
+    intake_priority = models.CharField(
+        max_length=PRIORITY_MAX_LENGTH,
+        blank=True,
+        help_text='The priority its new leads are queued by before any rule ran, e.g. "hot" '
+        "for a demo-request form: one of HIGH_PRIORITIES puts them at their lane's high broker "
+        "priority, ahead of the normal leads waiting in that lane. Blank: normal. The lead's "
+        "own priority (a tag rule's) is not set by this.",
+    )
     cors_origins = models.TextField(
         blank=True,
         help_text="Origins (scheme://host[:port], one per line) of the pages that post to this "

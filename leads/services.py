@@ -30,7 +30,7 @@ from config.celery import app as celery_app
 from config.logging import log_context, log_context_add
 from leads import lanes, privacy
 from leads.breaker import CircuitBreaker
-from leads.broker_publish import raw_publish_possible, raw_publisher
+from leads.broker_publish import broker_priority_steps, raw_publish_possible, raw_publisher
 from leads.kickoff_sql import kickoff_statement
 from leads.models import (
     CANONICAL_COLUMNS,
@@ -45,7 +45,7 @@ from leads.models import (
 )
 from leads.normalize import is_a_lead, map_fields, normalize
 from leads.parsing import IntakeError, Limits, check_value
-from leads.priority import priority_clean, tags_clean
+from leads.priority import priority_clean, priority_is_high, tags_clean
 from leads.sources import kind_get, kinds, source_flatten
 
 logger = logging.getLogger(__name__)
@@ -359,7 +359,7 @@ def _lead_ingest(
                         at=lead.received_at,
                         data=received_data or {},
                     )
-        leads_enqueue_after_commit([item.lead_id], lane=lane)
+        leads_enqueue_after_commit([item.lead_id], lane=lane, high=source_is_high(source))
     except IntegrityError:
         if item.key is None:
             raise
@@ -436,7 +436,9 @@ def _lead_ingest_batch(
             else:  # only keyed rows can conflict
                 outcomes[item.index] = _replay_or_error(item, *winners[str(item.key)])
         leads_enqueue_after_commit(
-            [item.lead_id for item in to_insert if item.lead_id in inserted], lane=lane
+            [item.lead_id for item in to_insert if item.lead_id in inserted],
+            lane=lane,
+            high=source_is_high(source),
         )
 
     # A key repeated inside the batch replays whichever lead now holds that key.
@@ -556,18 +558,22 @@ class BackgroundPublisher:
     def __init__(self, maxsize: int = 10_000) -> None:
         self._maxsize = maxsize
         self._lock = threading.Lock()
-        self._queue: queue.Queue[tuple[list[uuid.UUID], str | None]] = queue.Queue(maxsize)
+        self._queue: queue.Queue[tuple[list[uuid.UUID], str | None, bool | None]] = queue.Queue(
+            maxsize
+        )
         self._thread: threading.Thread | None = None
         self._pid = 0
 
-    def submit(self, lead_ids: Sequence[uuid.UUID], lane: str | None = None) -> bool:
-        """Queue these ids (all in ``lane``, None: look it up) for publishing; False (logged)
-        when the queue is full."""
+    def submit(
+        self, lead_ids: Sequence[uuid.UUID], lane: str | None = None, high: bool | None = None
+    ) -> bool:
+        """Queue these ids (all in ``lane`` and of priority ``high``; None: look them up) for
+        publishing; False (logged) when the queue is full."""
         if not lead_ids:
             return True
         self._ensure_thread()
         try:
-            self._queue.put_nowait((list(lead_ids), lane))
+            self._queue.put_nowait((list(lead_ids), lane, high))
         except queue.Full:
             logger.error("publish queue full; %d lead(s) left for the stale sweeper", len(lead_ids))
             return False
@@ -620,16 +626,56 @@ publisher = BackgroundPublisher()
 atexit.register(publisher.flush, 2.0)
 
 
-def leads_enqueue_after_commit(lead_ids: Sequence[uuid.UUID], *, lane: str | None = None) -> None:
+def leads_enqueue_after_commit(
+    lead_ids: Sequence[uuid.UUID], *, lane: str | None = None, high: bool | None = None
+) -> None:
     """The kickoff's enqueue: in the background (default) or inline (ENQUEUE_IN_BACKGROUND).
 
-    ``lane``: the lane of every one of these leads, when the caller knows it (the kickoff, a
-    re-route); None looks it up when publishing."""
+    ``lane`` and ``high``: the lane of every one of these leads and whether they go at their
+    lane's high priority, when the caller knows both (the kickoff: its source's); if either is
+    None both are read from the rows when publishing (``lead_queue_facts``)."""
     ids = list(lead_ids)
     if settings.ENQUEUE_IN_BACKGROUND:
-        transaction.on_commit(lambda: publisher.submit(ids, lane), robust=True)
+        transaction.on_commit(lambda: publisher.submit(ids, lane, high), robust=True)
     else:
-        transaction.on_commit(lambda: leads_enqueue(ids, lane=lane), robust=True)
+        transaction.on_commit(lambda: leads_enqueue(ids, lane=lane, high=high), robust=True)
+
+
+def source_is_high(source: Source) -> bool:
+    """Whether a new lead of this source is published at its lane's high priority: the
+    source's intake priority is one of ``HIGH_PRIORITIES`` (read from the cached source)."""
+    return priority_is_high(source.intake_priority, settings.HIGH_PRIORITIES)
+
+
+def lead_priority_known(priority: str | None, source_priority: str | None) -> str:
+    """The priority a lead is queued by: its own (a tag rule's, once routed), else its
+    source's intake priority."""
+    return priority_clean(priority) or priority_clean(source_priority)
+
+
+def lead_queue_facts(lead_ids: Sequence[uuid.UUID | str]) -> dict[str, tuple[str, bool]]:
+    """Each id's lane and whether it goes at its lane's high priority (str(id) → (lane,
+    high)), in one query: high when the lead's priority (else its source's intake priority) is
+    one of ``HIGH_PRIORITIES``. An id with no row, or a database that does not answer, is
+    normal lane, normal priority (the message is only a wake-up call)."""
+    try:
+        known = {
+            str(lead_id): (lane, lead_priority_known(priority, source_priority))
+            for lead_id, lane, priority, source_priority in Lead.objects.filter(
+                id__in=list(lead_ids)
+            ).values_list("id", "lane", "priority", "source__intake_priority")
+        }
+    except Exception as exc:
+        logger.warning("could not read the lanes of %d lead(s) (%s)", len(lead_ids), exc)
+        known = {}
+    facts: dict[str, tuple[str, bool]] = {}
+    for lead_id in lead_ids:
+        lane, priority = known.get(str(lead_id), (None, ""))
+        facts[str(lead_id)] = (
+            lanes.lane_clean(lane),
+            priority_is_high(priority, settings.HIGH_PRIORITIES),
+        )
+    return facts
 
 
 def lead_lanes(lead_ids: Sequence[uuid.UUID | str]) -> dict[str, str]:
@@ -712,58 +758,92 @@ class RealtimePeek:
 realtime_peek = RealtimePeek()
 
 
-def leads_enqueue(lead_ids: Sequence[uuid.UUID | str], *, lane: str | None = None) -> int:
+def leads_enqueue(
+    lead_ids: Sequence[uuid.UUID | str], *, lane: str | None = None, high: bool | None = None
+) -> int:
     """Publish processing tasks for these leads; never raises. Returns how many were published.
 
     Each lead's message goes to its lane's routing queue (``leads.lanes``): ``lane`` when the
-    caller knows it for all of them, else read from their rows. One message for a single lead,
+    caller knows it for all of them, else read from their rows. A lead whose priority is
+    known (``high``, else read with the lane: the lead's own from a tag rule, else its
+    source's intake priority) goes at its lane's high broker priority when it is high
+    (``lanes.routing_priority``): a worker takes it before the normal ones waiting in that lane.
+    One message for a single lead,
     one per ``ENQUEUE_CHUNK_SIZE`` ids for a batch. Called after commit. A failure is logged
     and left to ``leads_requeue_stale``: the lead row is the outbox, the message only a wake-up
     call. Publishing is tried once, with the broker's short connect timeout: a kickoff must not
     wait on a broker that is down or hung. What was published is the first ones given, in
     order, unless the leads span lanes (the stale sweeper passes one lane at a time).
     """
-    return leads_enqueue_groups([(lead_ids, lane)])
+    return leads_enqueue_groups([(lead_ids, lane, high)])
+
+
+def _queue_groups(
+    lead_ids: Sequence[uuid.UUID | str], lane: str | None, high: bool | None
+) -> dict[tuple[str, bool], list[uuid.UUID | str]]:
+    """These ids by (lane, high), as given or read from their rows, in the order given."""
+    if lane and high is not None:
+        return {(lanes.lane_clean(lane), high): list(lead_ids)}
+    facts = lead_queue_facts(lead_ids)
+    groups: dict[tuple[str, bool], list[uuid.UUID | str]] = {}
+    for lead_id in lead_ids:
+        row_lane, row_high = facts[str(lead_id)]
+        groups.setdefault((lanes.lane_clean(lane) if lane else row_lane, row_high), []).append(
+            lead_id
+        )
+    return groups
 
 
 def leads_enqueue_groups(
-    groups: Sequence[tuple[Sequence[uuid.UUID | str], str | None]],
+    groups: Sequence[tuple[Sequence[uuid.UUID | str], str | None, bool | None]],
 ) -> int:
     """``leads_enqueue`` for several groups of ids at once, each its own messages (a group is
-    one kickoff's ids, with their lane when known): on Redis all of them in one round trip
+    one kickoff's ids, with their lane and priority when known): on Redis all of them in one
+    round trip
     (``leads.broker_publish``), else through kombu one by one. Never raises; returns how many
     leads were published."""
-    total = sum(len(ids) for ids, _lane in groups)
+    total = sum(len(ids) for ids, _lane, _high in groups)
     if not total:
         return 0
     if not broker_breaker.allows():
         logger.warning("broker marked down; %d lead(s) left for the stale sweeper", total)
         return 0
     size = max(1, settings.ENQUEUE_CHUNK_SIZE)
-    messages: list[tuple[str, list[Any], str, int]] = []
-    for lead_ids, lane in groups:
+    steps = broker_priority_steps()
+    messages: list[tuple[str, list[Any], str, int, int]] = []
+    for lead_ids, lane, high in groups:
         if not lead_ids:
             continue
-        by_lane = {lanes.lane_clean(lane): list(lead_ids)} if lane else leads_by_lane(lead_ids)
-        for group_lane, ids in by_lane.items():
+        # High first: what is published first is consumed first at a shared step, and a
+        # partial publish (counted from the first) is then of the high ones.
+        by_queue = sorted(_queue_groups(lead_ids, lane, high).items(), key=lambda kv: not kv[0][1])
+        for (group_lane, group_high), ids in by_queue:
             queue_name = lanes.routing_queue(group_lane)
+            priority = lanes.routing_priority(group_lane, group_high, steps)
             for i in range(0, len(ids), size):
                 chunk = ids[i : i + size]
                 if len(chunk) == 1:
-                    messages.append((PROCESS_LEAD_TASK, [str(chunk[0])], queue_name, 1))
+                    messages.append((PROCESS_LEAD_TASK, [str(chunk[0])], queue_name, 1, priority))
                 else:
                     args = [[str(lead_id) for lead_id in chunk]]
-                    messages.append((PROCESS_LEADS_TASK, args, queue_name, len(chunk)))
+                    messages.append((PROCESS_LEADS_TASK, args, queue_name, len(chunk), priority))
     published = 0
     try:
         if raw_publish_possible():
-            raw_publisher.publish([(name, args, queue) for name, args, queue, _n in messages])
+            raw_publisher.publish(
+                [(name, args, queue, pri) for name, args, queue, _n, pri in messages]
+            )
             published = total
         else:
             with celery_app.producer_or_acquire() as producer:
-                for name, args, queue_name, count in messages:
+                for name, args, queue_name, count, priority in messages:
                     celery_app.send_task(
-                        name, args=args, producer=producer, retry=False, queue=queue_name
+                        name,
+                        args=args,
+                        producer=producer,
+                        retry=False,
+                        queue=queue_name,
+                        priority=priority,
                     )
                     published += count
     except Exception as exc:  # any broker failure: the sweeper re-enqueues what was not published
@@ -782,16 +862,18 @@ def leads_enqueue_groups(
     return published
 
 
-def lead_enqueue_later(lead_id: uuid.UUID, *, delay: float, lane: str | None = None) -> bool:
+def lead_enqueue_later(
+    lead_id: uuid.UUID, *, delay: float, lane: str | None = None, high: bool | None = None
+) -> bool:
     """Publish one lead's processing task to run after ``delay`` seconds, to its lane's queue
-    (``lane``, else read from its row); never raises.
+    at its priority (``lane`` and ``high``, else read from its row); never raises.
 
     For short delays only (well inside the broker's visibility timeout). A failed publish is
     logged and left to the stale sweeper.
     """
     if not broker_breaker.allows():
         return False
-    lane = lane or next(iter(leads_by_lane([lead_id])))
+    ((lane, high),) = _queue_groups([lead_id], lane, high)
     try:
         celery_app.send_task(
             PROCESS_LEAD_TASK,
@@ -799,6 +881,7 @@ def lead_enqueue_later(lead_id: uuid.UUID, *, delay: float, lane: str | None = N
             countdown=max(0.0, delay),
             retry=False,
             queue=lanes.routing_queue(lane),
+            priority=lanes.routing_priority(lane, high, broker_priority_steps()),
         )
     except Exception as exc:
         broker_breaker.trip(settings.BROKER_BREAKER_SECONDS)
@@ -868,6 +951,7 @@ def leads_requeue_stale(
     now = now or timezone.now()
     leads_release_abandoned_enrichment(now=now, batch_size=batch_size)
     cutoff = now - older_than
+    high_priorities = settings.HIGH_PRIORITIES
     total = 0
     for _ in range(max_batches):
         with transaction.atomic(durable=True):
@@ -884,19 +968,30 @@ def leads_requeue_stale(
             )
             if connection.features.has_select_for_update_skip_locked:
                 stale = stale.select_for_update(skip_locked=True, no_key=True)
-            rows = list(stale.values_list("id", "lane")[:batch_size])
-            ids = [lead_id for lead_id, _ in rows]
+            rows = [
+                (lead_id, lanes.lane_clean(lane), priority_is_high(known, high_priorities))
+                for lead_id, lane, known in (
+                    (lead_id, lane, lead_priority_known(priority, source_priority))
+                    for lead_id, lane, priority, source_priority in stale.values_list(
+                        "id", "lane", "priority", "source__intake_priority"
+                    )[:batch_size]
+                )
+            ]
+            ids = [lead_id for lead_id, _lane, _high in rows]
             # The rows are old and committed, so publishing inside this transaction is safe;
             # it lets the stamp cover exactly what reached the broker. Each lead to its own
-            # lane's queue, a lane at a time (realtime first), so what was published is known.
+            # lane's queue, a lane at a time (realtime first), its high-priority leads first
+            # (``leads_enqueue``), so what was published is known.
             published = 0
-            for lane in lanes.LANES:
+            for lane, high in ((lane, high) for lane in lanes.LANES for high in (True, False)):
                 lane_ids = [
-                    lead_id for lead_id, row_lane in rows if lanes.lane_clean(row_lane) == lane
+                    lead_id
+                    for lead_id, row_lane, row_high in rows
+                    if (row_lane, row_high) == (lane, high)
                 ]
                 if not lane_ids:
                     continue
-                sent = leads_enqueue(lane_ids, lane=lane)
+                sent = leads_enqueue(lane_ids, lane=lane, high=high)
                 if sent:
                     Lead.objects.filter(id__in=lane_ids[:sent]).update(requeued_at=now)
                 published += sent

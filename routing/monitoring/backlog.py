@@ -101,7 +101,8 @@ def _queue_names() -> list[str]:
 def _filesystem_lengths(names: list[str]) -> dict[str, int | None]:
     folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
     counts: dict[str, int | None] = dict.fromkeys(names, 0)
-    # kombu names each message "<ms>_<uuid>.<queue>.msg".
+    # A message is "<ms>_<uuid>.<queue>.msg" (kombu) or "p<priority>_<ns>_<uuid>.<queue>.msg"
+    # (config.broker_filesystem.message_filename).
     with os.scandir(folder) as entries:
         for entry in entries:
             queue = entry.name.partition(".")[2].removesuffix(".msg")

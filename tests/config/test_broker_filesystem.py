@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from hypothesis import given
+from hypothesis import strategies as st
 from kombu import Connection, Consumer, Exchange, Queue
 
-from config.broker_filesystem import queue_has_message
+from config.broker_filesystem import message_filename, queue_has_message
 from config.celery import app
 from leads import lanes
 from leads.services import realtime_peek
@@ -128,3 +130,76 @@ def test_the_embedded_broker_uses_the_ordered_transport_and_its_peek_sees_realti
     finally:
         for path in folder.glob(f"*.{REALTIME}.msg"):
             path.unlink()
+
+
+def _drain(connection: Connection, queues: list[Queue], count: int) -> list[str]:
+    taken: list[str] = []
+
+    def on_message(body: dict[str, Any], message: Any) -> None:
+        taken.append(body["n"])
+        message.ack()
+
+    with Consumer(connection, queues=queues, callbacks=[on_message], prefetch_count=1):
+        for _ in range(count * 2):
+            if len(taken) == count:
+                break
+            try:
+                connection.drain_events(timeout=1)
+            except TimeoutError:
+                break
+    return taken
+
+
+def test_a_queues_high_priority_messages_are_taken_first_and_bulk_stays_behind(
+    tmp_path: Path,
+) -> None:
+    """Priority within a queue (lower first, as Redis's steps), each priority first in, first
+    out; the queue order still first: a high bulk message waits for every realtime one. The
+    priorities are ``lanes.routing_priority``'s, as ``leads_enqueue`` publishes them."""
+    folder = tmp_path / "queue"
+    folder.mkdir()
+    (tmp_path / "processed").mkdir()
+    queues = [_queue(REALTIME, tmp_path.name), _queue(BULK, tmp_path.name)]
+    sent = [
+        (BULK, "bulk-high", lanes.routing_priority(lanes.BULK, True)),
+        (REALTIME, "normal0", lanes.routing_priority(lanes.REALTIME, False)),
+        (REALTIME, "normal1", lanes.routing_priority(lanes.REALTIME, False)),
+        (REALTIME, "high0", lanes.routing_priority(lanes.REALTIME, True)),
+        (REALTIME, "normal2", lanes.routing_priority(lanes.REALTIME, False)),
+        (REALTIME, "high1", lanes.routing_priority(lanes.REALTIME, True)),
+        (BULK, "bulk-normal", lanes.routing_priority(lanes.BULK, False)),
+    ]
+    with _connection(folder) as connection:
+        producer = connection.Producer()
+        for queue_name, name, priority in sent:
+            queue = queues[0] if queue_name == REALTIME else queues[1]
+            producer.publish(
+                {"n": name},
+                exchange=queue.exchange,
+                routing_key=queue_name,
+                declare=[queue],
+                priority=priority,
+            )
+        assert queue_has_message(folder, REALTIME)
+        taken = _drain(connection, queues, len(sent))
+    assert taken == ["high0", "high1", "normal0", "normal1", "normal2", "bulk-high", "bulk-normal"]
+
+
+@given(
+    messages=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=9), st.integers(min_value=0, max_value=10**19)
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_file_names_sort_by_priority_then_time(messages: list[tuple[int, int]]) -> None:
+    """kombu's ``_get`` takes the first matching name in sorted order: that is the order of
+    (priority, nanoseconds), whatever the number of digits; and kombu still sees the queue."""
+    names = {
+        message_filename(REALTIME, priority, ns, f"{index:032x}"): (priority, ns, index)
+        for index, (priority, ns) in enumerate(messages)
+    }
+    assert [names[name] for name in sorted(names)] == sorted(names.values())
+    assert all(name.partition(".")[2] == f"{REALTIME}.msg" for name in names)

@@ -6,15 +6,25 @@ What it pushes must be what ``send_task`` would push (field by field, ids aside)
 
 from __future__ import annotations
 
+import functools
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from django.conf import settings
+from hypothesis import given
+from hypothesis import strategies as st
 
 from config.celery import app
 from leads import lanes, services
-from leads.broker_publish import message_fields, raw_publish_possible, raw_publisher
+from leads.broker_publish import (
+    REDIS_PRIORITY_SEP,
+    message_fields,
+    raw_publish_possible,
+    raw_publisher,
+    redis_priority_queue,
+)
 
 _IDS = {"headers": ("id", "root_id"), "properties": ("correlation_id", "delivery_tag")}
 
@@ -52,7 +62,7 @@ def test_the_raw_message_is_the_one_send_task_pushes(redis_broker, name, args) -
     client, queue = redis_broker
     with app.producer_or_acquire() as producer:
         app.send_task(name, args=args, producer=producer, retry=False, queue=queue)
-    raw_publisher.publish([(name, args, queue)])
+    raw_publisher.publish([(name, args, queue, 0)])
     assert client.llen(queue) == 2
     by_kombu = message_fields(client.rpop(queue))
     raw = message_fields(client.rpop(queue))
@@ -71,9 +81,9 @@ def test_one_round_trip_per_queue_keeps_the_order_given(redis_broker) -> None:  
     try:
         raw_publisher.publish(
             [
-                (services.PROCESS_LEAD_TASK, ["a"], queue),
-                (services.PROCESS_LEAD_TASK, ["b"], other),
-                (services.PROCESS_LEAD_TASK, ["c"], queue),
+                (services.PROCESS_LEAD_TASK, ["a"], queue, 0),
+                (services.PROCESS_LEAD_TASK, ["b"], other, 0),
+                (services.PROCESS_LEAD_TASK, ["c"], queue, 0),
             ]
         )
         # Workers pop from the right: the first given is consumed first.
@@ -85,21 +95,98 @@ def test_one_round_trip_per_queue_keeps_the_order_given(redis_broker) -> None:  
 
 @pytest.mark.redis
 def test_leads_enqueue_pushes_each_kickoffs_message_to_its_lanes_queue(redis_broker) -> None:  # type: ignore[no-untyped-def]
+    """Each to its lane's queue, in the list of its priority step (``lanes.routing_priority``):
+    the list kombu's Redis transport names for that step, which a worker pops."""
     client, _queue = redis_broker
     realtime, bulk = lanes.routing_queue(lanes.REALTIME), lanes.routing_queue(lanes.BULK)
-    before = {q: client.llen(q) for q in (realtime, bulk)}
-    ids = [f"00000000-0000-0000-0000-{i:012d}" for i in range(3)]
+    lists = {
+        "realtime high": realtime,  # step 0: the queue's own name
+        "realtime normal": realtime + "\x06\x163",
+        "bulk normal": bulk + "\x06\x169",
+    }
+    before = {name: client.llen(key) for name, key in lists.items()}
+    ids = [f"00000000-0000-0000-0000-{i:012d}" for i in range(4)]
     try:
         sent = services.leads_enqueue_groups(
-            [([ids[0]], lanes.REALTIME), ([ids[1]], lanes.REALTIME), (ids[2:], lanes.BULK)]
+            [
+                ([ids[0]], lanes.REALTIME, False),
+                ([ids[1]], lanes.REALTIME, False),
+                (ids[2:3], lanes.BULK, False),
+                (ids[3:], lanes.REALTIME, True),
+            ]
         )
-        assert sent == 3
-        assert client.llen(realtime) == before[realtime] + 2
-        assert client.llen(bulk) == before[bulk] + 1
+        assert sent == 4
+        assert {name: client.llen(key) - before[name] for name, key in lists.items()} == {
+            "realtime high": 1,
+            "realtime normal": 2,
+            "bulk normal": 1,
+        }
+        high = message_fields(client.rpop(lists["realtime high"]))
+        assert high["body"][0] == [ids[3]]
+        assert high["properties"]["priority"] == 0
+        client.rpush(lists["realtime high"], json.dumps(high).encode())  # put back (cleanup)
     finally:
-        for queue in (realtime, bulk):
-            for _ in range(client.llen(queue) - before[queue]):
-                client.lpop(queue)
+        for name, key in lists.items():
+            for _ in range(client.llen(key) - before[name]):
+                client.lpop(key)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("priority", [0, 3, 9])
+def test_the_raw_message_at_a_priority_is_where_send_task_puts_it(redis_broker, priority) -> None:  # type: ignore[no-untyped-def]
+    """kombu chooses the list by the message's priority; the raw push must choose the same."""
+    client, queue = redis_broker
+    key = redis_priority_queue(queue, priority, (0, 3, 6, 9))
+    client.delete(key)
+    try:
+        with app.producer_or_acquire() as producer:
+            app.send_task(
+                services.PROCESS_LEAD_TASK,
+                args=["x"],
+                producer=producer,
+                retry=False,
+                queue=queue,
+                priority=priority,
+            )
+        raw_publisher.publish([(services.PROCESS_LEAD_TASK, ["x"], queue, priority)])
+        assert client.llen(key) == 2
+        by_kombu = message_fields(client.rpop(key))
+        raw = message_fields(client.rpop(key))
+        assert _without_ids(raw) == _without_ids(by_kombu)
+        assert raw["properties"]["priority"] == priority
+    finally:
+        client.delete(key)
+
+
+@given(
+    queue=st.text(min_size=1, max_size=30),
+    priority=st.integers(min_value=-5, max_value=20),
+    steps=st.sets(st.integers(min_value=1, max_value=9), max_size=9).map(
+        lambda rest: tuple(sorted({0} | rest))
+    ),
+)
+def test_the_priority_list_name_is_kombus(
+    queue: str, priority: int, steps: tuple[int, ...]
+) -> None:
+    """``redis_priority_queue`` names the list kombu's Redis channel would push to: its
+    ``_get_message_priority`` (clamped to 0-9), ``priority`` (down to a step) and ``_q_for_pri``
+    with its ``sep``, run on a stand-in for the channel."""
+    from kombu.transport import redis as kombu_redis
+    from kombu.transport.virtual import base
+
+    channel: Any = SimpleNamespace(
+        priority_steps=list(steps),
+        sep=kombu_redis.Channel.sep,
+        min_priority=base.Channel.min_priority,
+        max_priority=base.Channel.max_priority,
+        default_priority=base.Channel.default_priority,
+    )
+    channel.priority = functools.partial(kombu_redis.Channel.priority, channel)
+    message = {"properties": {"priority": priority}}
+    kombu_priority = base.Channel._get_message_priority(channel, message, reverse=False)
+    expected = kombu_redis.Channel._q_for_pri(channel, queue, kombu_priority)
+    assert redis_priority_queue(queue, priority, steps) == expected
+    assert kombu_redis.Channel.sep == REDIS_PRIORITY_SEP
 
 
 def test_raw_publishing_only_on_a_plain_redis_broker(settings) -> None:  # type: ignore[no-untyped-def]

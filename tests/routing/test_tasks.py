@@ -112,7 +112,15 @@ def test_a_bulk_chunk_hands_back_as_soon_as_a_realtime_lead_waits(settings):
     settings.ROUTING_CHUNK_PEEK_SECONDS = 0.0
     leads = [LeadFactory(lane="bulk", email=f"q{i}@acme.com") for i in range(4)]
     ids = [str(lead.pk) for lead in leads]
-    client.delete("routing.realtime", "routing.bulk")
+    from leads.broker_publish import redis_priority_queue
+
+    # Every priority list of both queues (kombu's: "<queue>", "<queue>\x06\x163", ...).
+    keys = [
+        redis_priority_queue(q, step, (0, 3, 6, 9))
+        for q in ("routing.realtime", "routing.bulk")
+        for step in (0, 3, 6, 9)
+    ]
+    client.delete(*keys)
     try:
         # Nothing realtime waits: the whole chunk runs (a slice of a minute never ends here).
         outcome = services.leads_process_chunk(lead_ids=ids[:2], slice_seconds=60)
@@ -124,6 +132,8 @@ def test_a_bulk_chunk_hands_back_as_soon_as_a_realtime_lead_waits(settings):
         assert (outcome.processed, outcome.handed_back) == (1, 1)
         assert Lead.objects.get(pk=ids[3]).status == LeadStatus.RECEIVED
         with app.connection_for_read() as conn:
-            assert conn.default_channel.client.llen("routing.bulk") == 1  # the rest, handed back
+            # The rest, handed back: in the bulk queue's list for a normal-priority lead.
+            assert conn.default_channel._size("routing.bulk") == 1
+            assert client.llen(redis_priority_queue("routing.bulk", 9, (0, 3, 6, 9))) == 1
     finally:
-        client.delete("routing.realtime", "routing.bulk")
+        client.delete(*keys)
