@@ -187,8 +187,10 @@ def load_locked(rep_id: int, zone_name: str, now: datetime) -> tuple[int, int]:
 _INT = IntegerField()
 
 
-def _count_assignment(rep_id: int, zone_name: str, now: datetime, opened: int) -> None:
-    """The rep was given a lead at ``now`` (``opened``: its open count's change)."""
+def _count_assignment(
+    rep_id: int, zone_name: str, now: datetime, opened: int, count: int = 1
+) -> None:
+    """The rep was given ``count`` leads at ``now`` (``opened``: its open count's change)."""
     day = local_midnight(now, zone_name)
     roll = Q(day_start__isnull=True) | Q(day_start__lt=day)
     # The assignment belongs to the day before the row's: a worker whose clock is behind.
@@ -197,15 +199,15 @@ def _count_assignment(rep_id: int, zone_name: str, now: datetime, opened: int) -
     updated = RepLoad.objects.filter(rep_id=rep_id, timezone=zone_name).update(
         open_count=Greatest(F("open_count") + opened, Value(0), output_field=_INT),
         day_count=Case(
-            When(day_start=day, then=F("day_count") + 1),
-            When(roll, then=Value(1)),
+            When(day_start=day, then=F("day_count") + count),
+            When(roll, then=Value(count)),
             default=F("day_count"),
             output_field=_INT,
         ),
         prev_count=Case(
             When(roll, then=F("day_count")),
-            When(behind & Q(prev_start=day), then=F("prev_count") + 1),
-            When(behind_new, then=Value(1)),
+            When(behind & Q(prev_start=day), then=F("prev_count") + count),
+            When(behind_new, then=Value(count)),
             default=F("prev_count"),
             output_field=_INT,
         ),
@@ -240,6 +242,14 @@ def load_assigned(
             _count_assignment(rep_id, zone_name, now, 0 if released_rep_id == rep_id else 1)
         else:
             load_released(changed)
+
+
+def load_assigned_many(*, rep_id: int, zone_name: str, now: datetime, count: int) -> None:
+    """``count`` new leads (no supersession) given to ``rep_id`` at ``now``, all in the rep's
+    same local day: one statement for a batch's assignments to one rep (``routing.batch``).
+    Call it holding the rep's row lock, after inserting the assignments."""
+    if count > 0:
+        _count_assignment(rep_id, zone_name, now, count, count)
 
 
 def _true_counts(rep_id: int, zone_name: str, now: datetime) -> dict[str, Any]:
