@@ -155,7 +155,9 @@ def leads_process_batch(lead_ids: Sequence[uuid.UUID]) -> int:
     won = set(claimed)
     failures = 0
     if claimed:
-        failures += _batch_process(claimed, lease)
+        # Worked on in the order the chunk gave (the order they came in), locked in id order.
+        position = {lead_id: index for index, lead_id in enumerate(lead_ids)}
+        failures += _batch_process(sorted(claimed, key=position.__getitem__), lease)
     for lead_id in lead_ids:
         if lead_id in won:
             continue
@@ -217,8 +219,7 @@ def _batch_route(batch: _Batch, claimed: list[uuid.UUID], lease: datetime) -> No
             _decide_lock=RawSQL(sql, params, output_field=TextField())  # noqa: S611 - constant
         )
     order = {lead_id: index for index, lead_id in enumerate(claimed)}
-    # Locked in id order; worked on in the order the chunk gave (the order they came in).
-    leads = sorted(locking, key=lambda lead: order[lead.pk])
+    leads = sorted(locking, key=lambda lead: order[lead.pk])  # locked in id order
     waiting = [lead for lead in leads if not _leftover_at_once(lead)]
     batch.leftover += [lead.pk for lead in leads if _leftover_at_once(lead)]
     for lead in waiting:
@@ -621,10 +622,12 @@ def _reps_assigned(assignments: list[tuple[_Routed, Assignment]], zones: dict[in
     else:
         for rep_id in sorted(last):
             Rep.objects.filter(pk=rep_id).update(last_assigned_at=last[rep_id])
-    for (rep_id, _day), (count, latest) in sorted(days.items()):
-        load_assigned_many(
-            rep_id=rep_id, zone_name=zones.get(rep_id, "UTC"), now=latest, count=count
-        )
+    load_assigned_many(
+        counts=[
+            (rep_id, zones.get(rep_id, "UTC"), latest, count)
+            for (rep_id, _day), (count, latest) in sorted(days.items())
+        ]
+    )
 
 
 __all__ = ["leads_claim", "leads_process_batch"]

@@ -34,13 +34,13 @@ adds it to ``leadrouter_rep_load_drift`` on /metrics.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, Count, F, IntegerField, Q, Sum, Value, When
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -244,12 +244,54 @@ def load_assigned(
             load_released(changed)
 
 
-def load_assigned_many(*, rep_id: int, zone_name: str, now: datetime, count: int) -> None:
-    """``count`` new leads (no supersession) given to ``rep_id`` at ``now``, all in the rep's
-    same local day: one statement for a batch's assignments to one rep (``routing.batch``).
-    Call it holding the rep's row lock, after inserting the assignments."""
-    if count > 0:
-        _count_assignment(rep_id, zone_name, now, count, count)
+def load_assigned_many(*, counts: Sequence[tuple[int, str, datetime, int]]) -> None:
+    """New leads (no supersession) given to several reps: ``counts`` holds (rep id, the rep's
+    zone, the latest assignment's time, how many) for each rep and local day. One statement for
+    all of them on PostgreSQL (``routing.batch``), the same arithmetic as ``_count_assignment``;
+    a rep without its row in that zone is recounted. Call it holding the reps' row locks,
+    after inserting the assignments."""
+    per_rep: dict[int, int] = {}
+    for rep_id, *_rest in counts:
+        per_rep[rep_id] = per_rep.get(rep_id, 0) + 1
+    together = [row for row in counts if per_rep[row[0]] == 1 and row[3] > 0]
+    alone = [row for row in counts if per_rep[row[0]] > 1 and row[3] > 0]  # across a midnight
+    if connection.vendor != "postgresql":
+        alone, together = alone + together, []
+    if together:
+        days = [local_midnight(now, zone_name) for _rep, zone_name, now, _n in together]
+        table = RepLoad._meta.db_table
+        roll = "(r.day_start IS NULL OR r.day_start < v.day)"
+        behind = "(r.day_start > v.day)"
+        behind_new = f"({behind} AND (r.prev_start IS NULL OR r.prev_start < v.day))"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} AS r SET "  # noqa: S608 - names are the model's, values bound
+                "open_count = GREATEST(r.open_count + v.n, 0), "
+                f"day_count = CASE WHEN r.day_start = v.day THEN r.day_count + v.n "
+                f"WHEN {roll} THEN v.n ELSE r.day_count END, "
+                f"prev_count = CASE WHEN {roll} THEN r.day_count "
+                f"WHEN {behind} AND r.prev_start = v.day THEN r.prev_count + v.n "
+                f"WHEN {behind_new} THEN v.n ELSE r.prev_count END, "
+                f"prev_start = CASE WHEN {roll} THEN r.day_start "
+                f"WHEN {behind_new} THEN v.day ELSE r.prev_start END, "
+                f"day_start = CASE WHEN {roll} THEN v.day ELSE r.day_start END "
+                "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::int[]) "
+                "AS v(rep_id, zone, day, n) "
+                "WHERE r.rep_id = v.rep_id AND r.timezone = v.zone RETURNING r.rep_id",
+                [
+                    [row[0] for row in together],
+                    [row[1] for row in together],
+                    days,
+                    [row[3] for row in together],
+                ],
+            )
+            done = {row[0] for row in cursor.fetchall()}
+        for rep_id, zone_name, now, _n in together:
+            if rep_id not in done:
+                # No row yet, or one kept in the rep's previous zone: count it all.
+                rep_load_recount(rep_id=rep_id, zone_name=zone_name, now=now)
+    for rep_id, zone_name, now, n in alone:
+        _count_assignment(rep_id, zone_name, now, n, n)
 
 
 def _true_counts(rep_id: int, zone_name: str, now: datetime) -> dict[str, Any]:
