@@ -223,6 +223,9 @@ def _batch_route(batch: _Batch, claimed: list[uuid.UUID], lease: datetime) -> No
         )
     order = {lead_id: index for index, lead_id in enumerate(claimed)}
     leads = sorted(locking, key=lambda lead: order[lead.pk])  # locked in id order
+    for lost in set(claimed) - {lead.pk for lead in leads}:
+        # Its lease expired meanwhile (a stall) and another worker claimed it: not ours.
+        logger.warning("process_lead: lease on lead %s lost; writing nothing", lost)
     waiting = [lead for lead in leads if not _leftover_at_once(lead)]
     batch.leftover += [lead.pk for lead in leads if _leftover_at_once(lead)]
     # Normalised as one by one, but the people's keys found for all at once (3 statements).

@@ -93,7 +93,8 @@ def _run(leads: list[Lead], **kwargs: Any) -> services.ChunkOutcome:
 
 
 def _statuses(leads: list[Lead]) -> list[str]:
-    found = dict(Lead.objects.filter(id__in=[lead.id for lead in leads]).values_list("id", "status"))
+    rows = Lead.objects.filter(id__in=[lead.id for lead in leads]).values_list("id", "status")
+    found = dict(rows)
     return [found[lead.id] for lead in leads]
 
 
