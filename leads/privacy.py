@@ -25,6 +25,8 @@ import json
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -271,6 +273,10 @@ def person_key_for(*, email: str = "", phone: str = "", lead_id: Any = None) -> 
 
     if not settings.PRIVACY_SEALING:
         return None
+    deferred = _deferred.get()
+    if deferred is not None and lead_id is not None:
+        deferred[lead_id] = (email, phone, lead_id)  # found with the others: person_keys_for
+        return None
 
     try:
         lookup = lookup_hash(email=email, phone=phone, lead_id=lead_id)
@@ -306,6 +312,84 @@ def person_key_for(*, email: str = "", phone: str = "", lead_id: Any = None) -> 
         # SQLite reuses the id of a rolled-back row: cached only once the row is committed.
         transaction.on_commit(lambda: _cache.put(key_id, fernet))
     return key_id
+
+
+_deferred: ContextVar[dict[Any, tuple[str, str, Any]] | None] = ContextVar(
+    "person_keys_deferred", default=None
+)
+
+
+@contextlib.contextmanager
+def person_keys_deferred() -> Iterator[dict[Any, tuple[str, str, Any]]]:
+    """Inside, ``person_key_for`` (with a ``lead_id``) finds no key: it notes the person by the
+    lead's id in the mapping yielded and returns None; the caller then finds them all at once
+    with ``person_keys_for`` and sets each lead's ``person_key_id`` (``routing.batch``)."""
+    pending: dict[Any, tuple[str, str, Any]] = {}
+    token = _deferred.set(pending)
+    try:
+        yield pending
+    finally:
+        _deferred.reset(token)
+
+
+def person_keys_for(people: Mapping[Any, tuple[str, str, Any]]) -> dict[Any, int | None]:
+    """``person_key_for`` for many people at once, by the caller's keys: (e-mail, phone, lead
+    id) each. Three statements whatever their number: the keys that exist, one insert of the
+    missing ones (a key another worker creates meanwhile wins: ``ON CONFLICT DO NOTHING``), and
+    their ids read back. The keys are cached as ``person_key_for`` caches them."""
+    from leads.models import PersonKey
+
+    if not settings.PRIVACY_SEALING:
+        return dict.fromkeys(people)
+    lookups: dict[Any, str | None] = {}
+    for key, (email, phone, lead_id) in people.items():
+        try:
+            lookups[key] = lookup_hash(email=email, phone=phone, lead_id=lead_id)
+        except ValueError:
+            lookups[key] = None
+    wanted = sorted({lookup for lookup in lookups.values() if lookup})
+    found: dict[str, int] = {}
+    for stored_lookup, key_id, wrapped in PersonKey.objects.filter(lookup__in=wanted).values_list(
+        "lookup", "pk", "wrapped"
+    ):
+        found[str(stored_lookup)] = int(key_id)
+        hit, _ = _cache.get(key_id)
+        if not hit:
+            with contextlib.suppress(PrivacyKeyError):
+                _cache.put(key_id, _unwrap(wrapped))
+    missing = [lookup for lookup in wanted if lookup not in found]
+    if missing:
+        data_keys = {lookup: Fernet.generate_key() for lookup in missing}
+        master = _master()
+        wrapped_by = primary_fingerprint()
+        mine = {lookup: master.encrypt(data_keys[lookup]).decode() for lookup in missing}
+        PersonKey.objects.bulk_create(
+            [
+                PersonKey(lookup=lookup, wrapped=mine[lookup], wrapped_by=wrapped_by)
+                for lookup in missing
+            ],
+            ignore_conflicts=True,
+        )
+        postgresql = transaction.get_connection().vendor == "postgresql"
+        for stored_lookup, key_id, wrapped in PersonKey.objects.filter(
+            lookup__in=missing
+        ).values_list("lookup", "pk", "wrapped"):
+            lookup = str(stored_lookup)
+            found[lookup] = int(key_id)
+            if wrapped != mine[lookup]:  # another worker's, committed meanwhile
+                with contextlib.suppress(PrivacyKeyError):
+                    _cache.put(key_id, _unwrap(wrapped))
+                continue
+            fernet = Fernet(data_keys[lookup])
+            if postgresql:  # as person_key_for: an id is never handed out twice
+                _cache.put(key_id, fernet)
+            else:
+                transaction.on_commit(_cache_on_commit(int(key_id), fernet))
+    return {key: found.get(lookup) if lookup else None for key, lookup in lookups.items()}
+
+
+def _cache_on_commit(key_id: int, fernet: Fernet) -> Any:
+    return lambda: _cache.put(key_id, fernet)
 
 
 def seal(fernet: Fernet, value: Any) -> str:

@@ -10,6 +10,7 @@ same moment give exactly one original: the second waits, then sees the first.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -41,6 +42,30 @@ def dedup_keys(lead: Lead) -> list[str]:
     return []
 
 
+def dedup_lock_keys(lead: Lead) -> list[str]:
+    """The keys locked while a lead is matched: both of them (matching uses one), so a lead
+    with an e-mail and one with only the same phone, processed together, are still taken one
+    after the other."""
+    flags = set(lead.flags or [])
+    lockable = [f"email:{lead.email}"] if lead.email and FLAG_INVALID_EMAIL not in flags else []
+    if lead.phone and FLAG_INVALID_PHONE not in flags:
+        lockable.append(f"phone:{lead.phone}")
+    return lockable
+
+
+def dedup_lock_many(keys: Iterable[str]) -> None:
+    """Lock many leads' keys in one statement, in the same (sorted) order as ``_lock``."""
+    ordered = sorted(set(keys))
+    if connection.vendor != "postgresql" or not ordered:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM "
+            "(SELECT k FROM unnest(%s::text[]) AS k ORDER BY k) AS sorted",
+            [["dedup:" + key for key in ordered]],
+        )
+
+
 def _lock(keys: list[str]) -> None:
     if connection.vendor != "postgresql" or not keys:
         return
@@ -63,13 +88,7 @@ def lead_dedup(*, lead: Lead, now: datetime) -> DedupMatch | None:
     lead.dedup_key = keys[0] if keys else ""
     if not keys:
         return None
-    # Both of its keys are locked (matching uses one): a lead with an e-mail and one with only
-    # the same phone, processed together, are still taken one after the other.
-    flags = set(lead.flags or [])
-    lockable = [f"email:{lead.email}"] if lead.email and FLAG_INVALID_EMAIL not in flags else []
-    if lead.phone and FLAG_INVALID_PHONE not in flags:
-        lockable.append(f"phone:{lead.phone}")
-    _lock(lockable)
+    _lock(dedup_lock_keys(lead))
     since = now - timedelta(days=settings.DEDUP_WINDOW_DAYS)
     for key in keys:
         field, value = key.split(":", 1)

@@ -34,13 +34,13 @@ adds it to ``leadrouter_rep_load_drift`` on /metrics.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, Count, F, IntegerField, Q, Sum, Value, When
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -187,8 +187,10 @@ def load_locked(rep_id: int, zone_name: str, now: datetime) -> tuple[int, int]:
 _INT = IntegerField()
 
 
-def _count_assignment(rep_id: int, zone_name: str, now: datetime, opened: int) -> None:
-    """The rep was given a lead at ``now`` (``opened``: its open count's change)."""
+def _count_assignment(
+    rep_id: int, zone_name: str, now: datetime, opened: int, count: int = 1
+) -> None:
+    """The rep was given ``count`` leads at ``now`` (``opened``: its open count's change)."""
     day = local_midnight(now, zone_name)
     roll = Q(day_start__isnull=True) | Q(day_start__lt=day)
     # The assignment belongs to the day before the row's: a worker whose clock is behind.
@@ -197,15 +199,15 @@ def _count_assignment(rep_id: int, zone_name: str, now: datetime, opened: int) -
     updated = RepLoad.objects.filter(rep_id=rep_id, timezone=zone_name).update(
         open_count=Greatest(F("open_count") + opened, Value(0), output_field=_INT),
         day_count=Case(
-            When(day_start=day, then=F("day_count") + 1),
-            When(roll, then=Value(1)),
+            When(day_start=day, then=F("day_count") + count),
+            When(roll, then=Value(count)),
             default=F("day_count"),
             output_field=_INT,
         ),
         prev_count=Case(
             When(roll, then=F("day_count")),
-            When(behind & Q(prev_start=day), then=F("prev_count") + 1),
-            When(behind_new, then=Value(1)),
+            When(behind & Q(prev_start=day), then=F("prev_count") + count),
+            When(behind_new, then=Value(count)),
             default=F("prev_count"),
             output_field=_INT,
         ),
@@ -240,6 +242,56 @@ def load_assigned(
             _count_assignment(rep_id, zone_name, now, 0 if released_rep_id == rep_id else 1)
         else:
             load_released(changed)
+
+
+def load_assigned_many(*, counts: Sequence[tuple[int, str, datetime, int]]) -> None:
+    """New leads (no supersession) given to several reps: ``counts`` holds (rep id, the rep's
+    zone, the latest assignment's time, how many) for each rep and local day. One statement for
+    all of them on PostgreSQL (``routing.batch``), the same arithmetic as ``_count_assignment``;
+    a rep without its row in that zone is recounted. Call it holding the reps' row locks,
+    after inserting the assignments."""
+    per_rep: dict[int, int] = {}
+    for rep_id, *_rest in counts:
+        per_rep[rep_id] = per_rep.get(rep_id, 0) + 1
+    together = [row for row in counts if per_rep[row[0]] == 1 and row[3] > 0]
+    alone = [row for row in counts if per_rep[row[0]] > 1 and row[3] > 0]  # across a midnight
+    if connection.vendor != "postgresql":
+        alone, together = alone + together, []
+    if together:
+        days = [local_midnight(now, zone_name) for _rep, zone_name, now, _n in together]
+        table = RepLoad._meta.db_table
+        roll = "(r.day_start IS NULL OR r.day_start < v.day)"
+        behind = "(r.day_start > v.day)"
+        behind_new = f"({behind} AND (r.prev_start IS NULL OR r.prev_start < v.day))"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} AS r SET "  # noqa: S608 - names are the model's, values bound
+                "open_count = GREATEST(r.open_count + v.n, 0), "
+                f"day_count = CASE WHEN r.day_start = v.day THEN r.day_count + v.n "
+                f"WHEN {roll} THEN v.n ELSE r.day_count END, "
+                f"prev_count = CASE WHEN {roll} THEN r.day_count "
+                f"WHEN {behind} AND r.prev_start = v.day THEN r.prev_count + v.n "
+                f"WHEN {behind_new} THEN v.n ELSE r.prev_count END, "
+                f"prev_start = CASE WHEN {roll} THEN r.day_start "
+                f"WHEN {behind_new} THEN v.day ELSE r.prev_start END, "
+                f"day_start = CASE WHEN {roll} THEN v.day ELSE r.day_start END "
+                "FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::int[]) "
+                "AS v(rep_id, zone, day, n) "
+                "WHERE r.rep_id = v.rep_id AND r.timezone = v.zone RETURNING r.rep_id",
+                [
+                    [row[0] for row in together],
+                    [row[1] for row in together],
+                    days,
+                    [row[3] for row in together],
+                ],
+            )
+            done = {row[0] for row in cursor.fetchall()}
+        for rep_id, zone_name, now, _n in together:
+            if rep_id not in done:
+                # No row yet, or one kept in the rep's previous zone: count it all.
+                rep_load_recount(rep_id=rep_id, zone_name=zone_name, now=now)
+    for rep_id, zone_name, now, n in alone:
+        _count_assignment(rep_id, zone_name, now, n, n)
 
 
 def _true_counts(rep_id: int, zone_name: str, now: datetime) -> dict[str, Any]:

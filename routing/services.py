@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError as DBError
@@ -97,15 +98,22 @@ def leads_process_chunk(*, lead_ids: list[str], slice_seconds: float | None = No
     ``ROUTING_CHUNK_PEEK_SECONDS``). Should that publish fail, the chunk simply carries on
     (a lead published twice is processed once: the second message finds it taken or done).
     ``SoftTimeLimitExceeded`` is raised through: the leads not reached wait for the sweeper.
+
+    The leads go in batches of ``ROUTING_BATCH_SIZE`` (``routing.batch``: one claim, one routing
+    transaction a batch; what a batch cannot route together goes one by one); 1: one by one.
     """
     from celery.exceptions import SoftTimeLimitExceeded
+
+    from routing.batch import leads_process_batch
 
     budget = settings.ROUTING_CHUNK_SLICE_SECONDS if slice_seconds is None else slice_seconds
     peek_every = settings.ROUTING_CHUNK_PEEK_SECONDS
     started = last_peek = time.monotonic()
     failures = 0
     sliced = budget > 0
-    for index, lead_id in enumerate(lead_ids):
+    size = max(1, settings.ROUTING_BATCH_SIZE)
+    step = size if size > 1 else 1
+    for index in range(0, len(lead_ids), step):
         if sliced and index:
             now = time.monotonic()
             due = now - started >= budget
@@ -117,13 +125,30 @@ def leads_process_chunk(*, lead_ids: list[str], slice_seconds: float | None = No
                 if leads_enqueue(rest) == len(rest):
                     return ChunkOutcome(index, failures, len(rest))
                 sliced = False  # the broker did not take them all: finish them here
+        if size > 1:
+            batch = _lead_uuids(lead_ids[index : index + size])
+            if batch:
+                failures += leads_process_batch(batch)
+            continue
         try:
-            lead_process(lead_id=lead_id)
+            lead_process(lead_id=lead_ids[index])
         except SoftTimeLimitExceeded:
             raise
         except Exception:  # recorded on the lead by lead_process; the sweeper retries it
             failures += 1
     return ChunkOutcome(len(lead_ids), failures, 0)
+
+
+def _lead_uuids(lead_ids: list[str]) -> list[uuid.UUID]:
+    """The ids that are lead ids (a malformed one is logged and skipped, as ``lead_process``
+    does), without repeats."""
+    found: dict[uuid.UUID, None] = {}
+    for lead_id in lead_ids:
+        try:
+            found[uuid.UUID(str(lead_id))] = None
+        except ValueError:
+            logger.error("process_lead: %r is not a lead id", lead_id)
+    return list(found)
 
 
 def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
@@ -169,6 +194,22 @@ def _lead_process(lead_uuid: uuid.UUID) -> str | None:
     if not claimed:
         logger.info("process_lead: lead %s is not waiting or is leased; nothing to do", lead_uuid)
         return None
+    return lead_process_leased(lead_uuid, lease)
+
+
+def lead_claimable() -> Q:
+    """The leads a worker may claim now: waiting, leased by a worker that died, or back from
+    enrichment (``_lead_process``; ``routing.batch`` claims a batch with the same test)."""
+    return (
+        Q(status=LeadStatus.RECEIVED)
+        | Q(status=LeadStatus.PROCESSING, claimed_until__lt=timezone.now())
+        | BACK_FROM_ENRICHMENT
+    )
+
+
+def lead_process_leased(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
+    """The pipeline for one lead this worker has claimed until ``lease`` (one routing
+    transaction), with the per-lead handling of failures: put off, retried or quarantined."""
     try:
         return _lead_process_claimed(lead_uuid, lease)
     except privacy.PrivacyKeyError as exc:
@@ -403,51 +444,90 @@ def _end_unassigned_retries(lead: Lead) -> int | None:
     return lead.unassigned_retries
 
 
-def _record_decision(lead: Lead, result: RouteResult, now: datetime, notes: list[str]) -> None:
-    """The audit event of a routing outcome, in the routing transaction.
+def decision_retry_fields(
+    lead: Lead, result: RouteResult, now: datetime
+) -> tuple[bool, int | None, list[str]]:
+    """The automatic-retry fields a routing outcome changes on ``lead`` (in memory), as
+    (whether the outcome is an event, the retries it took, the fields changed).
 
     An automatic retry that leaves an unassigned lead unassigned changes nothing on its
     timeline: it only schedules the next retry. Any other outcome is an event.
     """
-    decision = result.decision
-    retries: int | None = None
     if result.status == LeadStatus.UNASSIGNED and result.assignment is None:
         if lead.unassigned_retry_at is not None:  # retried, and still nobody can take it
             lead.unassigned_retry_at = now + unassigned_retry_delay(lead.unassigned_retries)
-            lead.save(update_fields=["unassigned_retry_at"])
             logger.info(
                 "lead %s still unassigned after %d retries; next retry at %s",
                 lead.pk,
                 lead.unassigned_retries,
                 lead.unassigned_retry_at.isoformat(),
             )
-            return
+            return False, None, ["unassigned_retry_at"]
         lead.unassigned_retries = 0  # became unassigned: the first retry after one interval
         lead.unassigned_retry_at = now + unassigned_retry_delay(0)
-        lead.save(update_fields=["unassigned_retries", "unassigned_retry_at"])
-    else:
-        retries = _end_unassigned_retries(lead)
-        if retries is not None:
-            lead.save(update_fields=["unassigned_retry_at"])
-    if result.assignment is not None:
-        _record_assigned(result.assignment, now, decision, retries=retries)
-        return
+        return True, None, ["unassigned_retries", "unassigned_retry_at"]
+    retries = _end_unassigned_retries(lead)
+    return True, retries, ["unassigned_retry_at"] if retries is not None else []
+
+
+def decision_event(
+    lead: Lead, result: RouteResult, now: datetime, notes: list[str], retries: int | None
+) -> dict[str, Any]:
+    """``event_record``'s arguments for a routing outcome without an assignment."""
+    decision = result.decision
     kind = EventType.EXCLUDED if result.status == LeadStatus.EXCLUDED else EventType.UNASSIGNED
-    event_record(
-        type=kind,
-        lead=lead,
-        at=now,
-        rule_id=decision.rule_id,
-        rule_name=(decision.rule_name or "")[:200],
-        ruleset_version=decision.ruleset_version,
-        data={
+    return {
+        "type": kind,
+        "lead": lead,
+        "at": now,
+        "rule_id": decision.rule_id,
+        "rule_name": (decision.rule_name or "")[:200],
+        "ruleset_version": decision.ruleset_version,
+        "data": {
             "reason": decision.reason,
             "tags": list(decision.tags),
             "priority": decision.priority,
             **({"unassigned_retries": retries} if retries is not None else {}),
         },
-        trace=stored_trace(decision, notes),
-    )
+        "trace": stored_trace(decision, notes),
+    }
+
+
+def assigned_event(
+    assignment: Assignment,
+    now: datetime,
+    decision: Decision | None = None,
+    *,
+    retries: int | None = None,
+) -> dict[str, Any]:
+    """``event_record_for_assignment``'s ``data`` and ``trace`` of an `assigned` event (with
+    the tags and priority that tag rules set); ``retries``: the automatic retries it took when
+    the lead had been unassigned."""
+    return {
+        "data": {
+            "reason": assignment.reason,
+            "kind": assignment.kind,
+            "sla_due_at": assignment.sla_due_at,
+            "tags": list(decision.tags) if decision is not None else [],
+            "priority": decision.priority if decision is not None else None,
+            **({"unassigned_retries": retries} if retries is not None else {}),
+        },
+        "trace": assignment.trace,
+    }
+
+
+def _record_decision(lead: Lead, result: RouteResult, now: datetime, notes: list[str]) -> None:
+    """The audit event of a routing outcome, in the routing transaction
+    (``decision_retry_fields``: an automatic retry still unassigned is no event)."""
+    recorded, retries, changed = decision_retry_fields(lead, result, now)
+    if changed:
+        lead.save(update_fields=changed)
+    if not recorded:
+        return
+    if result.assignment is not None:
+        _record_assigned(result.assignment, now, result.decision, retries=retries)
+        return
+    event_record(**decision_event(lead, result, now, notes, retries))
 
 
 def _record_assigned(
@@ -465,15 +545,7 @@ def _record_assigned(
         type=EventType.ASSIGNED,
         assignment=assignment,
         at=now,
-        data={
-            "reason": assignment.reason,
-            "kind": assignment.kind,
-            "sla_due_at": assignment.sla_due_at,
-            "tags": list(decision.tags) if decision is not None else [],
-            "priority": decision.priority if decision is not None else None,
-            **({"unassigned_retries": retries} if retries is not None else {}),
-        },
-        trace=assignment.trace,
+        **assigned_event(assignment, now, decision, retries=retries),
     )
     # Every caller has just created the assignment, in this transaction.
     schedule_delivery(assignment=assignment, event=EventType.ASSIGNED, fresh=True)

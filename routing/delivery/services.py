@@ -17,7 +17,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -266,13 +266,122 @@ def deliveries_schedule(
     committed) and the read of the existing rows is skipped: one statement less per lead.
     """
     event = _event_name(event) if event else delivery_event_for(assignment)
-    now = timezone.now()
-    give_up_at = now + timedelta(seconds=settings.DELIVERY_MAX_AGE_SECONDS)
     notices = _notices_for(assignment, event)
     events = {event} | {notice.event for notice in notices}
     existing = (
         [] if fresh else list(Delivery.objects.filter(assignment=assignment, event__in=events))
     )
+    endpoints = (
+        list(WebhookEndpoint.objects.filter(active=True).order_by("id"))
+        if event in WEBHOOK_EVENTS
+        else []
+    )
+    writebacks = (
+        list(CrmConnection.objects.filter(active=True, writeback_enabled=True).order_by("id"))
+        if crm and event in WEBHOOK_EVENTS
+        else []
+    )
+    new = _outbox_rows(
+        assignment=assignment,
+        event=event,
+        notices=notices,
+        existing=existing,
+        endpoints=endpoints,
+        writebacks=writebacks,
+        chat_channels=_chat_channels,
+    )
+    if new:
+        Delivery.objects.bulk_create(new)
+        _publish_on_commit(new, [assignment])
+    return existing + new
+
+
+def _publish_on_commit(rows: list[Delivery], assignments: Sequence[Assignment]) -> None:
+    ids = [delivery.pk for delivery in rows]
+    high_assignments = {
+        assignment.pk
+        for assignment in assignments
+        if priority_is_high(assignment.priority, settings.HIGH_PRIORITIES)
+    }
+    high = [row.pk for row in rows if row.assignment_id in high_assignments]
+    transaction.on_commit(lambda: deliveries_enqueue(ids, high=high), robust=True)
+
+
+@transaction.atomic
+def deliveries_schedule_fresh(assignments: Sequence[Assignment]) -> list[Delivery]:
+    """``deliveries_schedule(assignment=..., event="assigned", fresh=True)`` for many new
+    assignments (a routing batch, ``routing.batch``), in a fixed number of statements: their
+    reps and teams, the endpoints, the CRM write-backs and the chat channels read once for all,
+    and one insert. Each assignment's ``lead`` must be loaded (with its source)."""
+    if not assignments:
+        return []
+    event = _event_name(EventType.ASSIGNED)
+    reps = Rep.objects.in_bulk({assignment.rep_id for assignment in assignments})
+    team_ids = {assignment.team_id for assignment in assignments if assignment.team_id}
+    teams = Team.objects.in_bulk(team_ids) if team_ids else {}
+    endpoints = (
+        list(WebhookEndpoint.objects.filter(active=True).order_by("id"))
+        if event in WEBHOOK_EVENTS
+        else []
+    )
+    writebacks = (
+        list(CrmConnection.objects.filter(active=True, writeback_enabled=True).order_by("id"))
+        if event in WEBHOOK_EVENTS
+        else []
+    )
+    channels = list(
+        NotificationChannel.objects.filter(
+            Q(rep_id__in=list(reps)) | Q(team_id__in=list(team_ids)), active=True
+        ).order_by("id")
+    )
+
+    def chat_channels(notice: _Notice) -> list[NotificationChannel]:
+        wanted = notice_event_for(notice.event)
+        team_id = notice.team.pk if notice.team is not None else None
+        return [
+            channel
+            for channel in channels
+            if (
+                channel.rep_id == notice.rep.pk
+                or (team_id is not None and channel.team_id == team_id)
+            )
+            and channel.subscribes_to(wanted)
+        ]
+
+    new: list[Delivery] = []
+    for assignment in assignments:
+        assignment.rep = reps[assignment.rep_id]
+        if assignment.team_id is not None:
+            assignment.team = teams.get(assignment.team_id)
+        notices = [_Notice(rep=assignment.rep, team=assignment.team, event=event)]
+        new += _outbox_rows(
+            assignment=assignment,
+            event=event,
+            notices=notices,
+            existing=[],
+            endpoints=endpoints,
+            writebacks=writebacks,
+            chat_channels=chat_channels,
+        )
+    if new:
+        Delivery.objects.bulk_create(new)
+        _publish_on_commit(new, assignments)
+    return new
+
+
+def _outbox_rows(
+    *,
+    assignment: Assignment,
+    event: str,
+    notices: list[_Notice],
+    existing: list[Delivery],
+    endpoints: list[WebhookEndpoint],
+    writebacks: list[CrmConnection],
+    chat_channels: Callable[[_Notice], list[NotificationChannel]],
+) -> list[Delivery]:
+    """The outbox rows ``event`` about ``assignment`` needs that ``existing`` does not hold."""
+    now = timezone.now()
+    give_up_at = now + timedelta(seconds=settings.DELIVERY_MAX_AGE_SECONDS)
     have_endpoints = {row.endpoint_id for row in existing if row.endpoint_id is not None}
     have_email = {row.event for row in existing if row.channel == DeliveryChannel.EMAIL}
     have_chat = {
@@ -328,13 +437,11 @@ def deliveries_schedule(
             created_at=now,
         )
 
-    if event in WEBHOOK_EVENTS:
-        for endpoint in WebhookEndpoint.objects.filter(active=True).order_by("id"):
-            if endpoint.subscribes_to(event) and endpoint.pk not in have_endpoints:
-                new.append(row(DeliveryChannel.WEBHOOK, endpoint, endpoint.url))
+    for endpoint in endpoints:
+        if endpoint.subscribes_to(event) and endpoint.pk not in have_endpoints:
+            new.append(row(DeliveryChannel.WEBHOOK, endpoint, endpoint.url))
     have_crms = {row.crm_connection_id for row in existing if row.crm_connection_id is not None}
-    writebacks = CrmConnection.objects.filter(active=True, writeback_enabled=True)
-    for target in writebacks.order_by("id") if crm and event in WEBHOOK_EVENTS else []:
+    for target in writebacks:
         if target.pk not in have_crms:
             write = row(DeliveryChannel.CRM, None, target.name, key=f"crm-{target.pk}")
             write.crm_connection = target
@@ -344,7 +451,7 @@ def deliveries_schedule(
             # The key of the first e-mail stays "email", so its message id is as it was.
             key = "email" if notice.rep.pk == assignment.rep_id else f"email-{notice.rep.pk}"
             new.append(row(DeliveryChannel.EMAIL, None, notice.rep.email, key, notice=notice))
-        for chat_target in _chat_channels(notice):
+        for chat_target in chat_channels(notice):
             if (chat_target.pk, notice.event) in have_chat:
                 continue
             message = row(
@@ -359,12 +466,7 @@ def deliveries_schedule(
             )
             message.notification_channel = chat_target
             new.append(message)
-    if new:
-        Delivery.objects.bulk_create(new)
-        ids = [delivery.pk for delivery in new]
-        high = ids if priority_is_high(assignment.priority, settings.HIGH_PRIORITIES) else ()
-        transaction.on_commit(lambda: deliveries_enqueue(ids, high=high), robust=True)
-    return existing + new
+    return new
 
 
 def deliveries_enqueue(

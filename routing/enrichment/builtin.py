@@ -9,7 +9,8 @@ than doing them again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from leads.normalize import (
     is_free_email_domain,
 )
 from routing.decisions import account_for_domain
+from routing.engine import AccountFacts
 from routing.enrichment.merge import fill_empty
 from routing.models import Account
 
@@ -52,6 +54,13 @@ def _filled_note(filled: list[str]) -> str:
     return f"; filled {', '.join(filled)}" if filled else ""
 
 
+# The accounts read already for a batch of leads (``routing.batch``): (domain -> facts, domain
+# -> id) holding every account those leads' domains can match; None: read the table.
+accounts_known: ContextVar[tuple[Mapping[str, AccountFacts], Mapping[str, int]] | None] = (
+    ContextVar("accounts_known", default=None)
+)
+
+
 def provider_account(lead: Lead) -> ProviderResult:
     """Match the lead to a named account by its company domain, else a business e-mail domain.
 
@@ -68,10 +77,16 @@ def provider_account(lead: Lead) -> ProviderResult:
         return ProviderResult(
             "account", "skipped", summary="account: no company domain (free-mail or none)"
         )
-    facts = account_for_domain(domain)
+    known = accounts_known.get()
+    facts = account_for_domain(domain, known[0] if known is not None else None)
     if facts is None:
         return ProviderResult("account", "no_match", summary=f"account: none for {domain}")
-    account_id = Account.objects.filter(domain=facts.domain).values_list("id", flat=True).first()
+    if known is not None:
+        account_id = known[1].get(facts.domain) if facts.domain else None
+    else:
+        account_id = (
+            Account.objects.filter(domain=facts.domain).values_list("id", flat=True).first()
+        )
     best = {"id": account_id, "domain": facts.domain, "name": facts.name or ""}
     filled = fill_empty(lead, {"company": best["name"]}) if best["name"] else []
     data = {

@@ -153,7 +153,23 @@ def test_task_outliving_the_visibility_timeout_is_redelivered_and_the_stale_run_
     assert sorted(stalled_leads.values_list("attempts", flat=True)) == [2] * len(stalled)
     for lead in stalled_leads:
         assert f"lease on lead {lead.pk} lost; writing nothing" in text, s.logs()
-    assert not Lead.objects.exclude(pk__in=stalled_leads).filter(attempts__gt=1).exists()
+    # A stall holds its whole batch (routing.batch): the other leads of the stalled leads' chunks
+    # (one batch each) lost their leases too and were claimed once more, one by one; no other
+    # lead was claimed twice.
+    stalled_chunks = {i // BATCH for i in stalled}
+    in_stalled_batches = [
+        lead.pk
+        for lead in Lead.objects.filter(raw_payload__email__startswith="ok")
+        if int(lead.raw_payload["email"].removeprefix("ok").split("@")[0]) // BATCH
+        in stalled_chunks
+    ]
+    assert not (
+        Lead.objects.exclude(pk__in=stalled_leads)
+        .exclude(pk__in=in_stalled_batches)
+        .filter(attempts__gt=1)
+        .exists()
+    )
+    assert not Lead.objects.filter(pk__in=in_stalled_batches, attempts__gt=2).exists()
     redelivered = {task: n for task, n in deliveries(text).items() if n > 1}
     assert len(redelivered) >= len(stalled), redelivered
     report_figures(
@@ -638,10 +654,18 @@ def test_warm_worker_restarts_during_a_burst_lose_nothing_and_redeliver_little(s
             old = workers[n % 2]
             replacement = s.worker(f"deploy-{n + 2}")
             in_flight = Lead.objects.filter(status=LeadStatus.PROCESSING).count()
+            waiting = Lead.objects.filter(status=LeadStatus.RECEIVED).count()
             took = old.shut_down(sig, timeout=60)
             replacement.wait_ready()
             workers[n % 2] = replacement
-            restarts.append({"signal": sig.name, "in_flight": in_flight, "exit_s": round(took, 1)})
+            restarts.append(
+                {
+                    "signal": sig.name,
+                    "in_flight": in_flight,
+                    "waiting": waiting,
+                    "exit_s": round(took, 1),
+                }
+            )
         poster.join(120 * WAIT_SCALE)
         wait_until(
             lambda: unfinished() == 0,
@@ -669,8 +693,11 @@ def test_warm_worker_restarts_during_a_burst_lose_nothing_and_redeliver_little(s
     # heavy load a lead can also outlive its 10 s test lease and be claimed again, which is
     # why this is not "2 per stop", the pool size.)
     assert extra_claims <= sum(int(str(r["in_flight"])) for r in restarts), restarts
-    # The stops met work in flight (else the test proves nothing about deploys).
-    assert sum(int(str(r["in_flight"])) for r in restarts) > 0, restarts
+    # The stops met the burst under way (else the test proves nothing about deploys): leads in
+    # flight, or waiting for a worker. (A batch holds its leads in `processing` for a fraction of
+    # a second (routing.batch): a stop seldom finds some there, though it stops a worker busy
+    # with the burst.)
+    assert sum(int(str(r["in_flight"])) + int(str(r["waiting"])) for r in restarts) > 0, restarts
     assert attempts["most"] <= 2
     for r in restarts:
         assert float(r["exit_s"]) < 5 + 15, restarts  # the soft timeout plus start-up slack

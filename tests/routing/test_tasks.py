@@ -40,6 +40,9 @@ def test_one_failure_does_not_stop_the_others(monkeypatch, caplog):
 @pytest.fixture(autouse=True)
 def _no_slices(settings):  # type: ignore[no-untyped-def]
     settings.ROUTING_CHUNK_SLICE_SECONDS = 0  # the slicing has tests of its own, below
+    # The chunk's loop a lead at a time (the operator's ROUTING_BATCH_SIZE=1): batches and
+    # their slicing are tested in test_pipeline_batch.py.
+    settings.ROUTING_BATCH_SIZE = 1
 
 
 def test_every_id_of_a_long_chunk_is_processed(monkeypatch):
