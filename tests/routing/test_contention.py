@@ -129,7 +129,9 @@ def test_a_routing_transaction_does_not_block_intake_or_rows_referencing_what_it
     clear_live_config_cache()
     rules_import(RULES, publish=True)
     lead = LeadFactory(raw_payload={"email": "x@acme.com"})
-    monkeypatch.setattr(lead_services, "leads_enqueue_after_commit", lambda ids, lane=None: None)
+    monkeypatch.setattr(
+        lead_services, "leads_enqueue_after_commit", lambda ids, lane=None, **_: None
+    )
     inside, release = threading.Event(), threading.Event()
     real_try_owner = decisions._try_owner
     held: list = []

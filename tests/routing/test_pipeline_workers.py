@@ -147,7 +147,8 @@ def test_two_workers_of_four_keep_round_robin_exact_and_dedup_exact():
             lambda: _all_final(LEADS + 2 * TWINS),
             timeout=300 * WAIT_SCALE,
             interval=1,
-            message=f"{Counter(Lead.objects.values_list('status', flat=True))}\n"
+            message=f"{Counter(Lead.objects.values_list('status', 'attempts', 'deferrals'))}\n"
+            + f"{Counter(Lead.objects.values_list('last_error', flat=True))}\n"
             + w1.text()[-3000:]
             + w2.text()[-3000:],
         )

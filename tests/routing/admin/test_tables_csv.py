@@ -231,7 +231,9 @@ def test_20000_territory_rows_import_in_a_bounded_number_of_queries(
     assert (report.rows, report.created) == (20_000, 2_000)
     assert Territory.objects.get(name="T7").postal_prefixes == [f"{i:05d}" for i in range(70, 80)]
     assert elapsed < 30, elapsed
-    with django_assert_max_num_queries(15):  # unchanged: read, compare, write nothing
+    # Unchanged: read, compare, write nothing; the publish lock, the last version and the
+    # decide lock of a live change (issue 19) are a fixed 4 more, whatever the rows.
+    with django_assert_max_num_queries(19):
         assert tables_import(table="territories", content=content).unchanged == 2_000
 
 

@@ -52,7 +52,13 @@ class Sent(list[tuple[str, Any, dict[str, Any]]]):
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> Sent:
-    """Capture publications (enrichment and routing) instead of sending them."""
+    """Capture publications (enrichment and routing) instead of sending them.
+
+    Through kombu's ``send_task`` even on Redis, not the raw LPUSH of leads.broker_publish
+    (tests/leads/test_broker_publish.py checks that one against ``send_task``)."""
+    from django.conf import settings
+
+    monkeypatch.setattr(settings, "ENQUEUE_RAW_REDIS", False)
     captured = Sent()
 
     def fake_send_task(name: str, args: list[Any], **kwargs: Any) -> None:
