@@ -60,7 +60,7 @@ def _query(request: HttpRequest, **changes: str | None) -> str:
     return f"?{encoded}" if encoded else "?"
 
 
-_SORT_LABELS = {"received": "Received", "email": "E-mail"}
+_SORT_LABELS = {"received": "Received", "email": "E-mail", "priority": "Priority"}
 
 
 @login_required

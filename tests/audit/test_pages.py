@@ -710,3 +710,53 @@ def test_export_carries_priority_and_tags_like_the_page(client: Client) -> None:
     assert by_id[str(hot.pk)]["tags"] == "'=1+1; enterprise"
     assert by_id[str(plain.pk)]["priority"] == ""
     assert by_id[str(plain.pk)]["tags"] == ""
+
+
+def _walk(leads: Any, *, descending: bool, size: int) -> tuple[list[list[Any]], Any]:
+    pages, page = [], keyset_page(leads, column="priority", descending=descending, size=size)
+    pages.append([lead.pk for lead in page.leads])
+    while page.next_cursor:
+        page = keyset_page(
+            leads, column="priority", descending=descending, after=page.next_cursor, size=size
+        )
+        pages.append([lead.pk for lead in page.leads])
+    return pages, page
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_history_sorts_by_priority_as_the_api_orders_it_page_by_page(
+    client: Client, settings: Any, descending: bool
+) -> None:
+    """Issue 22: priority sortable in history (it was a filter only; review L1). High priorities
+    (HIGH_PRIORITIES, any case) first, then the others by name, then none, newest first within
+    each: the API's ?ordering=priority, walked in keyset pages forward and back across the
+    priorities' boundaries, ties on the time broken by id."""
+    from leads.selectors import lead_ordering
+
+    settings.HIGH_PRIORITIES = ["hot", "urgent"]
+    values = ["", "hot", "low", "Urgent", "hot", "", "medium", "low", "hot", ""]
+    for i in range(31):
+        lead = LeadFactory(received_at=T0 + timedelta(seconds=i % 4))
+        Lead.objects.filter(pk=lead.pk).update(priority=values[i % len(values)])
+    leads = Lead.objects.select_related("source")
+    api = list(leads.order_by(*lead_ordering("-priority" if descending else "priority")))
+    expected = [lead.pk for lead in api]
+    first_values = [lead.priority for lead in api[:12]]
+    if not descending:  # the high ones, then the rest
+        assert set(first_values) == {"hot", "Urgent"}
+    pages, last = _walk(leads, descending=descending, size=4)
+    assert [pk for page in pages for pk in page] == expected
+    assert [len(page) for page in pages] == [4] * 7 + [3]
+    back = keyset_page(
+        leads, column="priority", descending=descending, before=last.prev_cursor, size=4
+    )
+    assert [lead.pk for lead in back.leads] == pages[-2]
+    # Tampered or foreign cursors give the first page, never an error.
+    for cursor in ("!!not-base64", "WyJob3QiXQ", "WzEsMiwzXQ", "W251bGwsImEiLCJiIl0"):
+        page = keyset_page(leads, column="priority", descending=descending, after=cursor, size=4)
+        assert [lead.pk for lead in page.leads] == pages[0]
+    logged_in(client, manager())
+    sort = "-priority" if descending else "priority"
+    response = client.get(f"/history/?sort={sort}")
+    assert response.status_code == 200
+    assert lead_ids(response) == [str(pk) for pk in expected]
