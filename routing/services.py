@@ -209,17 +209,21 @@ def lead_claimable() -> Q:
 
 def lead_process_leased(lead_uuid: uuid.UUID, lease: datetime) -> str | None:
     """The pipeline for one lead this worker has claimed until ``lease`` (one routing
-    transaction), with the per-lead handling of failures: put off, retried or quarantined."""
-    try:
-        return _lead_process_claimed(lead_uuid, lease)
-    except privacy.PrivacyKeyError as exc:
-        return _quarantine_keyless(lead_uuid, lease, exc)
-    except Exception as exc:
-        if _hand_back(lead_uuid, lease, exc):
-            return None  # put off, not failed
-        if isinstance(exc, _Defer):  # put off too often: route it without waiting any longer
-            raise RuntimeError(f"lead {lead_uuid} was put off too many times") from exc
-        raise
+    transaction), with the per-lead handling of failures: put off, retried or quarantined.
+
+    In a log context of its own: the source it adds once the lead is read must not outlive it
+    (a batch's leftovers come here without ``lead_process``'s context)."""
+    with log_context(lead_id=lead_uuid):
+        try:
+            return _lead_process_claimed(lead_uuid, lease)
+        except privacy.PrivacyKeyError as exc:
+            return _quarantine_keyless(lead_uuid, lease, exc)
+        except Exception as exc:
+            if _hand_back(lead_uuid, lease, exc):
+                return None  # put off, not failed
+            if isinstance(exc, _Defer):  # put off too often: route it without waiting longer
+                raise RuntimeError(f"lead {lead_uuid} was put off too many times") from exc
+            raise
 
 
 class _Defer(Exception):

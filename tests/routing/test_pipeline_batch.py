@@ -239,3 +239,18 @@ def test_a_chunk_of_batches_hands_the_rest_back_after_its_time_slice(
     assert (outcome.processed, outcome.handed_back) == (2, 3)
     assert _statuses(leads)[:2] == [LeadStatus.ASSIGNED] * 2
     assert _statuses(leads)[2:] == [LeadStatus.RECEIVED] * 3
+
+
+def test_a_batch_leaves_no_lead_or_source_in_the_workers_log_context() -> None:
+    """A lead a batch leaves to one-by-one processing (a duplicate here) was processed outside
+    any log_context: the source it added stayed on every later line of that worker process
+    (found by tests/config/test_log_context.py failing after this file in CI)."""
+    from config.logging import _context
+
+    _publish()
+    first = _lead("same@acme.de")
+    copy_ = _lead("same@acme.de")
+    before = dict(_context.get())
+    assert _run([first, copy_]).failures == 0
+    assert _statuses([copy_]) == [LeadStatus.DUPLICATE]
+    assert dict(_context.get()) == before
