@@ -147,10 +147,13 @@ def test_two_workers_of_four_keep_round_robin_exact_and_dedup_exact():
             lambda: _all_final(LEADS + 2 * TWINS),
             timeout=300 * WAIT_SCALE,
             interval=1,
-            message=f"{Counter(Lead.objects.values_list('status', 'attempts', 'deferrals'))}\n"
-            + f"{Counter(Lead.objects.values_list('last_error', flat=True))}\n"
-            + w1.text()[-3000:]
-            + w2.text()[-3000:],
+            # A callable: read when the wait fails, not when it starts.
+            message=lambda: (
+                f"{Counter(Lead.objects.values_list('status', 'attempts', 'deferrals'))}\n"
+                + f"{Counter(Lead.objects.values_list('last_error', flat=True))}\n"
+                + w1.text()[-3000:]
+                + w2.text()[-3000:]
+            ),
         )
     connection.close()
     total = LEADS + 2 * TWINS
