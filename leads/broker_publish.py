@@ -73,7 +73,7 @@ class RawRedisPublisher:
 
     def __init__(self) -> None:
         self._client: Any = None
-        self._templates: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+        self._templates: dict[tuple[str, Any, Any], tuple[dict[str, Any], dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
     def _redis(self) -> Any:
@@ -93,8 +93,14 @@ class RawRedisPublisher:
         return self._client
 
     def _template(self, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Celery's headers and properties for a message of task ``name`` (ids left to fill)."""
-        template = self._templates.get(name)
+        """Celery's headers and properties for a message of task ``name`` (ids left to fill).
+
+        With the time limits ``send_task`` takes from the task when this process has it
+        registered (and none when not): the same message whichever path sent it, whenever the
+        task modules were imported."""
+        time_limit, soft_time_limit = _registered_limits(name)
+        key = (name, time_limit, soft_time_limit)
+        template = self._templates.get(key)
         if template is None:
             message = celery_app.amqp.as_task_v2(
                 "",
@@ -103,13 +109,13 @@ class RawRedisPublisher:
                 kwargs={},
                 reply_to=celery_app.thread_oid,
                 ignore_result=None,  # type: ignore[arg-type]  # as send_task passes it
-                time_limit=None,
-                soft_time_limit=None,
+                time_limit=time_limit,
+                soft_time_limit=soft_time_limit,
             )
             headers = dict(message.headers)
             properties = dict(message.properties)
             template = (headers, properties)
-            self._templates[name] = template
+            self._templates[key] = template
         return template
 
     def message(self, name: str, args: list[Any], queue: str, priority: int = 0) -> bytes:
@@ -180,3 +186,16 @@ def message_fields(entry: bytes) -> dict[str, Any]:
     decoded = copy.deepcopy(envelope)
     decoded["body"] = json.loads(base64.b64decode(envelope["body"]))
     return decoded
+
+
+def _registered_limits(name: str) -> tuple[Any, Any]:
+    """The time limits ``send_task`` puts in a message of task ``name``: the task's own when
+    this process has it registered (read without finalizing the app, as ``send_task`` does),
+    else none (the worker then applies its own)."""
+    registry = getattr(celery_app, "_tasks", None)  # the registry send_task reads, unfinalized
+    task = registry.get(name) if registry is not None else None
+    get_options = getattr(task, "_get_exec_options", None)
+    if task is None or get_options is None:
+        return None, None
+    options = get_options()
+    return options.get("time_limit"), options.get("soft_time_limit")

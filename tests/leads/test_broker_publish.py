@@ -302,3 +302,27 @@ def test_a_real_worker_routes_leads_whose_messages_were_pushed_raw(settings) -> 
             timeout=90,
             message=lambda: worker.text()[-4000:],
         )
+
+
+@pytest.mark.redis
+def test_the_raw_message_has_the_time_limits_send_task_takes_from_a_registered_task(
+    redis_broker,  # type: ignore[no-untyped-def]
+) -> None:
+    """Once this process has the routing tasks registered (a worker, or any test run that
+    imported them), send_task puts their time limits in the message; the raw message had
+    none, so the two differed (CI found it: this file's tests failed after the routing ones)."""
+    import routing.tasks  # noqa: F401  (registers routing.process_lead with its limits)
+
+    assert services.PROCESS_LEAD_TASK in app.tasks  # finalizes the app, as a worker's start does
+    client, queue = redis_broker
+    name, args = services.PROCESS_LEAD_TASK, ["0b9f3c52-5c34-4f39-8f1e-7a0e2a1f1c11"]
+    with app.producer_or_acquire() as producer:
+        app.send_task(name, args=args, producer=producer, retry=False, queue=queue)
+    raw_publisher.publish([(name, args, queue, 0)])
+    by_kombu = message_fields(client.rpop(queue))
+    raw = message_fields(client.rpop(queue))
+    assert by_kombu["headers"]["timelimit"] == [
+        settings.CELERY_TASK_TIME_LIMIT,
+        settings.CELERY_TASK_SOFT_TIME_LIMIT,
+    ]
+    assert raw["headers"]["timelimit"] == by_kombu["headers"]["timelimit"]
