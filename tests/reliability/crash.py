@@ -38,7 +38,9 @@ def install() -> None:
     publisher = services.publisher
     submit = publisher.submit
 
-    def crashing_submit(lead_ids: Sequence[uuid.UUID], lane: str | None = None) -> bool:
+    def crashing_submit(
+        lead_ids: Sequence[uuid.UUID], lane: str | None = None, high: bool | None = None
+    ) -> bool:
         from leads.models import Lead
 
         posted = dict(
@@ -49,6 +51,6 @@ def install() -> None:
                 sys.stderr.write(f"{MARKER} {lead_id} (pid {os.getpid()})\n")
                 sys.stderr.flush()
                 os._exit(1)
-        return submit(lead_ids, lane)
+        return submit(lead_ids, lane, high)
 
     publisher.submit = crashing_submit  # type: ignore[method-assign]
