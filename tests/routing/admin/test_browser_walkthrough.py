@@ -87,7 +87,9 @@ def _demo_with_traffic(
         clock = _Clock(now - timedelta(minutes=40))
         patch.setattr(timezone, "now", clock)
         # The test routes each lead itself, at its moment: no message to a broker.
-        patch.setattr("leads.services.leads_enqueue_after_commit", lambda ids, lane=None: None)
+        patch.setattr(
+            "leads.services.leads_enqueue_after_commit", lambda ids, lane=None, high=None: None
+        )
         call_command("seed_demo", stdout=open(os.devnull, "w"))  # noqa: SIM115
         state = json.loads((tmp_path / "demo.json").read_text())
         sources = {source.slug: source for source in Source.objects.all()}
