@@ -967,7 +967,10 @@ def leads_requeue_stale(
                 .order_by("queued_at")
             )
             if connection.features.has_select_for_update_skip_locked:
-                stale = stale.select_for_update(skip_locked=True, no_key=True)
+                # Only the lead rows (``OF self``): the join to the source for its intake
+                # priority must not lock the source, or a concurrent sweeper (or an admin saving
+                # the source) would see every lead of that source as locked and skip them all.
+                stale = stale.select_for_update(skip_locked=True, no_key=True, of=("self",))
             rows = [
                 (lead_id, lanes.lane_clean(lane), priority_is_high(known, high_priorities))
                 for lead_id, lane, known in (

@@ -962,7 +962,9 @@ def deliveries_sweep_due(
                 .order_by("next_attempt_at")
             )
             if connection.features.has_select_for_update_skip_locked:
-                due = due.select_for_update(skip_locked=True)
+                # The delivery rows only: the join for the assignment's priority must not lock
+                # the assignment (a routing or touch transaction writes it).
+                due = due.select_for_update(skip_locked=True, of=("self",))
             rows = list(due.values_list("id", "assignment__priority")[:batch_size])
             ids = [delivery_id for delivery_id, _ in rows]
             high = {

@@ -256,3 +256,43 @@ def test_background_publishing_delivers_after_commit(client, source, published, 
     lead_id = _post(client, "a@example.com").json()["id"]
     assert services.publisher.flush(timeout=5)
     assert published == [lead_id]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_holding_the_source_row_does_not_hide_its_leads_from_the_sweeper(
+    source, published
+):
+    """The sweeper locks the stale lead rows only (``FOR UPDATE OF``), not the source it joins
+    for the intake priority: an admin saving that source, or another sweeper's batch, must not
+    make every lead of the source look locked (CI saw four concurrent sweepers publish 25 of 300:
+    the first batch's source lock made the others skip everything and stop)."""
+    from django.db import connections, transaction
+    from django.utils import timezone
+
+    from leads.models import Source
+    from tests.leads.factories import LeadFactory
+
+    old = timezone.now() - timedelta(minutes=10)
+    Lead.objects.bulk_create([LeadFactory.build(source=source, received_at=old) for _ in range(5)])
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold_source() -> None:
+        try:
+            with transaction.atomic():
+                Source.objects.select_for_update().get(pk=source.pk)
+                held.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_source)
+    holder.start()
+    try:
+        assert held.wait(10)
+        assert leads_requeue_stale(older_than=timedelta(minutes=2)) == 5
+    finally:
+        release.set()
+        holder.join()
+    assert len(set(published)) == 5

@@ -52,3 +52,40 @@ def test_two_sweepers_at_once_publish_every_due_delivery_exactly_once(
     assert sorted(published) == sorted(set(published))
     assert len(published) == 12
     assert all(counts), counts  # both took a share
+
+
+def test_a_transaction_holding_the_assignment_does_not_hide_its_delivery(
+    published: list[int], settings: Any
+) -> None:
+    """The sweep locks the delivery rows only (``FOR UPDATE OF``): the join it reads the
+    assignment's priority through must not lock (or skip on) the assignment, which a routing,
+    touch or reassignment transaction may hold."""
+    from django.db import connections, transaction
+
+    from routing.models import Assignment
+
+    settings.DELIVERY_REDISPATCH_SECONDS = 0
+    assignment = AssignmentFactory()
+    deliveries_schedule(assignment=assignment)
+    published.clear()
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold_assignment() -> None:
+        try:
+            with transaction.atomic():
+                Assignment.objects.select_for_update().get(pk=assignment.pk)
+                held.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_assignment)
+    holder.start()
+    try:
+        assert held.wait(10)
+        assert deliveries_sweep_due(now=timezone.now() + timedelta(seconds=1)) == 1
+    finally:
+        release.set()
+        holder.join()
+    assert len(published) == 1
