@@ -329,8 +329,9 @@ class SalesforceClient:
             raise CrmError("malformed", "Salesforce token answer has no access_token", status=200)
         lifetime = self.session_seconds
         expires_in = body.get("expires_in") if isinstance(body, Mapping) else None
-        if isinstance(expires_in, int | float | str) and str(expires_in).isdigit():
-            lifetime = float(expires_in)
+        given = _seconds(expires_in)
+        if given is not None:
+            lifetime = given
         entry = _Token(token, time.time() + 0.8 * lifetime)
         with _tokens_lock:
             _tokens[self._cache_key] = entry
@@ -921,3 +922,19 @@ def _id_answer(record: Any) -> dict[str, Any]:
 def _sobject(sf: Salesforce, name: str) -> SFType:
     """The REST resource of one sObject (``sf.Lead``), typed."""
     return SFType(name, sf.session_id, sf.sf_instance, sf.sf_version, session=sf.session)
+
+
+def _seconds(value: Any) -> float | None:
+    """A token answer's ``expires_in`` as seconds, or None when it is not a plain count: a
+    whole number (or a string of ASCII digits) from 0 to a year. ``str.isdigit`` let "²" and
+    other Unicode digits through to ``float()``, which raised."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        value = value.strip()
+        if not (value.isascii() and value.isdigit() and len(value) <= 9):
+            return None
+        value = int(value)
+    if isinstance(value, int | float) and 0 <= value <= 366 * 86400:
+        return float(value)
+    return None

@@ -417,6 +417,7 @@ class SalesforceStandIn:
         self.records: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in self.fields}
         self.requests: list[LoggedRequest] = []
         self.token_grants: list[str] = []
+        self.token_extra: dict[str, Any] = {}
         self._tokens: dict[str, bool] = {}
         self._cursors: dict[str, tuple[str, list[dict[str, Any]], int]] = {}
         self._counter = 0
@@ -695,6 +696,12 @@ class SalesforceStandIn:
         with self._lock:
             return self._trickle.pop(0) if self._trickle else 0.0
 
+    def add_to_token_answer(self, **fields: Any) -> None:
+        """Fields the token endpoint's answer carries besides Salesforce's own (e.g. an
+        ``expires_in`` that some orgs' proxies add, in whatever shape)."""
+        with self._lock:
+            self.token_extra.update(fields)
+
     def set_login_delay(self, seconds: float) -> None:
         """The token endpoint answers after ``seconds`` (a busy login server): concurrent
         callers that each log in pile up there."""
@@ -866,6 +873,7 @@ class SalesforceStandIn:
             "id": f"{self.url}/id/00D5e0000000001EAA/{self.integration_user_id}",
             "token_type": "Bearer",
             "issued_at": str(int(time.time() * 1000)),
+            **self.token_extra,
         }
 
     def _shape(

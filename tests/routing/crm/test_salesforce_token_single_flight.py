@@ -78,3 +78,23 @@ def test_a_failed_login_is_not_shared_by_the_waiters_for_ever(salesforce_standin
     assert caught.value.kind == "unavailable"
     assert client_for(salesforce_standin).users()
     assert len(salesforce_standin.token_grants) == 1
+
+
+@pytest.mark.parametrize("odd", ["²", "١٢٠", "3600.5", "-5", "", "1e9", [3600], None])
+def test_an_odd_expires_in_in_the_token_answer_falls_back_to_the_session_lifetime(
+    salesforce_standin, odd
+):
+    """Salesforce's answer has no ``expires_in``; a proxy or a future version may add one in
+    any shape. A superscript digit passed ``str.isdigit()`` and then broke ``float()``: the
+    login raised ValueError instead of answering."""
+    salesforce_standin.add_to_token_answer(expires_in=odd)
+    assert client_for(salesforce_standin).users()
+    assert client_for(salesforce_standin).users()  # the token was cached: one login
+    assert len(salesforce_standin.token_grants) == 1
+
+
+def test_a_short_expires_in_is_honoured(salesforce_standin):
+    salesforce_standin.add_to_token_answer(expires_in=0)
+    client_for(salesforce_standin).users()
+    client_for(salesforce_standin).users()  # expired at once (80% of 0 s): logs in again
+    assert len(salesforce_standin.token_grants) == 2
