@@ -184,13 +184,32 @@ def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_TEAMS_MARKDOWN = str.maketrans({c: "\\" + c for c in "\\*_[]`~"})
+
+
+def _teams_escape(text: str) -> str:
+    """Text for a TextBlock or FactSet value, which Adaptive Cards read as Markdown (bold,
+    italic, lists and ``[text](url)`` links): what a lead typed can neither make a clickable
+    link in a team's channel nor bold itself. Escaping ``[`` and ``]`` is enough against links
+    (parentheses then mean nothing); the lead page and the touch link are card actions."""
+    return text.translate(_TEAMS_MARKDOWN)
+
+
 def teams_message(payload: dict[str, Any]) -> dict[str, Any]:
     """A Teams incoming-webhook body: a message with one Adaptive Card attachment.
 
     The shape both the Workflows webhooks and the older Office 365 connectors accept
-    ("Create and send messages", Microsoft Learn).
+    ("Create and send messages", Microsoft Learn). Every text is Markdown-escaped.
     """
-    facts = notice_facts(payload)
+    plain = notice_facts(payload)
+    facts = {
+        key: _teams_escape(value)
+        if isinstance(value, str) and key not in ("link", "touch_link")
+        else value
+        for key, value in plain.items()
+    }
+    facts["tags"] = [_teams_escape(tag) for tag in plain["tags"]]
+    summary = plain["subject"]  # plain text: the notification's preview, not Markdown
     card: dict[str, Any] = {
         "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
         "type": "AdaptiveCard",
@@ -226,7 +245,7 @@ def teams_message(payload: dict[str, Any]) -> dict[str, Any]:
         card["actions"] = actions
     return {
         "type": "message",
-        "summary": facts["subject"],
+        "summary": summary,
         "attachments": [
             {
                 "contentType": "application/vnd.microsoft.card.adaptive",

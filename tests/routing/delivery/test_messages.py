@@ -98,3 +98,57 @@ def test_a_lead_named_like_a_mention_pings_no_one_in_slack() -> None:
         "[&lt;!everyone&gt;] New lead assigned to you: &lt;!channel&gt; &lt;@U024BE7LH&gt; "
         "(&lt;!here&gt; &amp; Co)"
     )
+
+
+def _card_texts(body: dict[str, Any]) -> list[str]:
+    card = body["attachments"][0]["content"]
+    texts = [block["text"] for block in card["body"] if block["type"] == "TextBlock"]
+    for block in card["body"]:
+        if block["type"] == "FactSet":
+            texts += [fact["value"] for fact in block["facts"]]
+    return texts
+
+
+def test_a_lead_cannot_put_a_link_or_emphasis_into_a_teams_card() -> None:
+    """Adaptive Cards render Markdown in TextBlocks and FactSet values: a lead named
+    "[Reset your password](https://evil.example)" became a clickable phishing link in the
+    team's channel, and "**URGENT**" bold. What the lead typed is escaped; our own link is an
+    action, never Markdown."""
+    payload = _payload(
+        {
+            "first_name": "[Reset your password](https://evil.example/x)",
+            "last_name": "**URGENT** _now_",
+            "company": "[Acme](https://evil.example/c) \\",
+        },
+        priority="hot",
+        tags=["[t](https://evil.example/t)"],
+        zone="UTC",
+    )
+    texts = _card_texts(teams_message(payload))
+    joined = "\n".join(texts)
+    assert "](https://evil.example" not in joined.replace("\\](", "")
+    assert "[Reset your password]" not in joined
+    assert "\\[Reset your password\\](https://evil.example/x)" in joined
+    assert "**URGENT**" not in joined
+    assert "\\*\\*URGENT\\*\\* \\_now\\_" in joined
+    assert "\\[Acme\\]" in joined
+    assert "\\[t\\]" in joined
+
+
+@settings(max_examples=150, deadline=None)
+@given(first=_text, company=_text, tags=st.lists(_text, max_size=3))
+def test_no_markdown_control_character_reaches_a_teams_card_unescaped(
+    first: str, company: str, tags: list[str]
+) -> None:
+    payload = _payload(
+        {"first_name": first, "company": company}, priority=None, tags=tags, zone="UTC"
+    )
+    for text in _card_texts(teams_message(payload)):
+        i = 0
+        while i < len(text):
+            if text[i] == "\\":
+                i += 2  # an escape and the character it escapes
+                continue
+            # Parentheses are harmless once no "]" can close a link text.
+            assert text[i] not in "*_[]`~", (text, i)
+            i += 1
