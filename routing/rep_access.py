@@ -116,6 +116,9 @@ def touch_link_use(*, token: str, now: datetime | None = None) -> TouchLinkView:
             return TouchLinkView(assignment, "reassigned")
         raise TouchLinkError(exc.code, exc.message, exc.status) from exc
     assignment.touched_at = touched.touched_at
+    if touched.touched_at != now:
+        # Recorded before this click (the rep's page, the CRM, a manager): nothing new.
+        return TouchLinkView(assignment, "touched", touched.touched_at)
     return TouchLinkView(assignment, "done", touched.touched_at)
 
 

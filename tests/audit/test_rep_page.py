@@ -134,6 +134,27 @@ def test_a_link_of_a_lead_reassigned_since_refuses_and_records_nothing(client: C
     assert Assignment.objects.get(lead=assignment.lead, active=True).touched_at is None
 
 
+def test_a_click_after_the_touch_was_recorded_elsewhere_says_so(client: Client) -> None:
+    """The page was opened, then the rep marked the touch on their page (or the CRM reported
+    it) before clicking: the click records nothing and says when the touch was recorded,
+    instead of "First touch recorded at <the earlier time>. Thank you."."""
+    from routing.services import assignment_touch
+
+    assignment = _routed_to_ana()
+    link = _email_payload(assignment)["notice"]["touch_link"]
+    assert b"touch-confirm" in client.get(_path(link)).content
+    earlier = timezone.now() - timedelta(minutes=7)
+    assignment_touch(lead_id=assignment.lead_id, actor="rep:ana@example.com", now=earlier)
+
+    answer = client.post(_path(link))
+    assert answer.status_code == 200
+    assert b"First touch recorded" not in answer.content
+    assert b"already recorded" in answer.content
+    assert Event.objects.filter(lead=assignment.lead, type=EventType.TOUCHED).count() == 1
+    assignment.refresh_from_db()
+    assert assignment.touched_at == earlier
+
+
 def _old_token(claims: dict[str, Any], age_seconds: int) -> str:
     class Back(signing.TimestampSigner):
         def timestamp(self) -> str:
