@@ -257,13 +257,28 @@ def cursor_encode(lead: Lead, column: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+_CURSOR_ERRORS = (
+    ValueError,
+    TypeError,
+    binascii.Error,
+    UnicodeDecodeError,
+    RecursionError,
+    OverflowError,
+)
+
+
+def _cursor_json(cursor: str | None) -> Any:
+    """A cursor's JSON content (unpadded URL-safe base64); raises one of ``_CURSOR_ERRORS``
+    for a missing, oversized or tampered one."""
+    if not cursor or len(cursor) > 2048:
+        raise ValueError("no cursor")
+    return json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+
+
 def cursor_decode(cursor: str | None, column: str) -> tuple[Any, uuid.UUID] | None:
     """The (sort value, id) a cursor points at; None for a missing or tampered cursor."""
-    if not cursor or len(cursor) > 2048:
-        return None
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        value, lead_id = json.loads(raw)
+        value, lead_id = _cursor_json(cursor)
         if not isinstance(value, str) or "\x00" in value or len(value) > 400:
             return None
         value.encode("utf-8")  # a lone surrogate cannot reach the database: UnicodeEncodeError
@@ -273,14 +288,7 @@ def cursor_decode(cursor: str | None, column: str) -> tuple[Any, uuid.UUID] | No
                 return None
             parsed = parsed.astimezone(UTC)  # out of range for the database: OverflowError
         return parsed, uuid.UUID(str(lead_id))
-    except (
-        ValueError,
-        TypeError,
-        binascii.Error,
-        UnicodeDecodeError,
-        RecursionError,
-        OverflowError,
-    ):
+    except _CURSOR_ERRORS:
         return None
 
 
@@ -791,11 +799,8 @@ def _priority_cursor_encode(lead: Lead) -> str:
 
 def _priority_cursor_decode(cursor: str | None) -> tuple[str, datetime, uuid.UUID] | None:
     """The (priority, received at, id) a priority cursor points at; None if tampered."""
-    if not cursor or len(cursor) > 2048:
-        return None
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        priority, received, lead_id = json.loads(raw)
+        priority, received, lead_id = _cursor_json(cursor)
         if not isinstance(priority, str) or not isinstance(received, str):
             return None
         if len(priority) > PRIORITY_MAX_LENGTH or "\x00" in priority:
@@ -805,14 +810,7 @@ def _priority_cursor_decode(cursor: str | None) -> tuple[str, datetime, uuid.UUI
         if at.tzinfo is None:
             return None
         return priority, at.astimezone(UTC), uuid.UUID(str(lead_id))
-    except (
-        ValueError,
-        TypeError,
-        binascii.Error,
-        UnicodeDecodeError,
-        RecursionError,
-        OverflowError,
-    ):
+    except _CURSOR_ERRORS:
         return None
 
 
