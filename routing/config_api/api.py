@@ -251,7 +251,7 @@ class RosterRepDetailView(_RosterView):
         },
     )
     def put(self, request: Request, ref: str) -> Response:
-        if ref.strip().isdigit():  # an id: the rep must exist
+        if roster.ref_is_id(ref):  # an id: the rep must exist
             return self.patch(request, ref)
         values = _checked(rep_fields_check, request.data)
         email = _checked(rep_fields_check, {"email": ref})["email"]

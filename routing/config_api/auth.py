@@ -1,9 +1,10 @@
 """``Authorization: Bearer <token>`` for the configuration API, and ``HasScope``.
 
 A scoped token opens only the views that say they take one (``accepts_api_tokens = True``) and
-check its scope with ``HasScope``; any other endpoint refuses it with 403, so a roster token
-cannot read leads as its user. The legacy ``Authorization: Token <key>`` scheme and sessions
-are unchanged: on the scoped views they need the Django permission ``HasScope`` names instead.
+check its scope, and its owner's permission, with ``HasScope``; any other endpoint refuses it
+with 403, so a roster token cannot read leads as its user. The legacy ``Authorization: Token
+<key>`` scheme and sessions are unchanged: on the scoped views they need the Django permission
+``HasScope`` names (alone).
 """
 
 from __future__ import annotations
@@ -62,8 +63,10 @@ class ApiTokenAuthentication(BaseAuthentication):
 
 
 class HasScope(BasePermission):
-    """``HasScope("roster")``: a scoped token needs that scope; a user (session or legacy
-    token) needs ``user_perm`` instead. Used as an instance in ``get_permissions``."""
+    """``HasScope("roster")``: a scoped token needs that scope *and* its owning user needs
+    ``user_perm`` (a token never does more than its owner may: a scope is a narrowing, not a
+    grant, so an owner who lost the permission loses it for their tokens too); a user
+    (session or legacy token) needs ``user_perm``. Used as an instance in ``get_permissions``."""
 
     def __init__(self, scope: str, *, user_perm: str) -> None:
         self.scope = scope
@@ -73,9 +76,17 @@ class HasScope(BasePermission):
     def has_permission(self, request: Request, view: Any) -> bool:
         token = request.auth
         if _is_api_token(token):
-            if self.scope in token.scopes:
+            if self.scope not in token.scopes:
+                self.message = f'This API token lacks the "{self.scope}" scope.'
+                return False
+            owner = token.user
+            if owner.is_active and owner.has_perm(self.user_perm):
                 return True
-            self.message = f'This API token lacks the "{self.scope}" scope.'
+            self.message = (
+                f'The user of this API token ("{owner.get_username()}") lacks the permission '
+                f'{self.user_perm}, which the "{self.scope}" scope needs here: a token does '
+                "no more than its user may."
+            )
             return False
         user = request.user
         if not (user and user.is_authenticated):

@@ -60,10 +60,17 @@ def _invalid(error: ValidationError) -> RosterError:
     return RosterError("invalid_body", "The rep is invalid.", fields=fields)
 
 
-def rep_find(*, ref: str) -> Rep | None:
-    """The rep of an id (digits) or an e-mail (ignoring case)."""
+def ref_is_id(ref: str) -> bool:
+    """Whether a rep's reference is an id: ASCII digits only (``str.isdigit`` takes "²" too,
+    which ``int`` refuses)."""
     ref = ref.strip()
-    if ref.isdigit():
+    return ref.isascii() and ref.isdigit()
+
+
+def rep_find(*, ref: str) -> Rep | None:
+    """The rep of an id (ASCII digits) or an e-mail (ignoring case)."""
+    ref = ref.strip()
+    if ref_is_id(ref):
         return Rep.objects.filter(pk=int(ref)).first() if len(ref) < 12 else None
     return Rep.objects.annotate(key=Lower("email")).filter(key=ref.lower()).first()
 

@@ -167,3 +167,32 @@ def publish_as_is(ruleset: RuleSet) -> RuleSet:
 def make_rep(**fields: Any) -> Rep:
     """A saved rep (RepFactory, typed)."""
     return cast(Rep, RepFactory(**fields))
+
+
+# The Django permission each scope of a configuration API token needs its owner to hold
+# (routing.config_api.auth.HasScope): a token does no more than its user may.
+SCOPE_PERMS = {
+    "read": ("routing.view_rep", "routing.view_configdraft"),
+    "roster": ("routing.change_rep",),
+    "draft": ("routing.change_configdraft",),
+    "publish": ("routing.add_configsnapshot",),
+}
+
+
+def user_with_perms(username: str, *perms: str) -> Any:
+    """A user (got or created) holding the permissions ``perms`` (``app.codename``), or, when
+    a perm is a scope name (``read``, ``roster``, ``draft``, ``publish``, or ``"read,roster"``),
+    those the scope needs."""
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.get_or_create(username=username)[0]
+    names: list[str] = []
+    for perm in perms:
+        for item in perm.split(","):
+            names.extend(SCOPE_PERMS.get(item.strip(), (item.strip(),)))
+    for name in names:
+        app_label, codename = name.split(".")
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
+    return User.objects.get(pk=user.pk)  # fresh: no cached permissions

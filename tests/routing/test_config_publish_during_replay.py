@@ -10,7 +10,6 @@ import threading
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 from django.test import Client
@@ -28,6 +27,7 @@ from routing.selectors import ruleset_published
 from routing.services import lead_process
 from routing.versions import ruleset_replay
 from tests.leads.factories import LeadFactory
+from tests.routing.factories import user_with_perms
 from tests.routing.test_pipeline import RULES
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -90,7 +90,7 @@ class _Replaying:
 
 def test_a_publish_during_a_replay_is_refused_and_writes_nothing(published: RuleSet) -> None:
     draft_id = _draft()
-    user = User.objects.create(username="ci")
+    user = user_with_perms("ci", "read,draft,publish")
     secret = api_token_create(user=user, name="ci", scopes="read,draft,publish", actor="t").secret
     before = ConfigSnapshot.objects.count()
     with _Replaying(published):

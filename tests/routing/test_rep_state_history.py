@@ -10,7 +10,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.utils import timezone
 
 from routing.config_api.tokens import api_token_create
@@ -24,6 +23,7 @@ from routing.timeoff.models import RepAbsence, RepAbsencePast, RepStateChange
 from routing.timeoff.state_history import rep_state_history
 from routing.versions import reps_deactivate, reps_set_out_of_office, ruleset_replay
 from tests.leads.factories import LeadFactory
+from tests.routing.factories import user_with_perms
 from tests.routing.test_pipeline import RULES
 
 pytestmark = pytest.mark.django_db
@@ -77,7 +77,7 @@ def test_every_path_that_changes_a_reps_state_is_recorded(published, client):
     reps = [RULES["reps"][0], {**RULES["reps"][1], "active": True}]
     rules_import({**RULES, "reps": reps}, publish=False)  # an import
     secret = api_token_create(
-        user=User.objects.create(username="sync"), name="hr", scopes="roster", actor="test"
+        user=user_with_perms("sync", "roster"), name="hr", scopes="roster", actor="test"
     ).secret
     response = client.patch(
         f"/api/v1/config/roster/reps/{BEN}/",

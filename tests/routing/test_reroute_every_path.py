@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
@@ -20,6 +19,7 @@ from routing.models import Assignment, Rep, Team
 from routing.rules_io import rules_import
 from routing.timeoff.models import RepAbsence
 from routing.timeoff.services import absences_start_due
+from tests.routing.factories import user_with_perms
 from tests.routing.test_lead_actions import _assigned
 from tests.routing.test_pipeline import RULES
 
@@ -69,7 +69,7 @@ def _import(client: Client, ana: Rep) -> None:
 def _roster(method: str, body: dict[str, Any] | None) -> Callable[[Client, Rep], None]:
     def call(client: Client, ana: Rep) -> None:
         secret = api_token_create(
-            user=User.objects.create(username="sync"), name="hr", scopes="roster", actor="t"
+            user=user_with_perms("sync", "roster"), name="hr", scopes="roster", actor="t"
         ).secret
         response = getattr(client, method)(
             f"/api/v1/config/roster/reps/{ANA}/",

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 
 from audit.models import Event, EventType
 from routing.config_api.tokens import api_token_create
@@ -15,6 +14,7 @@ from routing.decisions import clear_live_config_cache
 from routing.drafts.models import ConfigDraft, ConfigSnapshot
 from routing.models import RuleSet, Team, Territory
 from routing.rules_io import rules_import
+from tests.routing.factories import user_with_perms
 from tests.routing.test_pipeline import RULES
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +30,7 @@ ALL = "read,draft,publish"
 
 
 def _token(scopes: str, name: str = "ci") -> str:
-    user = User.objects.get_or_create(username="pipeline")[0]
+    user = user_with_perms("pipeline", ALL)
     return api_token_create(user=user, name=name, scopes=scopes, actor="test").secret
 
 

@@ -8,7 +8,6 @@ import threading
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.test import Client
 
@@ -19,13 +18,14 @@ from routing.drafts.models import ConfigDraft, ConfigSnapshot
 from routing.drafts.services import config_draft_create, config_draft_patch
 from routing.models import ValueList
 from routing.rules_io import rules_import
+from tests.routing.factories import user_with_perms
 from tests.routing.test_pipeline import RULES
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def _secret() -> str:
-    user = User.objects.create(username="ci")
+    user = user_with_perms("ci", "read,draft,publish")
     return api_token_create(user=user, name="ci", scopes="read,draft,publish", actor="t").secret
 
 

@@ -8,7 +8,6 @@ import os
 
 import pytest
 import schemathesis
-from django.contrib.auth.models import User
 from django.core import signals
 from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
@@ -27,6 +26,7 @@ from routing.drafts.services import config_draft_create
 from routing.rules_io import rules_import
 from tests.leads.test_schema_fuzz import error_shape
 from tests.reliability.harness import scaled
+from tests.routing.factories import user_with_perms
 from tests.routing.test_pipeline import RULES
 
 pytestmark = pytest.mark.reliability
@@ -51,7 +51,7 @@ def test_no_input_breaks_the_configuration_api(api_schema, generation):  # type:
     clear_live_config_cache()
     rules_import(RULES, publish=True)
     config_draft_create(actor="test")  # draft 1, version 1
-    user = User.objects.create(username="fuzz-ci")
+    user = user_with_perms("fuzz-ci", "read,draft,publish")
     secret = api_token_create(
         user=user, name="fuzz", scopes="read,draft,publish", actor="test"
     ).secret

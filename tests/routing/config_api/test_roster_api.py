@@ -18,6 +18,7 @@ from routing.decisions import clear_live_config_cache
 from routing.models import Assignment, Rep
 from routing.rules_io import rules_import
 from routing.timeoff.models import RepAbsence
+from tests.routing.factories import user_with_perms
 from tests.routing.test_lead_actions import _assigned
 from tests.routing.test_pipeline import RULES
 
@@ -27,7 +28,7 @@ BASE = "/api/v1/config/roster/reps/"
 
 
 def _token(scopes: str, name: str = "hr-sync", **kwargs) -> str:  # type: ignore[no-untyped-def]
-    user = User.objects.get_or_create(username="sync")[0]
+    user = user_with_perms("sync", "read,roster")
     return api_token_create(user=user, name=name, scopes=scopes, actor="test", **kwargs).secret
 
 
@@ -247,3 +248,17 @@ def test_a_moment_before_the_first_utc_one_is_a_400_not_a_500(client):
     assert response.status_code == 400, response.content
     assert "out of range" in str(response.json()["error"]["fields"])
     assert not RepAbsence.objects.exists()
+
+
+def test_a_reference_of_unicode_digits_is_an_e_mail_not_an_id_and_a_404_not_a_500(client):
+    # str.isdigit() is true of "2³", which int() refuses: found by the schemathesis run.
+    Rep.objects.create(email="ana@example.com", name="Ana")
+    secret = _token("read,roster")
+    for method in ("get", "patch", "delete"):
+        response = _call(client, method, f"{BASE}2³/", secret)
+        assert response.status_code == 404, (method, response.content)
+        assert response.json()["error"]["code"] == "not_found"
+    response = _call(client, "put", f"{BASE}2³/", secret, {"name": "X"})
+    assert response.status_code == 400, response.content
+    assert "email" in response.json()["error"]["fields"]
+    assert Rep.objects.count() == 1

@@ -7,7 +7,6 @@ import os
 
 import pytest
 import schemathesis
-from django.contrib.auth.models import User
 from django.core import signals
 from django.db import close_old_connections
 from hypothesis import HealthCheck, given, settings
@@ -24,6 +23,7 @@ from routing.config_api.tokens import api_token_create
 from routing.models import Rep
 from tests.leads.test_schema_fuzz import error_shape
 from tests.reliability.harness import scaled
+from tests.routing.factories import user_with_perms
 
 pytestmark = pytest.mark.reliability
 
@@ -43,7 +43,7 @@ def api_schema(db):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("generation", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_no_input_breaks_the_roster_api(api_schema, generation):  # type: ignore[no-untyped-def]
-    user = User.objects.create(username="fuzz-sync")
+    user = user_with_perms("fuzz-sync", "read,roster")
     secret = api_token_create(user=user, name="fuzz", scopes="read,roster", actor="test").secret
     Rep.objects.create(email="ana@example.com", name="Ana")
     operations = [
