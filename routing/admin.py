@@ -28,6 +28,7 @@ from audit.config_changes import (
     values_of,
 )
 from config.json_input import BoundedJsonAdmin
+from routing.decisions import sla_clocks_refresh
 from routing.drafts.live import LiveChangeRefused
 from routing.editor import jobs, tables, views
 from routing.editor.forms import OutOfOfficeForm, RoutingTestCaseForm, RuleForm
@@ -138,6 +139,8 @@ class RepAdmin(
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)
         rep = form.instance
+        # Absences (or working hours) changed: the running SLA clocks of the rep's leads.
+        sla_clocks_refresh(rep_ids=[rep.pk])
         if request.__dict__.get("_rep_was_available") and not reps_available(rep_ids=[rep.pk]):
             self._report(request, rep.name, self._away(request, [rep], "became unavailable"))
 

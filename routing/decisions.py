@@ -98,6 +98,7 @@ __all__ = [
     "route_lead",
     "simulate",
     "simulate_with",
+    "sla_clocks_refresh",
 ]
 
 # How many times route_lead re-decides under its locks before giving up (each retry means a
@@ -687,6 +688,43 @@ def assignment_sla_due(
                 absences=off.absences,
             )
     return now + timedelta(minutes=minutes)
+
+
+def sla_clocks_refresh(*, rep_ids: Iterable[int], now: datetime | None = None) -> int:
+    """Work the running SLA clocks of ``rep_ids``' leads out again from their assignment time,
+    with the reps' working hours and time off as they are now; returns how many moved.
+
+    A clock runs while its assignment is current, untouched, not breached and not yet due. Only
+    a team that respects working hours pauses its clocks for time off (any other counts wall
+    minutes, and its away rep's leads are re-routed instead), so only those are worked out
+    again. Called when a rep's absences change (planned, changed, cancelled: by the admin, the
+    roster API or an import) and, for holidays, by the SLA check before it calls a breach, so
+    leave or a holiday planned after a lead was assigned pauses its clock as one known then
+    did. The update re-checks the clock is still running, so a breach or first touch recorded
+    meanwhile is never undone.
+    """
+    now = now or timezone.now()
+    moved = 0
+    for row in Assignment.objects.filter(
+        rep_id__in=list(rep_ids),
+        active=True,
+        touched_at__isnull=True,
+        sla_breached_at__isnull=True,
+        sla_minutes__isnull=False,
+        sla_due_at__gt=now,
+        team__respect_working_hours=True,
+    ).values("id", "assigned_at", "sla_minutes", "sla_due_at", "rep_id", "team_id"):
+        due = assignment_sla_due(
+            now=row["assigned_at"],
+            minutes=row["sla_minutes"],
+            rep_id=row["rep_id"],
+            team_id=row["team_id"],
+        )
+        if due is not None and due != row["sla_due_at"]:
+            moved += Assignment.objects.filter(
+                pk=row["id"], active=True, touched_at__isnull=True, sla_breached_at__isnull=True
+            ).update(sla_due_at=due)
+    return moved
 
 
 _COMPUTE: Any = object()  # assignment_create: work the SLA due time out from the rep and team

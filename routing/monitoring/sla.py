@@ -40,6 +40,7 @@ from routing.decisions import (
     _lock_rep,
     _snapshot,
     assignment_create,
+    assignment_sla_due,
     decide_locked,
     live_config,
 )
@@ -372,6 +373,8 @@ def _breach_locked(assignment_id: int, now: datetime) -> SlaBreach | None:
     )
     if assignment is None or SlaBreach.objects.filter(assignment_id=assignment_id).exists():
         return None
+    if _clock_paused_since(assignment, now):
+        return None
     breach = SlaBreach.objects.create(
         assignment=assignment, lead=lead, breached_at=now, action=SlaBreachAction.NOTIFIED
     )
@@ -410,6 +413,30 @@ def _breach_locked(assignment_id: int, now: datetime) -> SlaBreach | None:
     breach.note = f"reassigned to {new.rep_name}"
     breach.save(update_fields=["action", "reassigned_to", "note"])
     return breach
+
+
+def _clock_paused_since(assignment: Assignment, now: datetime) -> bool:
+    """In a team that respects working hours, time off planned after the lead was assigned (a
+    holiday calendar, a custom day, leave) pauses its SLA clock too: the due time worked out
+    again now is stored and, when it is still ahead, the lead is not breached (yet)."""
+    team = assignment.team
+    if team is None or not team.respect_working_hours or not assignment.sla_minutes:
+        return False
+    due = assignment_sla_due(
+        now=assignment.assigned_at,
+        minutes=assignment.sla_minutes,
+        rep_id=assignment.rep_id,
+        team_id=assignment.team_id,
+    )
+    if due is None or due <= now:
+        return False
+    Assignment.objects.filter(pk=assignment.pk).update(sla_due_at=due)
+    logger.info(
+        "SLA: assignment %s not breached: time off since it was assigned moved its due time to %s",
+        assignment.pk,
+        due.isoformat(),
+    )
+    return True
 
 
 def _team_spec_config() -> LiveConfig | None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from routing.decisions import sla_clocks_refresh
 from routing.engine.availability import zone_named
 from routing.timeoff.models import HolidayCalendar, HolidayCalendarDay, RepAbsence
 from routing.timeoff.services import rep_lock_for_absences
@@ -61,6 +62,8 @@ def absences_apply(wanted: Mapping[int, Sequence[Span]], counts: Counts) -> None
             RepAbsence(rep_id=rep_id, starts_at=start, ends_at=end, note=spans[(start, end)])
             for start, end in sorted(new)
         )
+        if gone or new:
+            sla_clocks_refresh(rep_ids=[rep_id], now=now)
         _tally(counts, "absences", "deleted", len(gone))
         _tally(counts, "absences", "updated", len(renamed))
         _tally(counts, "absences", "created", len(new))

@@ -22,6 +22,7 @@ from django.db.models.functions import Lower
 from django.utils import timezone
 
 from audit.config_changes import config_change_record, stored_values, values_of
+from routing.decisions import sla_clocks_refresh
 from routing.models import AdminJob, AdminJobKind, Assignment, Rep
 from routing.timeoff.availability import reps_available
 from routing.timeoff.models import RepAbsence
@@ -49,6 +50,7 @@ def rep_absence_save(*, absence: RepAbsence, actor: str) -> RepAbsence:
     before = stored_values(absence) if absence.pk is not None else None
     absence.full_clean()
     absence.save()
+    sla_clocks_refresh(rep_ids=[absence.rep_id])  # leave planned later pauses running clocks
     config_change_record(
         actor=actor,
         obj=absence,
@@ -74,6 +76,7 @@ def rep_absence_cancel(*, rep_id: int, absence_id: int, actor: str) -> bool:
         return False
     config_change_record(actor=actor, obj=absence, action="deleted", before=stored_values(absence))
     absence.delete()
+    sla_clocks_refresh(rep_ids=[rep_id])  # the clocks it paused run through it again
     return True
 
 
