@@ -613,7 +613,7 @@ DEDUP_WINDOW_DAYS = env.int("DEDUP_WINDOW_DAYS", default=90)
 # A rep becoming unavailable (deactivated, out of office, a planned absence starting; from the
 # admin, an import or beat) also routes their untouched leads to someone else: up to
 # REROUTE_INLINE_MAX_LEADS at once, more as a background admin job. Beat looks for absences
-# that have started every ABSENCE_START_INTERVAL_SECONDS.
+# that have started, and holidays that have begun, every ABSENCE_START_INTERVAL_SECONDS.
 REROUTE_OPEN_LEADS_ON_ABSENCE = env.bool("REROUTE_OPEN_LEADS_ON_ABSENCE", default=True)
 REROUTE_INLINE_MAX_LEADS = env.int("REROUTE_INLINE_MAX_LEADS", default=25)
 ABSENCE_START_INTERVAL_SECONDS = env.float("ABSENCE_START_INTERVAL_SECONDS", default=60.0)

@@ -22,6 +22,7 @@ __all__ = [
     "HolidayCalendarDay",
     "RepAbsence",
     "RepAbsencePast",
+    "RepHolidayStart",
     "RepStateChange",
 ]
 
@@ -152,6 +153,26 @@ class HolidayCalendarDay(models.Model):
 
     def __str__(self) -> str:
         return f"{self.date}: {self.name}"
+
+
+class RepHolidayStart(models.Model):
+    """A holiday of a rep that has begun (their local day), handled once by the beat job that
+    handles absences starting: the rep's untouched leads were re-routed (or kept, per team)."""
+
+    rep = models.ForeignKey("routing.Rep", on_delete=models.CASCADE, related_name="holiday_starts")
+    date = models.DateField(help_text="The holiday's local date in the rep's time zone.")
+    name = models.CharField(max_length=200, help_text="As the trace reads it.")
+    handled_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ("rep", "date")
+        verbose_name = "holiday start"
+        constraints = [
+            models.UniqueConstraint(fields=("rep", "date"), name="rep_holiday_start_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rep_id}: {self.date} ({self.name})"
 
 
 class RepStateChange(models.Model):

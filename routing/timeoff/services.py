@@ -25,7 +25,8 @@ from audit.config_changes import config_change_record, stored_values, values_of
 from routing.decisions import sla_clocks_refresh
 from routing.models import AdminJob, AdminJobKind, Assignment, Rep
 from routing.timeoff.availability import reps_available
-from routing.timeoff.models import RepAbsence
+from routing.timeoff.facts import time_off_facts
+from routing.timeoff.models import HolidayCalendar, RepAbsence, RepHolidayStart
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -239,6 +240,53 @@ def absences_start_due(*, now: datetime | None = None) -> int:
         handled += RepAbsence.objects.filter(pk=absence.pk, started_handled_at__isnull=True).update(
             started_handled_at=now
         )
+    return handled
+
+
+def holidays_start_due(*, now: datetime | None = None) -> int:
+    """Beat, with ``absences_start_due``: a holiday beginning (the rep's local day, a country's
+    or a custom day) makes the rep unavailable like an absence starting, so their untouched
+    leads are re-routed (or kept, per team), audited, once per rep and day.
+
+    Returns how many (rep, day) it handled. A day is marked handled (``RepHolidayStart``) only
+    after its re-route ran or its background job was sent; one that fails is logged and tried
+    again on the next run, as long as the day lasts. Inactive reps are skipped (nothing of
+    theirs is waiting), as is everything when no holiday calendar exists.
+    """
+    from routing.models import TeamMembership
+
+    now = now or timezone.now()
+    if not HolidayCalendar.objects.exists():
+        return 0
+    members: dict[int, list[int]] = {}
+    for team_id, rep_id in TeamMembership.objects.values_list("team_id", "rep_id"):
+        members.setdefault(team_id, []).append(rep_id)
+    off = time_off_facts(now=now, team_members=members)
+    reps = {
+        rep.pk: rep
+        for rep in Rep.objects.filter(
+            pk__in=[rep_id for rep_id, facts in off.items() if facts.holidays], active=True
+        )
+    }
+    handled = 0
+    for rep_id, rep in sorted(reps.items()):
+        day = now.astimezone(_zone(rep.timezone)).date()
+        holiday = off[rep_id].holidays.get(day)
+        if holiday is None or RepHolidayStart.objects.filter(rep_id=rep_id, date=day).exists():
+            continue
+        try:
+            reps_away_reroute(
+                rep_ids=[rep_id], actor="system", reason=f"{rep.name}: {holiday.label} ({day})"
+            )
+        except Exception:
+            logger.exception(
+                "Re-routing for %s's holiday on %s failed; the next run retries", rep.pk, day
+            )
+            continue
+        _, created = RepHolidayStart.objects.get_or_create(
+            rep_id=rep_id, date=day, defaults={"name": holiday.label[:200], "handled_at": now}
+        )
+        handled += int(created)
     return handled
 
 
