@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from zoneinfo import ZoneInfo
 
 import yaml
 from django.core.exceptions import ValidationError
@@ -66,6 +67,7 @@ from routing.engine import (
     RuleErrors,
     compile_ruleset,
 )
+from routing.engine.availability import NonexistentLocalTime, wall_clock_at
 from routing.models import (
     POSTAL_PREFIX_MAX_LENGTH,
     REGION_MAX_LENGTH,
@@ -374,7 +376,10 @@ class _Checker:
             return _ABSENT
         return value
 
-    def moment(self, value: Any, path: str) -> Any:
+    def moment(self, value: Any, path: str, *, zone: ZoneInfo | None = None) -> Any:
+        """An ISO 8601 date-time with a UTC offset; with ``zone``, one without an offset too,
+        read as a wall-clock time there (a time the clocks skip is refused, a repeated one is
+        taken the first time it happens: ``wall_clock_at``)."""
         if value is None:
             return None
         parsed = None
@@ -383,11 +388,21 @@ class _Checker:
                 parsed = datetime.fromisoformat(value.strip())
             except ValueError:
                 parsed = None
+        if parsed is not None and parsed.utcoffset() is None and zone is not None:
+            try:
+                return wall_clock_at(parsed, zone)
+            except NonexistentLocalTime as error:
+                self.error(path, str(error))
+                return _ABSENT
+            except OverflowError:
+                self.error(path, f"is out of range, got {_shown(value)}")
+                return _ABSENT
         if parsed is None or parsed.utcoffset() is None:
+            wall = f", or a wall-clock time in {zone.key} without one" if zone else ""
             self.error(
                 path,
                 "must be an ISO 8601 date-time with a UTC offset "
-                f'("2026-05-04T18:00:00Z") or null, got {_shown(value)}',
+                f'("2026-05-04T18:00:00Z"){wall} or null, got {_shown(value)}',
             )
             return _ABSENT
         try:
@@ -554,8 +569,9 @@ class _Checker:
             entry.refs["absences"] = absences
         return entry
 
-    def absences(self, value: Any, path: str) -> Any:
-        """A rep's planned absences: ``[{from, to, note}]``, ISO date-times with an offset."""
+    def absences(self, value: Any, path: str, *, zone: ZoneInfo | None = None) -> Any:
+        """A rep's planned absences: ``[{from, to, note}]``, ISO date-times with an offset (with
+        ``zone``, wall-clock times there without one)."""
         if not isinstance(value, list):
             self.error(path, f"must be a list of {{from, to, note}}, got {_shown(value)}")
             return _ABSENT
@@ -574,8 +590,8 @@ class _Checker:
                     self.error(f"{at}.{key}", "is required")
             if raw.get("from") is None or raw.get("to") is None:
                 continue
-            start = self.moment(raw["from"], f"{at}.from")
-            end = self.moment(raw["to"], f"{at}.to")
+            start = self.moment(raw["from"], f"{at}.from", zone=zone)
+            end = self.moment(raw["to"], f"{at}.to", zone=zone)
             note = self.text(raw.get("note", ""), f"{at}.note", max_length=200, blank=True)
             if _ABSENT in (start, end, note):
                 continue
@@ -980,13 +996,16 @@ def rep_fields_check(raw: Any) -> dict[str, Any]:
     return {key: value for key, value in entry.fields.items() if key in given}
 
 
-def absence_fields_check(raw: Any) -> tuple[datetime, datetime, str]:
+def absence_fields_check(
+    raw: Any, *, zone: ZoneInfo | None = None
+) -> tuple[datetime, datetime, str]:
     """One planned absence ``{from, to, note}`` checked as a rules file's
-    ``reps[].absences[]`` entry is; (start, end, note). Raises RulesFileErrors by key."""
+    ``reps[].absences[]`` entry is; (start, end, note). With ``zone`` (the rep's), a date-time
+    without an offset is a wall-clock time there. Raises RulesFileErrors by key."""
     checker = _Checker({}, lookups=False)
     if not isinstance(raw, Mapping):
         raise RulesFileErrors([RuleError("", f"must be a JSON object, got {_shown(raw)}")])
-    found = checker.absences([raw], "")
+    found = checker.absences([raw], "", zone=zone)
     if checker.errors or found is _ABSENT or not found:
         raise RulesFileErrors(
             [RuleError(e.path.removeprefix("[0]").lstrip("."), e.message) for e in checker.errors]

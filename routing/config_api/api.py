@@ -4,7 +4,9 @@ sync. Scope ``read`` to read, ``roster`` to write (users: ``routing.view_rep`` a
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.pagination import PageNumberPagination
@@ -18,6 +20,7 @@ from leads.api import _error_responses as _errors
 from leads.parsing import StrictJSONParser
 from routing.config_api import roster
 from routing.config_api.auth import HasScope, request_actor
+from routing.engine.availability import zone_named
 from routing.models import Rep
 from routing.rules_io import RulesFileErrors, absence_fields_check, rep_fields_check
 from routing.timeoff.availability import reps_available
@@ -81,11 +84,16 @@ REP_LIST_SCHEMA: dict[str, Any] = {
     "required": ["count", "results"],
 }
 
+_WALL_OR_MOMENT = (
+    "ISO 8601: with a UTC offset (2027-04-01T00:00:00+02:00) that moment; without one "
+    "(2027-04-01T00:00) a wall-clock time in the rep's time zone (a time the clocks skip is "
+    "400, one they repeat is taken the first time)."
+)
 ABSENCE_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "from": {"type": "string", "format": "date-time", "description": "Inclusive."},
-        "to": {"type": "string", "format": "date-time", "description": "Exclusive."},
+        "from": {"type": "string", "description": f"Inclusive. {_WALL_OR_MOMENT}"},
+        "to": {"type": "string", "description": f"Exclusive. {_WALL_OR_MOMENT}"},
         "note": {"type": "string", "maxLength": 200},
     },
     "required": ["from", "to"],
@@ -96,11 +104,20 @@ ABSENCE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "id": {"type": "integer"},
-        "from": {"type": "string", "format": "date-time"},
-        "to": {"type": "string", "format": "date-time"},
+        "from": {"type": "string", "format": "date-time", "description": "The moment, in UTC."},
+        "to": {"type": "string", "format": "date-time", "description": "The moment, in UTC."},
+        "timezone": {"type": "string", "description": "The rep's time zone."},
+        "from_local": {
+            "type": "string",
+            "description": "The wall-clock time in the rep's zone, with its offset then.",
+        },
+        "to_local": {
+            "type": "string",
+            "description": "The wall-clock time in the rep's zone, with its offset then.",
+        },
         "note": {"type": "string"},
     },
-    "required": ["id", "from", "to", "note"],
+    "required": ["id", "from", "to", "timezone", "from_local", "to_local", "note"],
 }
 
 _REF = OpenApiParameter(
@@ -127,12 +144,17 @@ def rep_document(rep: Rep, *, available: bool | None = None) -> dict[str, Any]:
     }
 
 
-def absence_document(absence: RepAbsence) -> dict[str, Any]:
-    """A planned absence as the roster API shows it."""
+def absence_document(absence: RepAbsence, zone_name: str) -> dict[str, Any]:
+    """A planned absence as the roster API shows it: the moments (UTC) and the rep's wall-clock
+    times with their offsets (which differ across a DST change)."""
+    zone = zone_named(zone_name) or UTC
     return {
         "id": absence.pk,
         "from": absence.starts_at,
         "to": absence.ends_at,
+        "timezone": zone_name if zone is not UTC else "UTC",
+        "from_local": absence.starts_at.astimezone(zone).isoformat(),
+        "to_local": absence.ends_at.astimezone(zone).isoformat(),
         "note": absence.note,
     }
 
@@ -293,28 +315,35 @@ class RosterAbsenceListView(_RosterView):
     )
     def get(self, request: Request, ref: str) -> Response:
         rep = self.rep_or_404(ref)
-        return Response([absence_document(a) for a in roster.rep_absences_planned(rep_id=rep.pk)])
+        return Response(
+            [absence_document(a, rep.timezone) for a in roster.rep_absences_planned(rep_id=rep.pk)]
+        )
 
     @extend_schema(
         operation_id="roster_absences_add",
         tags=["roster"],
         parameters=[_REF],
-        description="ISO 8601 date-times with an offset. Refused when it overlaps another of "
+        description="ISO 8601 date-times: with an offset, that moment; without one, a "
+        "wall-clock time in the rep's time zone (a time the clocks skip is 400 naming the key; a "
+        "repeated one is taken the first time it happens). Refused when it overlaps another of "
         "the rep's absences or is over already. One under way re-routes the rep's untouched "
         "leads.",
         request={"application/json": ABSENCE_INPUT_SCHEMA},
         responses={201: OpenApiResponse(ABSENCE_SCHEMA), **_errors(400, 401, 403, 404, 415)},
     )
     def post(self, request: Request, ref: str) -> Response:
-        start, end, note = _checked(absence_fields_check, request.data)
         rep = self.rep_or_404(ref)
+        zone = zone_named(rep.timezone) or ZoneInfo("UTC")
+        start, end, note = _checked(
+            lambda body: absence_fields_check(body, zone=zone), request.data
+        )
         try:
             absence = roster.rep_absence_add(
                 rep_id=rep.pk, start=start, end=end, note=note, actor=request_actor(request)
             )
         except roster.RosterError as error:
             raise _refused(error) from None
-        return Response(absence_document(absence), status=201)
+        return Response(absence_document(absence, rep.timezone), status=201)
 
 
 class RosterAbsenceDetailView(_RosterView):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from io import StringIO
 
 import pytest
@@ -262,3 +262,79 @@ def test_a_reference_of_unicode_digits_is_an_e_mail_not_an_id_and_a_404_not_a_50
     assert response.status_code == 400, response.content
     assert "email" in response.json()["error"]["fields"]
     assert Rep.objects.count() == 1
+
+
+def _last_sunday(year: int, month: int) -> date:
+    day = date(year, month + 1, 1) - timedelta(days=1)
+    return day - timedelta(days=(day.weekday() + 1) % 7)
+
+
+def test_absence_times_without_an_offset_are_the_reps_wall_clock_across_dst(client):
+    # docs/api.md, "Roster": a date-time without an offset is a wall-clock time in the rep's
+    # zone; one the clocks skip is a 400 naming the key; a repeated one is taken the first time;
+    # an explicit offset is honoured; the answer shows the moments and the local times.
+    secret = _token("roster,read")
+    Rep.objects.create(email="ana@example.com", name="Ana", timezone="Europe/Berlin")
+    Rep.objects.create(email="nia@example.com", name="Nia", timezone="America/New_York")
+    year = timezone.now().year + 1
+    spring, autumn = _last_sunday(year, 3), _last_sunday(year, 10)  # the EU's DST changes
+    url = f"{BASE}ana@example.com/absences/"
+
+    before, after = spring - timedelta(days=1), spring + timedelta(days=2)
+    body = {"from": f"{before}T09:00", "to": f"{after}T09:00", "note": "over the change"}
+    added = _call(client, "post", url, secret, body)
+    assert added.status_code == 201, added.content
+    shown = added.json()
+    assert shown["timezone"] == "Europe/Berlin"
+    assert (shown["from_local"], shown["to_local"]) == (
+        f"{before}T09:00:00+01:00",
+        f"{after}T09:00:00+02:00",
+    )
+    absence = RepAbsence.objects.get(pk=shown["id"])
+    assert absence.starts_at == datetime.combine(before, time(8), tzinfo=UTC)
+    assert absence.ends_at == datetime.combine(after, time(7), tzinfo=UTC)
+    assert _call(client, "get", url, secret).json() == [shown]
+
+    skipped = _call(
+        client, "post", url, secret, {"from": f"{spring}T02:30", "to": f"{after}T12:00"}
+    )
+    assert skipped.status_code == 400, skipped.content
+    error = skipped.json()["error"]
+    assert error["code"] == "invalid_body"
+    assert "does not exist in Europe/Berlin" in error["fields"]["from"][0]
+
+    repeated = _call(
+        client, "post", url, secret, {"from": f"{autumn}T02:30", "to": f"{autumn}T05:00"}
+    )
+    assert repeated.status_code == 201, repeated.content
+    assert repeated.json()["from_local"] == f"{autumn}T02:30:00+02:00"  # the first 02:30
+    assert RepAbsence.objects.get(pk=repeated.json()["id"]).starts_at == datetime.combine(
+        autumn, time(0, 30), tzinfo=UTC
+    )
+
+    day = date(year, 5, 4)
+    explicit = _call(
+        client, "post", url, secret, {"from": f"{day}T00:00:00Z", "to": f"{day}T12:00:00+02:00"}
+    )
+    assert explicit.status_code == 201, explicit.content
+    assert (explicit.json()["from_local"], explicit.json()["to_local"]) == (
+        f"{day}T02:00:00+02:00",
+        f"{day}T12:00:00+02:00",
+    )
+    assert RepAbsence.objects.get(pk=explicit.json()["id"]).ends_at == datetime.combine(
+        day, time(10), tzinfo=UTC
+    )
+
+    # Another rep, another zone: the same wall-clock midnight is another moment.
+    nia = _call(
+        client,
+        "post",
+        f"{BASE}nia@example.com/absences/",
+        secret,
+        {"from": f"{day}T00:00", "to": f"{day + timedelta(days=1)}T00:00"},
+    )
+    assert nia.status_code == 201, nia.content
+    assert nia.json()["from_local"] == f"{day}T00:00:00-04:00"
+    assert RepAbsence.objects.get(pk=nia.json()["id"]).starts_at == datetime.combine(
+        day, time(4), tzinfo=UTC
+    )
