@@ -19,10 +19,14 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, time
 from typing import Any
 
 from django.db.models import F
+
+from routing.engine.availability import holiday_at, zone_named
+from routing.engine.strategies import within_working_hours
+from routing.engine.types import WorkingHours
 
 
 def _postgres() -> tuple[list[str], list[str]]:
@@ -214,8 +218,12 @@ class ReplayRepStates:
     ``active`` and out-of-office state and absences as they were then, moved forward by
     ``at - arrived`` so the engine, asking at ``at``, sees them as they were at ``arrived``;
     it returns what it replaced, which ``restore`` puts back (keeping the load the decision
-    added). Holidays and working hours stay as the replay's instant has them: they are
-    configuration, not live state.
+    added). Holidays and working hours are the replayed configuration's (a draft's calendars and
+    hours, or the published ones), but asked *at* ``arrived``: whether the rep was on holiday,
+    and inside their working hours, in their own zone when the lead arrived, laid over the
+    decision instant (the holiday, if any, on ``at``'s local date; hours that hold at ``at`` or
+    never), so a lead that came on Christmas Eve at 03:00 is replayed as it came, not as if it
+    came at the moment of the replay.
     """
 
     def __init__(self, *, since: datetime | None) -> None:
@@ -267,6 +275,13 @@ class ReplayRepStates:
                 else None,
                 absences=absences,
             )
+        for rep_id, rep in list(reps.items()):
+            calendar = _calendar_at(rep, arrived, at)
+            if calendar is not None:
+                replaced.setdefault(rep_id, rep)
+                reps[rep_id] = replace(
+                    reps[rep_id], holidays=calendar[0], working_hours=calendar[1]
+                )
         return replaced
 
     def restore(self, reps: dict[int, Any], replaced: dict[int, Any]) -> None:
@@ -278,4 +293,29 @@ class ReplayRepStates:
                 active=rep.active,
                 out_of_office_until=rep.out_of_office_until,
                 absences=rep.absences,
+                holidays=rep.holidays,
+                working_hours=rep.working_hours,
             )
+
+
+# What a replay lays over a rep's working hours: hours that hold at any moment, or at none.
+_ALWAYS = WorkingHours(days=frozenset(range(1, 8)), start=time(0), end=time(0))
+_NEVER = WorkingHours(days=frozenset(), start=time(0), end=time(0))
+
+
+def _calendar_at(rep: Any, arrived: datetime, at: datetime) -> tuple[Any, Any] | None:
+    """The rep's holidays and working hours as asking at ``at`` must see them to answer as
+    asking at ``arrived`` would: ``({at's local date: the holiday of arrived's}, hours that
+    hold at at, or never)``; None when the rep has neither (nothing to lay over) or an unknown
+    zone (the engine answers for that itself)."""
+    if not rep.holidays and rep.working_hours is None:
+        return None
+    zone = zone_named(rep.timezone)
+    if zone is None:
+        return None
+    holiday = holiday_at(rep, arrived)
+    holidays = {at.astimezone(zone).date(): holiday} if holiday is not None else {}
+    hours = rep.working_hours
+    if hours is not None:
+        hours = _ALWAYS if within_working_hours(hours, arrived.astimezone(zone)) else _NEVER
+    return holidays, hours

@@ -191,3 +191,74 @@ def test_a_replay_still_sees_a_leave_that_was_deleted_after_it_began(published):
     )
     later.delete()
     assert RepAbsencePast.objects.count() == 1
+
+
+def _shift_leads_back(delta: timedelta) -> None:
+    from leads.models import Lead
+
+    for lead in Lead.objects.all():
+        Lead.objects.filter(pk=lead.pk).update(
+            received_at=lead.received_at - delta,
+            processed_at=(lead.processed_at - delta) if lead.processed_at else None,
+        )
+
+
+def test_a_replay_asks_holidays_at_the_leads_arrival_not_at_the_replay(published):
+    from zoneinfo import ZoneInfo
+
+    from routing.timeoff.models import HolidayCalendar, HolidayCalendarDay
+
+    berlin = ZoneInfo("Europe/Berlin")
+    ben = Rep.objects.get(email=BEN)
+    calendar = HolidayCalendar.objects.create(name="Company")
+    calendar.reps.add(ben)
+    day = HolidayCalendarDay.objects.create(
+        calendar=calendar, date=timezone.now().astimezone(berlin).date(), name="Offsite"
+    )
+    clear_live_config_cache()
+    _route("h1@acme.com", "h2@acme.com")
+    assert set(_owners().values()) == {"ana@example.com"}  # Ben's company day
+    # The story moved a day back: the leads came yesterday, Ben's day off was yesterday.
+    _shift_leads_back(timedelta(days=1))
+    HolidayCalendarDay.objects.filter(pk=day.pk).update(date=day.date - timedelta(days=1))
+    clear_live_config_cache()
+    result = ruleset_replay(ruleset=published)
+    assert result.considered == 2
+    assert result.changed == 0, [(r.before.rep, r.after.rep) for r in result.rows]
+
+    # Ben's day off today instead: the leads that came yesterday could have been his.
+    HolidayCalendarDay.objects.filter(pk=day.pk).update(date=day.date)
+    clear_live_config_cache()
+    result = ruleset_replay(ruleset=published)
+    assert result.changed == 1, [(r.before.rep, r.after.rep) for r in result.rows]
+    assert [row.after.rep for row in result.rows] == [BEN]
+
+
+def test_a_replay_asks_working_hours_at_the_leads_arrival(published):
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from routing.models import Team
+
+    Team.objects.filter(name="EMEA SDR").update(respect_working_hours=True)
+    berlin = ZoneInfo("Europe/Berlin")
+    now = timezone.now().astimezone(berlin)
+
+    def window(around: datetime) -> dict[str, Any]:  # two hours about a local time, every day
+        return {
+            "days": [1, 2, 3, 4, 5, 6, 7],
+            "start": f"{(around - timedelta(hours=1)):%H:%M}",
+            "end": f"{(around + timedelta(hours=1)):%H:%M}",
+        }
+
+    Rep.objects.filter(email=BEN).update(working_hours=window(now + timedelta(hours=12)))
+    clear_live_config_cache()
+    _route("w1@acme.com", "w2@acme.com")
+    assert set(_owners().values()) == {"ana@example.com"}  # Ben outside his hours
+    # The leads came 12 hours ago, outside the hours Ben has now (which hold at this moment).
+    _shift_leads_back(timedelta(hours=12))
+    Rep.objects.filter(email=BEN).update(working_hours=window(now))
+    clear_live_config_cache()
+    result = ruleset_replay(ruleset=published)
+    assert result.considered == 2
+    assert result.changed == 0, [(r.before.rep, r.after.rep) for r in result.rows]
