@@ -165,3 +165,90 @@ def test_a_removed_row_live_leads_still_need(prune: bool) -> None:
     assert row_counts() == before
     assert _find(rules_export(), "accounts", "acme.com")["name"] == "Acme"  # type: ignore[index]
     clear_live_config_cache()
+
+
+def _refuse_rep_with_history(data: dict[str, Any]) -> bool:
+    AssignmentFactory(rep=Rep.objects.get(email="eve@example.com"), active=False)  # a closed one
+    _without(data, "reps", "eve@example.com")
+    data["ruleset"]["rules"] = [r for r in data["ruleset"]["rules"] if r["name"] != "To Eve"]
+    return True
+
+
+def _refuse_value_list_of_a_live_rule(data: dict[str, Any]) -> bool:
+    # The file drops the list and the rule using it, but does not publish: the live rule stays.
+    _without(data, "value_lists", "competitors")
+    data["ruleset"]["rules"] = [
+        r for r in data["ruleset"]["rules"] if r["name"] != "Exclude competitors"
+    ]
+    data["test_cases"] = [c for c in data["test_cases"] if c["name"] != "Competitor"]
+    return False
+
+
+def _refuse_rep_of_a_live_rule(data: dict[str, Any]) -> bool:
+    _without(data, "reps", "eve@example.com")
+    data["ruleset"]["rules"] = [r for r in data["ruleset"]["rules"] if r["name"] != "To Eve"]
+    return False
+
+
+def _refuse_team_a_kept_row_points_at(data: dict[str, Any]) -> bool:
+    # No territories section: the stored ones stay, and "US West" points at the team removed.
+    del data["territories"]
+    _without(data, "teams", "US West AE")
+    return True
+
+
+TO_EVE = {
+    "name": "To Eve",
+    "priority": 5,
+    "when": {"all": [{"field": "email_domain", "op": "eq", "value": "eve.io"}]},
+    "action": {"type": "rep", "rep": "eve@example.com"},
+}
+
+# case -> (the file edit: returns whether to publish, the refusal it must give)
+REFUSALS: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
+    "rep-with-lead-history": (
+        _refuse_rep_with_history,
+        'reps: "eve@example.com" is not in the file but has 1 assignment(s) in the lead '
+        "history, which keeps them: keep the rep in the file (deactivate them in the admin)",
+    ),
+    "value-list-a-live-rule-uses": (
+        _refuse_value_list_of_a_live_rule,
+        'value_lists: "competitors" is not in the file but a live rule uses it: publish the '
+        "file's rules too",
+    ),
+    "rep-a-live-rule-names": (
+        _refuse_rep_of_a_live_rule,
+        'reps: "eve@example.com" is not in the file but a live rule sends leads to them: '
+        "publish the file's rules",
+    ),
+    "team-a-kept-row-points-at": (
+        _refuse_team_a_kept_row_points_at,
+        'teams: "US West AE" is not in the file but territory "US West" (kept) points at it',
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_prune_refuses_what_live_leads_or_rules_still_need_with_the_reason(case: str) -> None:
+    """Each reason ``rules_prune`` refuses for, under --prune: the reason with its section,
+    nothing written (not even the file's unrelated change); without --prune the row stays."""
+    clear_live_config_cache()
+    published = base()
+    published["ruleset"]["rules"].insert(0, TO_EVE)
+    configuration_import(data=published, publish=True)
+    edit, reason = REFUSALS[case]
+    data = base()
+    data["ruleset"]["rules"].insert(0, TO_EVE)
+    publish = edit(data)
+    data["accounts"][0]["name"] = "Acme Renamed"  # a change that must not half-apply
+    before = row_counts()
+    with pytest.raises(PruneRefused) as caught:
+        configuration_import(data=data, publish=publish, prune=True)
+    messages = [str(error) for error in caught.value.errors]
+    assert reason in messages, messages
+    assert row_counts() == before
+    assert _find(rules_export(), "accounts", "acme.com")["name"] == "Acme"  # type: ignore[index]
+    # Without --prune nothing is deleted, so nothing is refused.
+    configuration_import(data=data, publish=publish)
+    assert _find(rules_export(), "accounts", "acme.com")["name"] == "Acme Renamed"  # type: ignore[index]
+    clear_live_config_cache()
