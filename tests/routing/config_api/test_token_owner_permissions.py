@@ -179,3 +179,54 @@ def test_a_superuser_owner_needs_no_explicit_permission(client: Any, published: 
     boss = User.objects.create_superuser(username="boss", email="boss@example.com")
     secret = api_token_create(user=boss, name="t", scopes="read", actor="test").secret
     assert _call(client, "get", BASE, secret).status_code == 200
+
+
+def _operations(client: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every configuration and roster operation of the published OpenAPI document."""
+    schema = client.get("/api/v1/schema/?format=json").json()
+    return [
+        (method, path, operation)
+        for path, item in schema["paths"].items()
+        if path.startswith("/api/v1/config/")
+        for method, operation in item.items()
+        if method in {"get", "post", "put", "patch", "delete"}
+    ]
+
+
+def test_every_operation_refuses_without_credentials_scope_or_owner_permission_in_json(
+    client: Any, published: Any
+) -> None:
+    """Per operation of the schema: no credentials 401, a token lacking the scope 403, a token
+    whose owner lacks the permission 403; each documented, each in the API's JSON error shape,
+    and nothing written by any of them."""
+    values = {"ref": "ana@example.com", "draft_id": str(_open_draft()), "number": "1"}
+    values["absence_id"] = "1"
+    no_scope = api_token_create(
+        user=user_with_perms("all-perms", *SCOPE_PERMS), name="none", scopes="read", actor="test"
+    ).secret
+    powerless = api_token_create(
+        user=user_with_perms("no-perms"),
+        name="powerless",
+        scopes=list(SCOPE_PERMS),
+        actor="test",
+    ).secret
+    operations = _operations(client)
+    assert len(operations) == 25  # 16 of the configuration, 9 of the roster
+    before = _state()
+    for method, path, operation in operations:
+        url = path
+        for name, value in values.items():
+            url = url.replace("{" + name + "}", value)
+        documented = set(operation["responses"])
+        assert {"401", "403"} <= documented, (method, path, sorted(documented))
+        attempts = [("anonymous", None, 401), ("powerless", powerless, 403)]
+        if method != "get":  # a read-only token: every write is outside its scope
+            attempts.append(("no scope", no_scope, 403))
+        for label, secret, status in attempts:
+            headers = {"HTTP_AUTHORIZATION": f"Bearer {secret}"} if secret else {}
+            response = getattr(client, method)(url, {}, content_type="application/json", **headers)
+            assert response.status_code == status, (label, method, url, response.content)
+            error = response.json()["error"]
+            assert isinstance(error["code"], str), (label, method, url, error)
+            assert isinstance(error["message"], str), (label, method, url, error)
+    assert _state() == before
