@@ -134,3 +134,35 @@ def test_a_wall_clock_team_is_not_paused(rules):
     assignment.refresh_from_db()
     assert assignment.sla_due_at == due
     assert sla_check(now=due + timedelta(minutes=1)).breached == 1
+
+
+def test_leave_planned_on_the_reps_admin_page_pauses_the_clock(rules, admin_client):
+    now = timezone.now()
+    _lead, assignment = _running_clock(assigned_at=now - timedelta(minutes=10))
+    ana = assignment.rep
+    # Whole minutes in Berlin, as the form takes them.
+    start = (now + timedelta(minutes=30)).astimezone(BERLIN).replace(second=0, microsecond=0)
+    end = (now + timedelta(days=2)).astimezone(BERLIN).replace(second=0, microsecond=0)
+    url = f"/admin/routing/rep/{ana.pk}/change/"
+    form = admin_client.get(url).context["adminform"].form
+    data = {k: v for k, v in form.initial.items() if v is not None and k not in ("user",)}
+    data.update(
+        {
+            "active": "on",
+            "working_hours": "",
+            "absences-TOTAL_FORMS": "1",
+            "absences-INITIAL_FORMS": "0",
+            "absences-MIN_NUM_FORMS": "0",
+            "absences-MAX_NUM_FORMS": "1000",
+            "absences-0-starts_local": f"{start:%Y-%m-%d %H:%M}",
+            "absences-0-ends_local": f"{end:%Y-%m-%d %H:%M}",
+            "absences-0-note": "",
+            "absences-0-rep": str(ana.pk),
+        }
+    )
+    response = admin_client.post(url, data)
+    assert response.status_code == 302, response.content[:3000]
+    assert RepAbsence.objects.filter(rep=ana).count() == 1
+    assignment.refresh_from_db()
+    elapsed = start - assignment.assigned_at
+    assert assignment.sla_due_at == end + (timedelta(minutes=60) - elapsed)
