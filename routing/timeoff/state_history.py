@@ -306,16 +306,21 @@ _NEVER = WorkingHours(days=frozenset(), start=time(0), end=time(0))
 def _calendar_at(rep: Any, arrived: datetime, at: datetime) -> tuple[Any, Any] | None:
     """The rep's holidays and working hours as asking at ``at`` must see them to answer as
     asking at ``arrived`` would: ``({at's local date: the holiday of arrived's}, hours that
-    hold at at, or never)``; None when the rep has neither (nothing to lay over) or an unknown
-    zone (the engine answers for that itself)."""
+    hold at at, or never)``; None when both moments get the same answers already, the rep has
+    neither, or an unknown zone (the engine answers for that itself)."""
     if not rep.holidays and rep.working_hours is None:
         return None
     zone = zone_named(rep.timezone)
     if zone is None:
         return None
     holiday = holiday_at(rep, arrived)
-    holidays = {at.astimezone(zone).date(): holiday} if holiday is not None else {}
     hours = rep.working_hours
+    worked = hours is not None and within_working_hours(hours, arrived.astimezone(zone))
+    if holiday == holiday_at(rep, at) and (
+        hours is None or worked == within_working_hours(hours, at.astimezone(zone))
+    ):
+        return None  # the same answers at both moments: nothing to lay over (and no copy)
+    holidays = {at.astimezone(zone).date(): holiday} if holiday is not None else {}
     if hours is not None:
-        hours = _ALWAYS if within_working_hours(hours, arrived.astimezone(zone)) else _NEVER
+        hours = _ALWAYS if worked else _NEVER
     return holidays, hours
