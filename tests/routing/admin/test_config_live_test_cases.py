@@ -102,3 +102,37 @@ def test_saving_a_test_case_itself_is_not_gated(
     assert response.status_code == 302, response.context["adminform"].form.errors
     assert RoutingTestCase.objects.get(pk=case.pk).lead["country"] == "FR"
     assert ConfigSnapshot.objects.order_by("-number").first().failing_test_cases == []
+
+
+def test_a_csv_import_is_gated_by_the_saved_test_cases_too(client_revops, emea):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from routing.models import Territory
+    from tests.routing.factories import make_rep, published_ruleset, team_with
+
+    other = team_with([make_rep(email="cai@x.example", name="Cai")], name="Other")
+    Territory.objects.create(name="Germany", countries=["DE"], team=emea)
+    published_ruleset({"name": "By territory", "action": {"type": "territory"}})
+    RoutingTestCase.objects.create(
+        name=CASE,
+        lead={"email": "x@acme.com", "country": "DE"},
+        expected_status="assigned",
+        expected_team=emea,
+    )
+    url = reverse("admin:routing_territory_import")
+    csv = b"territory,country,region,postal_prefix,team,rep\nGermany,DE,,,Other,\n"
+    refused = client_revops.post(url, {"file": SimpleUploadedFile("t.csv", csv)})
+    assert refused.status_code == 200
+    assert f"saved test case {CASE} fails" in refused.content.decode()
+    assert Territory.objects.get(name="Germany").team_id == emea.pk  # nothing written
+    assert ConfigSnapshot.objects.count() == 0
+    forced = client_revops.post(
+        url,
+        {"file": SimpleUploadedFile("t.csv", csv), "force_failing_test_cases": "on"},
+    )
+    assert forced.status_code == 302
+    assert Territory.objects.get(name="Germany").team_id == other.pk
+    version = ConfigSnapshot.objects.order_by("-number").first()
+    assert version is not None
+    assert version.failing_test_cases == [CASE]
+    assert version.published_by == "user:rita"
