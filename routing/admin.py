@@ -791,6 +791,7 @@ class RuleAdmin(AuditedConfigAdmin, BoundedJsonAdmin, RefuseFrozenVersions, admi
 class RoutingTestCaseAdmin(
     VersionedConfigAdmin, AuditedConfigAdmin, BoundedJsonAdmin, admin.ModelAdmin
 ):
+    versioned_test_cases = False  # a test case saved is a test, not a change of routing
     form = RoutingTestCaseForm
     list_display = ("name", "expected_status", "expected_rep", "expected_team", "source")
     list_select_related = ("expected_rep", "expected_team", "source")

@@ -25,7 +25,7 @@ from routing.engine import RuleErrors
 from routing.models import AdminJob, AdminJobKind, AdminJobStatus, RuleSet
 from routing.rules_io import ConfigurationBusy
 from routing.tables_io import TableErrors, tables_apply, tables_plan
-from routing.versions import replay_result_data, ruleset_replay
+from routing.versions import TestCasesFailing, replay_result_data, ruleset_replay
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -73,12 +73,19 @@ def admin_job_start_import(
     file_name: str,
     delete_missing: bool = False,
     actor: AbstractBaseUser | None = None,
+    force: bool = False,
 ) -> AdminJob:
-    """Queue the import of a territories or accounts CSV (kept on the job until it ends)."""
+    """Queue the import of a territories or accounts CSV (kept on the job until it ends). It
+    is refused when a saved test case fails after it, unless ``force``."""
     job = AdminJob.objects.create(
         kind=IMPORT_KINDS[table],
         requested_by=_user(actor),
-        params={"table": table, "file": file_name[:200], "delete_missing": delete_missing},
+        params={
+            "table": table,
+            "file": file_name[:200],
+            "delete_missing": delete_missing,
+            **({"force": True} if force else {}),
+        },
         input=content,
     )
     _enqueue(job)
@@ -179,7 +186,13 @@ def _run_import(job: AdminJob) -> None:
         with transaction.atomic():
             # Lock the job: a second claim cannot finish it while this one writes.
             AdminJob.objects.select_for_update().filter(pk=job.pk).first()
-            report = tables_apply(plan=plan, actor=job.requested_by, file_name=job.params["file"])
+            report = tables_apply(
+                plan=plan,
+                actor=job.requested_by,
+                file_name=job.params["file"],
+                test_cases=True,
+                force=bool(job.params.get("force")),
+            )
             if not _finish(
                 job,
                 status=AdminJobStatus.DONE,
@@ -191,6 +204,13 @@ def _run_import(job: AdminJob) -> None:
                 raise _Superseded
     except (ConfigurationBusy, LiveChangeRefused) as exc:
         _finish(job, status=AdminJobStatus.FAILED, error=str(exc))
+    except TestCasesFailing as exc:
+        _finish(
+            job,
+            status=AdminJobStatus.FAILED,
+            error=f"Not imported, nothing written: after it {exc} (import again with "
+            '"Import even though saved test cases fail" ticked to import it anyway).',
+        )
     except _Superseded:
         logger.warning("admin job %s was claimed again while it ran; this run gave way", job.pk)
 

@@ -470,14 +470,21 @@ def _apply_accounts(plan: TablePlan) -> TableReport:
 
 @transaction.atomic
 def tables_apply(
-    *, plan: TablePlan, actor: AbstractBaseUser | None = None, file_name: str = ""
+    *,
+    plan: TablePlan,
+    actor: AbstractBaseUser | None = None,
+    file_name: str = "",
+    test_cases: bool = False,
+    force: bool = False,
 ) -> TableReport:
     """Write a checked plan in bulk, in one transaction, with its ``config_imported`` event.
 
     Territory writes bump the routing configuration version (database triggers), so workers
     pick them up for the next lead. A configuration version too (``routing.drafts.live``),
     under the configuration lock: ConfigurationBusy when another publish, import or replay
-    keeps it past ``LOCK_WAIT_SECONDS``.
+    keeps it past ``LOCK_WAIT_SECONDS``. With ``test_cases`` (the admin's import), the saved
+    test cases run against the configuration it leaves: TestCasesFailing, nothing written, when
+    one fails, unless ``force`` (the version then names the cases).
     """
     # routing.drafts.live stands above this module (routing.drafts.services imports it).
     from routing.configuration import LOCK_WAIT_SECONDS
@@ -489,6 +496,8 @@ def tables_apply(
         user=actor,
         what=f"a CSV import of {plan.table} {file_name}".strip()[:200],
         wait_seconds=LOCK_WAIT_SECONDS,
+        test_cases=test_cases,
+        force=force,
     ):
         report = _apply_territories(plan) if plan.table == "territories" else _apply_accounts(plan)
         event_record(
@@ -522,10 +531,15 @@ def tables_import(
     actor: AbstractBaseUser | None = None,
     file_name: str = "",
     delete_missing: bool = False,
+    test_cases: bool = False,
+    force: bool = False,
 ) -> TableReport:
-    """Check a whole CSV file and write it, or raise TableErrors and write nothing."""
+    """Check a whole CSV file and write it, or raise TableErrors and write nothing
+    (``test_cases``, ``force``: see ``tables_apply``)."""
     plan = tables_plan(table=table, content=content, delete_missing=delete_missing)
-    return tables_apply(plan=plan, actor=actor, file_name=file_name)
+    return tables_apply(
+        plan=plan, actor=actor, file_name=file_name, test_cases=test_cases, force=force
+    )
 
 
 def csv_data_rows(content: str | bytes) -> int:

@@ -7,11 +7,22 @@ each to the row as the other left it (last writer wins per field, no lost update
 that makes a rep unavailable (inactive, out of office, an absence under way) re-routes their
 untouched leads after it commits, through ``reps_became_unavailable_after``, the import's and
 the admin's path. Every write is a ``config_changed`` event by ``actor`` in its transaction.
+
+A rep's design (name, e-mail, time zone, working hours, caps; a new rep) is part of the routed
+configuration: a change of it runs as a live change (``routing.drafts.live``), under the
+configuration lock and the decide lock (taken before the rep's row: no lead is decided half on
+the old design and half on the new), and is stored as the next numbered configuration version,
+audited like a publish, which rollback covers. It is not gated by the saved test cases (the
+roster records facts from HR, not a routing design). A change of only the rep's live state
+(``active``, ``out_of_office_until``, absences) is no version; the database records it
+(``RepStateChange``). While another publish, import or replay holds the configuration lock past
+``LOCK_WAIT_SECONDS``, a design change is refused (409 ``configuration_busy``), nothing written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +32,9 @@ from django.db.models.functions import Lower
 from django.utils import timezone
 
 from audit.config_changes import config_change_record, stored_values
+from routing.configuration import LOCK_WAIT_SECONDS, ConfigurationBusy
+from routing.drafts.live import LiveChangeRefused, config_live_change
+from routing.drafts.snapshots import LIVE_REP_KEYS
 from routing.models import Rep
 from routing.timeoff.models import RepAbsence
 from routing.timeoff.services import (
@@ -79,6 +93,36 @@ def _locked(rep_id: int) -> Rep:
     return Rep.objects.select_for_update().get(pk=rep_id)
 
 
+def _changes_design(rep: Rep | None, values: Mapping[str, Any]) -> bool:
+    """Whether writing ``values`` creates a rep (``rep`` None) or changes a design field."""
+    if rep is None:
+        return True
+    return any(
+        getattr(rep, name) != value for name, value in values.items() if name not in LIVE_REP_KEYS
+    )
+
+
+@contextmanager
+def _version_of_design(*, actor: str, what: str) -> Iterator[None]:
+    """A design change of the roster as a configuration version (see the module docstring)."""
+    try:
+        with config_live_change(
+            actor=actor,
+            what=f"the roster API ({what})"[:200],
+            wait_seconds=LOCK_WAIT_SECONDS,
+            locks_claimed_rows=True,  # the decide lock before the rep's row (a lead locks it)
+        ):
+            yield
+    except ConfigurationBusy as error:
+        raise RosterError("configuration_busy", str(error), status=409) from None
+    except LiveChangeRefused as error:
+        raise RosterError("configuration_invalid", str(error), status=409) from None
+
+
+class _DesignChanged(Exception):
+    """The rep's design changed between the unlocked look and its row lock: do it as a version."""
+
+
 def _save(rep: Rep, values: Mapping[str, Any]) -> None:
     for name, value in values.items():
         setattr(rep, name, value)
@@ -120,23 +164,51 @@ class RepWritten:
 
 @transaction.atomic
 def rep_create(*, values: Mapping[str, Any], actor: str) -> Rep:
-    """Create a rep from checked values (``email`` and ``name`` required); audited."""
+    """Create a rep from checked values (``email`` and ``name`` required); audited, and a
+    configuration version (a new rep is part of the design)."""
     missing = {key: ["is required"] for key in ("email", "name") if key not in values}
     if missing:
         raise RosterError("invalid_body", "A new rep needs an e-mail and a name.", fields=missing)
-    rep = Rep()
-    _save(rep, values)
-    config_change_record(actor=actor, obj=rep, action="added", after=stored_values(rep))
+    with _version_of_design(actor=actor, what=f"{values['email']} added"):
+        rep = Rep()
+        _save(rep, values)
+        config_change_record(actor=actor, obj=rep, action="added", after=stored_values(rep))
     return rep
 
 
-@transaction.atomic
 def rep_update(
     *, rep_id: int, values: Mapping[str, Any], actor: str, action: str = "changed"
 ) -> Rep:
     """Change the given fields of a rep, under its row lock (audited); re-route their
-    untouched leads after the commit if the change makes them unavailable."""
+    untouched leads after the commit if the change makes them unavailable. A change of the
+    rep's design is a configuration version (see the module docstring)."""
+    design = _changes_design(Rep.objects.filter(pk=rep_id).first(), values)
+    for _attempt in range(2):
+        try:
+            return _rep_update(
+                rep_id=rep_id, values=values, actor=actor, action=action, design=design
+            )
+        except _DesignChanged:
+            design = True
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@transaction.atomic
+def _rep_update(
+    *, rep_id: int, values: Mapping[str, Any], actor: str, action: str, design: bool
+) -> Rep:
+    if not design:
+        return _rep_write(rep_id=rep_id, values=values, actor=actor, action=action, design=False)
+    with _version_of_design(actor=actor, what=f"rep {rep_id} {action}"):
+        return _rep_write(rep_id=rep_id, values=values, actor=actor, action=action, design=True)
+
+
+def _rep_write(
+    *, rep_id: int, values: Mapping[str, Any], actor: str, action: str, design: bool
+) -> Rep:
     rep = _locked(rep_id)  # raises Rep.DoesNotExist
+    if not design and _changes_design(rep, values):
+        raise _DesignChanged  # another sync changed the rep meanwhile: again, as a version
     why = "deactivated" if values.get("active") is False else "became unavailable"
     with reps_became_unavailable_after(emails=[rep.email], actor=actor, why=f"{why} (roster API)"):
         before = stored_values(rep)

@@ -154,14 +154,17 @@ def crm_owner_changed(
     the lookup had not seen (it failed, timed out or found nobody); recorded the same way, said
     as such.
     """
-    from routing.decisions import assignment_create, assignment_first_touch
+    from routing.decisions import assignment_create, assignment_first_touch, decide_locked
     from routing.delivery.services import deliveries_schedule
     from routing.models import Assignment, AssignmentKind, TeamMembership
 
     label = crm_label(kind)
     now = timezone.now()
     with transaction.atomic():
-        lead = Lead.objects.select_for_update(no_key=True).filter(pk=lead_id).first()
+        # Under the decide lock shared, like every path that assigns a lead: the reassignment
+        # reads the reps' state and the teams' members of one configuration version, never
+        # half a publish's (routing.decisions.decide_locked).
+        lead = decide_locked(Lead.objects.select_for_update(no_key=True).filter(pk=lead_id)).first()
         if lead is None:
             return "unchanged"
         current = Assignment.objects.filter(lead=lead, active=True).select_related("rep").first()

@@ -12,7 +12,9 @@ the caller's), audited with the same ``published`` event as a draft's publish. S
 covers it, and since each version has a ruleset version of its own (the published ruleset is
 copied and published again when the change did not publish one), each lead's trace names the
 version that decided it. A rep's live state (active, out of office, absences) is not part of a
-version: a change of only that records nothing.
+version: a change of only that records nothing. With ``test_cases`` (the admin's saves), a change
+runs the saved test cases against the configuration it leaves and is refused when one fails,
+unless forced; forced, the version and its event name the failing cases.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from routing.engine import RuleErrors
 from routing.models import RuleSet
 from routing.rules_io import ruleset_copy, ruleset_publish
 from routing.selectors import ruleset_published
+from routing.versions import TestCasesFailing, test_cases_run
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -85,13 +88,20 @@ def config_live_version_record(
     kind: str = ConfigSnapshotKind.LIVE,
     note: str = "",
     failing_test_cases: Sequence[str] = (),
+    test_cases: bool = False,
+    force: bool = False,
 ) -> ConfigSnapshot | None:
     """Store the routed configuration as the next version when it differs from the latest
     one; None when it does not (or nothing is published). Call it at the end of the change's
     transaction, holding the configuration lock (``config_live_change`` does both).
 
+    With ``test_cases``, a change runs the saved test cases against the configuration it
+    leaves (the published rules with the changed tables), as a publish does: TestCasesFailing
+    when one fails, unless ``force``; forced, the version and its ``published`` event name the
+    cases that failed.
+
     Raises LiveChangeRefused when a new ruleset version was needed and the published rules no
-    longer compile (the caller's transaction must then roll back)."""
+    longer compile, or TestCasesFailing (the caller's transaction must then roll back)."""
     try:
         document = configuration_document()
     except RuleSet.DoesNotExist:
@@ -106,6 +116,12 @@ def config_live_version_record(
         and latest.ruleset_version == published.version
     ):
         return None  # nothing changed (a ruleset published again, even unchanged, is a version)
+    if test_cases:
+        results = test_cases_run(ruleset=published)
+        failing = [result.case.name for result in results if not result.passed]
+        if failing and not force:
+            raise TestCasesFailing(results)
+        failing_test_cases = [*failing_test_cases, *failing]
     if ConfigSnapshot.objects.filter(ruleset_version=published.version).exists():
         # The change published no ruleset: a ruleset version of its own all the same, since it
         # is what each lead's assignment and trace record to name its configuration version.
@@ -157,13 +173,16 @@ def config_live_change(
     what: str,
     wait_seconds: float = 0.0,
     locks_claimed_rows: bool = False,
+    test_cases: bool = False,
+    force: bool = False,
 ) -> Iterator[list[Any]]:
     """Run a live change of the routed configuration as a version (see the module docstring).
 
     Opens a transaction (a savepoint inside one) and takes the configuration lock before the
     change's first statement: raises ConfigurationBusy when another publish, import or replay
     still holds it after ``wait_seconds``. Yields a list that receives the snapshot stored, if
-    any. Raises LiveChangeRefused (rolled back) as ``config_live_version_record`` does.
+    any. Raises LiveChangeRefused or TestCasesFailing (``test_cases`` without ``force``), rolled
+    back, as ``config_live_version_record`` does.
 
     The decide lock is taken exclusively for the final swap only, unless the change may write
     a team's or a rep's row (``locks_claimed_rows``: see
@@ -177,7 +196,9 @@ def config_live_change(
             if locks_claimed_rows:
                 decide_lock_exclusive()
             yield stored
-            snapshot = config_live_version_record(actor=actor, user=user, what=what)
+            snapshot = config_live_version_record(
+                actor=actor, user=user, what=what, test_cases=test_cases, force=force
+            )
             if snapshot is not None:
                 stored.append(snapshot)
             decide_lock_exclusive()  # the swap: leads wait only from here to the commit

@@ -41,6 +41,12 @@ class ConfigSnapshot(models.Model):
     failing_test_cases = models.JSONField(
         default=list, blank=True, help_text="Test cases that failed and were published over."
     )
+    rep_ids = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Each rep's id by lower-cased e-mail when stored: a rollback finds by its id "
+        "a rep whose e-mail changed since, and never creates one.",
+    )
 
     class Meta:
         ordering = ("-number",)

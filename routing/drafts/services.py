@@ -639,28 +639,115 @@ def config_draft_publish(
     return published
 
 
+@dataclass(frozen=True)
+class _RollbackReps:
+    """How a version's reps are found today (``_rollback_reps``)."""
+
+    document: Any  # the version's document without the reps gone
+    renamed: dict[int, str]  # rep id -> the version's e-mail, for reps renamed since
+    gone: list[str]  # the version's e-mails of reps that no longer exist
+
+
+def _rollback_reps(snapshot: ConfigSnapshot) -> _RollbackReps:
+    """Find the reps version ``snapshot`` names as they are today, by e-mail first, else by the
+    id the version recorded (``rep_ids``): a rollback identifies each rep and never creates
+    one. Re-creating a rep by e-mail would bring back, as a new row that is active, a rep who
+    left (their live state is not in a version), or make a second row for a rep whose e-mail
+    changed since. So a rep renamed since is renamed back (the same row, e-mail restored like
+    any design field), and a rep deleted since is left out of the reps and the teams' members;
+    a rule, territory, account, calendar or test case still naming one refuses the rollback
+    with its path."""
+    document = snapshot.document
+    reps = document.get("reps") if isinstance(document, Mapping) else None
+    if not isinstance(reps, list):
+        return _RollbackReps(document, {}, [])
+    live = dict(Rep.objects.values_list("pk", "email"))
+    live_emails = {email.lower() for email in live.values()}
+    named = {
+        rep["email"].lower(): rep["email"]
+        for rep in reps
+        if isinstance(rep, Mapping) and isinstance(rep.get("email"), str)
+    }
+    recorded = snapshot.rep_ids or {}
+    renamed: dict[int, str] = {}
+    gone: list[str] = []
+    for key, email in named.items():
+        if key in live_emails:
+            continue
+        rep_id = recorded.get(key)
+        now = live.get(rep_id) if isinstance(rep_id, int) else None
+        if isinstance(rep_id, int) and now is not None and now.lower() not in named:
+            renamed[rep_id] = email  # the same rep, known by another e-mail since
+        else:
+            gone.append(email)
+    if not gone:
+        return _RollbackReps(document, renamed, [])
+    dropped = {email.lower() for email in gone}
+    kept = copy.deepcopy(dict(document))
+    kept["reps"] = [
+        rep
+        for rep in kept["reps"]
+        if not (isinstance(rep, Mapping) and str(rep.get("email", "")).lower() in dropped)
+    ]
+    for team in kept.get("teams") or []:
+        if isinstance(team, dict) and isinstance(team.get("members"), list):
+            team["members"] = [
+                member
+                for member in team["members"]
+                if not (
+                    isinstance(member, Mapping) and str(member.get("rep", "")).lower() in dropped
+                )
+            ]
+    return _RollbackReps(kept, renamed, gone)
+
+
 @transaction.atomic(durable=True)
 def config_rollback(
     *, number: int, actor: str, user: User = None, force: bool = False, note: str = ""
 ) -> ConfigPublish:
     """Publish configuration version ``number``'s document again, as a new version; the same
     checks and errors as ``config_draft_publish`` (no staleness: it replaces whatever is live).
+    Reps are identified by e-mail, else by id, and never created: one renamed since is renamed
+    back, one deleted since is left out and named in the version's note (``_rollback_reps``).
     """
     try:
         configuration_lock()
         snapshot = ConfigSnapshot.objects.filter(number=number).first()
         if snapshot is None:
             raise DraftRefused("not_found", f"No configuration version {number}.", status=404)
-        published = _publish_document(
-            document=snapshot.document,
-            kind=ConfigSnapshotKind.ROLLBACK,
-            actor=actor,
-            user=user,
-            force=force,
-            note=note or f"Rollback to version {number}",
-            what=f"configuration version {number}",
-            rolled_back_to=number,
-        )
+        reps = _rollback_reps(snapshot)
+        gone = reps.gone
+        left_out = f" (without reps deleted since: {', '.join(gone)})" if gone else ""
+        if reps.renamed:
+            # A rep's row written: the decide lock first (a lead being decided locks it).
+            decide_lock_exclusive()
+            for rep_id, email in reps.renamed.items():
+                Rep.objects.filter(pk=rep_id).update(email=email)
+        try:
+            published = _publish_document(
+                document=reps.document,
+                kind=ConfigSnapshotKind.ROLLBACK,
+                actor=actor,
+                user=user,
+                force=force,
+                note=(note or f"Rollback to version {number}") + left_out,
+                what=f"configuration version {number}",
+                rolled_back_to=number,
+            )
+        except RulesFileErrors as exc:
+            if not gone:
+                raise
+            raise RulesFileErrors(
+                [
+                    RuleError(
+                        "reps",
+                        f"version {number} names reps that no longer exist ({', '.join(gone)}): "
+                        "a rollback does not bring back a deleted rep; what still names them "
+                        "follows",
+                    ),
+                    *exc.errors,
+                ]
+            ) from None
         decide_lock_exclusive()  # the swap: the last statement before the commit
     except BaseException:
         clear_live_config_cache()

@@ -15,6 +15,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from routing.drafts.models import ConfigSnapshot
+from routing.models import Rep
 from routing.rules_io import rules_export
 
 # A rep's live state and planned time off are facts about people, kept live (the roster API,
@@ -72,4 +73,5 @@ def config_snapshot_record(
         note=note,
         rolled_back_to=rolled_back_to,
         failing_test_cases=list(failing_test_cases),
+        rep_ids={email.lower(): pk for pk, email in Rep.objects.values_list("pk", "email")},
     )

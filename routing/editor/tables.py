@@ -32,6 +32,7 @@ from routing.tables_io import (
     tables_import,
     territories_export_lines,
 )
+from routing.versions import TestCasesFailing
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -43,6 +44,10 @@ COLUMNS = {"territories": TERRITORY_COLUMNS, "accounts": ACCOUNT_COLUMNS}
 class TableImportForm(forms.Form):
     file = forms.FileField(label="CSV file")
     delete_missing = forms.BooleanField(required=False, label="Delete the ones not in the file")
+    force_failing_test_cases = forms.BooleanField(
+        required=False,
+        label="Import even though saved test cases fail (recorded with your name and the cases)",
+    )
 
     def clean_file(self) -> Any:
         upload = self.cleaned_data["file"]
@@ -68,6 +73,7 @@ def import_view(model_admin: ModelAdmin[Any], request: HttpRequest, table: Table
     more = 0
     if request.method == "POST" and form.is_valid():
         delete_missing = form.cleaned_data["delete_missing"]
+        force = form.cleaned_data["force_failing_test_cases"]
         if delete_missing:
             _require(request, f"delete_{model}")
         upload = form.cleaned_data["file"]
@@ -84,6 +90,7 @@ def import_view(model_admin: ModelAdmin[Any], request: HttpRequest, table: Table
                     file_name=upload.name or "",
                     delete_missing=delete_missing,
                     actor=request.user,  # type: ignore[arg-type]
+                    force=force,
                 )
                 return HttpResponseRedirect(
                     reverse("admin:routing_adminjob_progress", args=[job.pk])
@@ -95,11 +102,25 @@ def import_view(model_admin: ModelAdmin[Any], request: HttpRequest, table: Table
                     actor=request.user,  # type: ignore[arg-type]
                     file_name=upload.name or "",
                     delete_missing=delete_missing,
+                    test_cases=True,
+                    force=force,
                 )
             except TableErrors as exc:
                 errors, more = exc.errors, exc.more
             except (ConfigurationBusy, LiveChangeRefused) as exc:
                 errors = (str(exc),)
+            except TestCasesFailing as exc:
+                failing = [
+                    f"after this import the saved test case {result.case.name} fails: "
+                    + "; ".join(result.problems)
+                    for result in exc.results
+                    if not result.passed
+                ]
+                errors = (
+                    *failing,
+                    'Tick "Import even though saved test cases fail" and import again to '
+                    "import it anyway (recorded with your name and the cases).",
+                )
             else:
                 messages.success(
                     request,

@@ -81,6 +81,15 @@ def _woken_by_the_worker() -> None:
     lead = LeadFactory(source=source, raw_payload={"email": "pat@prospect.io"})  # not enqueued
     link = status_link_make(lead_id=lead.id, source=source, now=timezone.now())
     with status_server() as base, celery_worker(queues=["routing.realtime", "routing"]) as worker:
+        # A warm worker: its first lead pays for the imports and the compiled configuration,
+        # which on a loaded machine (CI at load 12) outlasted the 10 s the status URL may wait.
+        warm_up = LeadFactory(source=source, raw_payload={"email": "warm@prospect.io"})
+        assert leads_enqueue([warm_up.id]) == 1
+        wait_until(
+            lambda: Lead.objects.get(pk=warm_up.id).status == LeadStatus.ASSIGNED,
+            timeout=120,
+            message=lambda: worker.text()[-3000:],
+        )
         waiter = Waiter(f"{base}{link.url}?wait=10")
         waiter.start()
         time.sleep(1.5)

@@ -300,3 +300,54 @@ def test_a_stale_draft_is_rebased_row_by_row_and_refused_where_both_changed_a_ro
     assert caught.value.code == "rebase_conflict"
     assert 'Value list "competitors" was changed both' in caught.value.message
     assert ConfigDraft.objects.get(pk=clash.pk).document == before
+
+
+def _members(team: str) -> list[str]:
+    return list(
+        Team.objects.get(name=team)
+        .memberships.order_by("position", "id")
+        .values_list("rep__email", flat=True)
+    )
+
+
+def test_a_rollback_never_brings_back_a_rep_deleted_since(published):
+    """Re-created by e-mail, a rep who left would come back as a new, active row (their live
+    state is not in a version) and be given leads: the rollback leaves them out, and says so."""
+    config_draft_create(actor="user:rita")  # version 1: Ana and Ben in EMEA SDR
+    draft = config_draft_create(actor="user:rita")
+    config_draft_patch(
+        draft_id=draft.pk,
+        changes={"teams": {"EMEA SDR": {"members": [{"rep": "ana@example.com"}]}}},
+        actor="t",
+    )
+    config_draft_publish(draft_id=draft.pk, actor="user:rita")
+    Rep.objects.filter(email="ben@example.com").delete()  # Ben left
+    result = config_rollback(number=1, actor="user:rita")
+    assert list(Rep.objects.values_list("email", flat=True)) == ["ana@example.com"]
+    assert _members("EMEA SDR") == ["ana@example.com"]
+    assert "ben@example.com" in result.snapshot.note
+    lead = LeadFactory(raw_payload={"email": "x@acme.com"})
+    clear_live_config_cache()
+    assert lead_process(lead_id=lead.id) == LeadStatus.ASSIGNED
+    assert Assignment.objects.get(lead=lead).rep.email == "ana@example.com"
+
+
+def test_a_rollback_finds_a_rep_renamed_since_by_id_and_makes_no_second_row(published):
+    from routing.config_api.roster import rep_update
+
+    config_draft_create(actor="user:rita")  # version 1
+    ben = Rep.objects.get(email="ben@example.com")
+    Rep.objects.filter(pk=ben.pk).update(active=False)  # live state: kept by the rollback
+    rep_update(rep_id=ben.pk, values={"email": "benjamin@example.com"}, actor="token:hr")
+    assert ConfigSnapshot.objects.count() == 2  # the rename is a version
+    config_rollback(number=1, actor="user:rita")
+    assert sorted(Rep.objects.values_list("pk", "email", "active")) == sorted(
+        [
+            (Rep.objects.get(email="ana@example.com").pk, "ana@example.com", True),
+            (ben.pk, "ben@example.com", False),  # the same row, its e-mail restored
+        ]
+    )
+    assert _members("EMEA SDR") == ["ana@example.com", "ben@example.com"]
+    assert (
+        ConfigSnapshot.objects.get(number=3).digest == ConfigSnapshot.objects.get(number=1).digest
+    )

@@ -1,7 +1,8 @@
 """Every path that assigns a lead or sends it to be routed again takes the decide lock shared,
 like the worker's claim (PostgreSQL, real transactions): while a publish of the whole
-configuration holds it exclusively, a reassignment by hand, for a missed SLA or because a rep
-became unavailable, a re-route and an unassigned retry all wait, then finish with the
+configuration holds it exclusively, a reassignment by hand, for a missed SLA, because a rep
+became unavailable or because the CRM changed the owner, a re-route and an unassigned retry all
+wait, then finish with the
 configuration the publish left, so no decision reads two versions."""
 
 from __future__ import annotations
@@ -105,6 +106,21 @@ def test_an_sla_reassignment_waits_for_a_publish(assigned: Assignment) -> None:
     )
     breach = _waits_for_a_publish(lambda: assignment_sla_breach(assignment_id=assigned.pk))
     assert breach is not None
+
+
+def test_a_crm_owner_change_waits_for_a_publish(assigned: Assignment) -> None:
+    from routing.crm.touches import crm_owner_changed
+
+    outcome = _waits_for_a_publish(
+        lambda: crm_owner_changed(
+            lead_id=assigned.lead_id,
+            kind="hubspot",
+            owner_id="999",  # an owner who is no rep: noted, the clock stopped
+            changed_at=timezone.now(),
+            assignment_id=assigned.pk,
+        )
+    )
+    assert outcome == "noted"
 
 
 @pytest.mark.parametrize("path", ["reroute", "retry"])

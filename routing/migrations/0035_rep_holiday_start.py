@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('routing', '0033_config_snapshot_immutable'),
+        ('routing', '0034_config_snapshot_rep_ids'),
     ]
 
     operations = [
