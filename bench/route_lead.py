@@ -188,13 +188,15 @@ def main() -> int:
 
     source = Source.objects.create(slug="bench", name="Bench")
 
-    def make_leads(count: int, postal: Callable[[int], str]) -> list[Lead]:
+    def make_leads(
+        count: int, postal: Callable[[int], str], status: str = LeadStatus.PROCESSING
+    ) -> list[Lead]:
         now = timezone.now()
         leads = [
             Lead(
                 id=uuid.uuid4(),
                 source=source,
-                status=LeadStatus.PROCESSING,
+                status=status,
                 raw_payload={},
                 request_fingerprint=uuid.uuid4().hex,
                 email=f"lead{i}@corp{i % 50}.example",
@@ -207,6 +209,8 @@ def main() -> int:
             for i in range(count)
         ]
         Lead.objects.bulk_create(leads, batch_size=1000)
+        if status != LeadStatus.PROCESSING:
+            return leads  # held, not routed: their ids are enough
         ids = [lead.id for lead in leads]
         by_id = Lead.objects.select_related("source").in_bulk(ids)
         return [by_id[i] for i in ids]  # as the worker has it: source selected with the lead
@@ -262,7 +266,7 @@ def main() -> int:
         the reps' load counters recounted from them (as the services would have kept them)."""
         if not count:
             return
-        held = make_leads(count, lambda i: "99999")
+        held = make_leads(count, lambda i: "99999", LeadStatus.ASSIGNED)
         now = timezone.now()
         Assignment.objects.bulk_create(
             [
@@ -281,7 +285,6 @@ def main() -> int:
             ],
             batch_size=2000,
         )
-        Lead.objects.filter(pk__in=[lead.pk for lead in held]).update(status=LeadStatus.ASSIGNED)
         rep_loads_reconcile()
 
     Scenario = tuple[str, dict[str, Any], Callable[[int], str], dict[str, Any], int]
