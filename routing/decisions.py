@@ -78,7 +78,7 @@ from routing.models import (
     Territory,
     ValueList,
 )
-from routing.timeoff.facts import rep_time_off, time_off_facts
+from routing.timeoff.facts import TimeOffByRep, rep_time_off, time_off_facts
 
 logger = logging.getLogger(__name__)
 
@@ -743,7 +743,10 @@ def _decision_snapshot(config: LiveConfig, now: datetime) -> _DecisionSnapshot:
     loaded team whose least loaded members include an eligible one), their time off (one
     query; two more when holiday calendars exist) and every team's turn (one query). Nothing
     here is read per member of a team."""
-    time_off = time_off_facts(now=now, team_members=_TeamMembers(config))
+    places = config.rep_places
+    time_off = TimeOffByRep(
+        now=now, rep_teams=lambda rep_id: [team_id for team_id, _i in places.get(rep_id, ())]
+    )
     return _DecisionSnapshot(reps=_Reps(config, now, time_off), rotation=_rotation())
 
 

@@ -2,10 +2,11 @@
 decisions as the snapshot of every rep, over random companies (issue 18: flat with scale).
 
 Random teams of 1-40 members (round robin, weighted, least loaded; a second team sharing some
-members), reps inactive, out of office, on leave, at either cap, counters kept in another
-zone or missing, ties on open leads and on ``last_assigned_at``, turns pointing at members,
-at reps gone and at places past the end; pages of 2 reps (many queries a walk) and of 16. On
-PostgreSQL the least-loaded order comes from the database; on SQLite from memory.
+members), reps inactive, out of office, on leave, at either cap, counters kept in another zone
+or missing, on a holiday of a calendar naming them or their team, ties on open leads and on
+``last_assigned_at``, turns pointing at members, at reps gone and at places past the end;
+pages of 2 reps (many queries a walk) and of 16. On PostgreSQL the least-loaded order comes
+from the database; on SQLite from memory.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from routing import decisions
 from routing.engine import LeadFacts, RepState
 from routing.loads import local_midnight
 from routing.models import Rep, RepLoad, Team
-from routing.timeoff.models import RepAbsence
+from routing.timeoff.models import HolidayCalendar, HolidayCalendarDay, RepAbsence
 from tests.routing.factories import make_rep, published_ruleset, team_with
 
 NOW = datetime(2026, 12, 7, 15, 0, tzinfo=UTC)
@@ -80,6 +81,12 @@ def _random_company(rng: random.Random) -> None:
                 "last_position": rng.choice([None, rng.randint(0, len(listed) + 2)]),
             }
         )
+    for number in range(rng.randint(0, 2)):  # holiday calendars naming reps and teams
+        calendar = HolidayCalendar.objects.create(name=f"Calendar {number}")
+        for day in rng.sample([NOW.date() + timedelta(days=d) for d in (-1, 0, 1)], 2):
+            HolidayCalendarDay.objects.create(calendar=calendar, date=day, name=f"Off {number}")
+        calendar.reps.set(rng.sample(reps, rng.randint(0, min(3, len(reps)))))
+        calendar.teams.set(rng.sample([team, other], rng.randint(0, 1)))
     published_ruleset(
         {
             "name": "Named rep",
