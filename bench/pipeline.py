@@ -17,6 +17,12 @@ to it, then measures, in one run:
   lead) is off, as is any webhook: routing alone; ``BENCH_EMAIL=true`` turns the e-mail on (to
   Django's dummy backend) for both sides.
 
+``--company`` measures instead issue 18's company scale through the whole pipeline: the leads/s
+of 2 workers when the configuration is 1,000 rules (998 ``country eq`` rules no lead matches, a
+territory rule, the team rule) over 100,000 postal prefixes and one capped team of 10 reps,
+then of ``--capped-reps`` (default 1,000) capped reps holding ``--open-leads`` (default 100,000)
+open leads, in the same run (``--strategy``, default round_robin), and the ratio of the two.
+
 ``--without-rollup-triggers`` drops the report rollups' triggers (audit.rollups) after
 migrating: run with and without, alternating, for their cost on every side.
 - **steady**: 50 leads a second accepted one by one (the single-lead intake service) for
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import platform
 import shutil
@@ -137,6 +144,10 @@ def main() -> int:
         help="drop the report rollups' triggers after migrating (their cost: run with and "
         "without, alternating)",
     )
+    parser.add_argument("--company", action="store_true", help="10 reps against 1,000 only")
+    parser.add_argument("--capped-reps", type=int, default=1_000)
+    parser.add_argument("--open-leads", type=int, default=100_000)
+    parser.add_argument("--strategy", default="round_robin")
     args, _others = parser.parse_known_args()
 
     database_url = os.environ.get(
@@ -191,6 +202,8 @@ def main() -> int:
         from audit.rollups import rollup_triggers_drop
 
         rollup_triggers_drop(connection)
+    if args.company:
+        return _company(args, source_url=redis_url, var_dir=var_dir)
     rules_import(_document(), publish=True)
     source = Source.objects.create(slug="bench", name="Bench", rate_limit_per_minute=10**6)
     team = Team.objects.get(name=TEAM)
@@ -352,6 +365,131 @@ def main() -> int:
         f"accept to assigned p50 {p50 * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, "
         f"max {latencies[-1] * 1000:.0f} ms"
     )
+    shutil.rmtree(var_dir, ignore_errors=True)
+    return 0
+
+
+def _company(args: argparse.Namespace, *, source_url: str, var_dir: str) -> int:
+    """``--company``: the pipeline's leads/s at 10 capped reps and at ``--capped-reps`` with
+    ``--open-leads``, same rules and territories, same run."""
+    from datetime import timedelta
+
+    import redis
+    from django.db import connection
+    from django.utils import timezone
+
+    from bench.route_lead import _base_document, _country_rules, _team_rule, _territories
+    from config.celery import app as celery_app
+    from leads.models import Lead, LeadStatus, Source
+    from leads.services import lead_ingest_batch
+    from routing.loads import rep_loads_reconcile
+    from routing.models import Assignment, AssignmentKind, Rep, Team, Territory
+    from routing.rules_io import rules_import
+
+    source = Source.objects.create(slug="bench", name="Bench", rate_limit_per_minute=10**6)
+    ruleset = {
+        "name": "company",
+        "rules": [
+            *_country_rules(999)[:-1],
+            {"name": "By territory", "priority": 998, "action": {"type": "territory"}},
+            _team_rule(999),
+        ],
+    }
+    caps = {"max_open": args.open_leads + 10 * args.leads, "max_per_day": 10 * args.leads}
+    final = (LeadStatus.ASSIGNED, LeadStatus.UNASSIGNED, LeadStatus.FAILED, LeadStatus.EXCLUDED)
+    rates: list[tuple[str, float, int]] = []
+    for reps_n, held_n in ((REPS, 0), (args.capped_reps, args.open_leads)):
+        Territory.objects.all().delete()
+        Assignment.objects.all().delete()
+        Rep.objects.all().delete()
+        rules_import(
+            {
+                **_base_document(reps_n, args.strategy, caps),
+                "territories": _territories(1_000, 100),
+                "ruleset": ruleset,
+            },
+            publish=True,
+        )
+        team = Team.objects.get(name=TEAM)
+        reps = list(Rep.objects.order_by("email"))
+        if held_n:
+            now = timezone.now()
+            held = [
+                Lead(
+                    id=uuid.uuid4(),
+                    source=source,
+                    status=LeadStatus.ASSIGNED,
+                    raw_payload={},
+                    request_fingerprint=uuid.uuid4().hex,
+                    email=f"held{i}@corp.example",
+                    received_at=now,
+                )
+                for i in range(held_n)
+            ]
+            Lead.objects.bulk_create(held, batch_size=2000)
+            Assignment.objects.bulk_create(
+                [
+                    Assignment(
+                        lead=lead,
+                        rep=reps[i % len(reps)],
+                        team=team,
+                        rep_name=reps[i % len(reps)].name,
+                        team_name=team.name,
+                        kind=AssignmentKind.INITIAL,
+                        reason="held",
+                        assigned_at=now - timedelta(days=2),
+                        active=True,
+                    )
+                    for i, lead in enumerate(held)
+                ],
+                batch_size=2000,
+            )
+            # Every rep "drifted" (the held leads were written around the services): not news.
+            logging.getLogger("routing.loads").setLevel(logging.ERROR)
+            rep_loads_reconcile()
+            logging.getLogger("routing.loads").setLevel(logging.NOTSET)
+        redis.Redis.from_url(source_url).flushdb()
+        workers = Workers(2, dict(os.environ), Path(var_dir))
+        try:
+            workers.wait_ready(celery_app.control.ping)
+            records = [
+                {
+                    "email": f"c{reps_n}-{i}@corp{i % 50}.example",
+                    "country": "US",
+                    "postal_code": f"{(i * 7919) % 100_000:05d}",
+                }
+                for i in range(args.leads)
+            ]
+            started = time.perf_counter()
+            ids: set[uuid.UUID] = set()
+            for b in range(0, len(records), 500):
+                for outcome in lead_ingest_batch(source=source, records=records[b : b + 500]):
+                    ids.add(outcome.lead_id)  # type: ignore[union-attr]
+            deadline = time.monotonic() + max(300.0, args.leads / 2)
+            while Lead.objects.filter(id__in=ids, status__in=final).count() < len(ids):
+                if time.monotonic() > deadline:
+                    raise SystemExit("not every lead was processed in time")
+                time.sleep(0.1)
+            rate = len(ids) / (time.perf_counter() - started)
+        finally:
+            workers.stop()
+        assigned = Lead.objects.filter(id__in=ids, status=LeadStatus.ASSIGNED).count()
+        label = f"{args.strategy}, {reps_n:,} capped reps, {held_n:,} open leads"
+        rates.append((label, rate, assigned))
+        print(f"  measured {label}", flush=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        pg = cursor.fetchone()[0]
+    print(
+        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, PostgreSQL {pg}, Redis broker; load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    print(f"{args.leads} leads a run, 2 worker processes; 1,000 rules, 100,000 postal prefixes\n")
+    print("| configuration | leads/s | assigned | ratio to 10 reps |")
+    print("|---|---:|---:|---:|")
+    for label, rate, assigned in rates:
+        print(f"| {label} | {rate:,.1f} | {assigned} | {rate / rates[0][1]:.2f} |")
     shutil.rmtree(var_dir, ignore_errors=True)
     return 0
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar, cast
 
@@ -69,6 +69,7 @@ from routing.models import (
     Assignment,
     AssignmentKind,
     Rep,
+    RepLoad,
     Rule,
     RuleSet,
     RuleSetStatus,
@@ -77,7 +78,7 @@ from routing.models import (
     Territory,
     ValueList,
 )
-from routing.timeoff.facts import rep_time_off, time_off_facts
+from routing.timeoff.facts import TimeOffByRep, rep_time_off, time_off_facts
 
 logger = logging.getLogger(__name__)
 
@@ -257,6 +258,9 @@ class LiveConfig:
     territories: TerritoryIndex
     rep_action_ignores_caps: Mapping[int, bool]  # rule id -> a rep action's ignore_caps
     broken_rules: tuple[str, ...] = ()  # rules skipped because they no longer compile
+    # rep id -> every (team id, index in its members) the rep holds: the snapshot reads a
+    # rep's turn and the members after it together (``_Reps``). Built once per configuration.
+    rep_places: Mapping[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
 
 _cache_lock = threading.Lock()
@@ -438,6 +442,10 @@ def config_compile(
         )
         for row in territories
     )
+    places: dict[int, tuple[tuple[int, int], ...]] = {}
+    for team_id, spec in team_specs.items():
+        for index, (rep_id, _weight) in enumerate(spec.members):
+            places[rep_id] = (*places.get(rep_id, ()), (team_id, index))
     ignores = {
         rule.id: rule.action.ignore_caps
         for rule in compiled.rules
@@ -452,6 +460,7 @@ def config_compile(
         territories=territory_index,
         rep_action_ignores_caps=ignores,
         broken_rules=broken,
+        rep_places=places,
     )
 
 
@@ -519,15 +528,55 @@ def _rep_state(row: Mapping[str, Any], open_count: int, assigned_today: int) -> 
 
 @dataclass(slots=True)
 class _Snapshot:
+    """Every rep (``_snapshot``): for a batch, a replay, a configuration check."""
+
     reps: dict[int, RepState]
     rotation: dict[int, RotationState] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _DecisionSnapshot:
+    """The reps one decision looks at, read on demand (``_decision_snapshot``)."""
+
+    reps: MutableMapping[int, RepState]
+    rotation: dict[int, RotationState] = field(default_factory=dict)
+
+
+_AnySnapshot = _Snapshot | _DecisionSnapshot
+
+
+class _TeamMembers(Mapping[int, Iterable[int]]):
+    """team id -> its members' rep ids, each team's worked out only when asked for (time off
+    asks only for the teams a holiday calendar names)."""
+
+    def __init__(self, config: LiveConfig) -> None:
+        self._teams = config.teams
+
+    def __getitem__(self, team_id: int) -> Iterable[int]:
+        return [rep_id for rep_id, _weight in self._teams[team_id].members]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._teams)
+
+    def __len__(self) -> int:
+        return len(self._teams)
+
+
+def _rotation() -> dict[int, RotationState]:
+    return {
+        team_id: RotationState.from_json(team_id, state)
+        for team_id, state in Team.objects.order_by().values_list("id", "rotation_state")
+    }
 
 
 def _snapshot(config: LiveConfig, now: datetime) -> _Snapshot:
     """Every rep with its load counters (one query: a row a rep, whatever they hold), their
     time off (one query; two more when holiday calendars exist) and every team's turn (one
     query). A rep whose counters were kept in another time zone than theirs
-    (just changed) has their day counted, one more query each (``routing.loads``)."""
+    (just changed) has their day counted, one more query each (``routing.loads``).
+
+    For a batch, a configuration check and the SLA sweep, which may read many reps; one
+    decision reads only the reps it looks at (``_decision_snapshot``)."""
     reps = {}
     midnights: dict[str, datetime] = {}
     for row in Rep.objects.order_by().values(*_REP_COLUMNS, *LOAD_COLUMNS):
@@ -535,21 +584,174 @@ def _snapshot(config: LiveConfig, now: datetime) -> _Snapshot:
         load = load_from_row(row)
         open_count, today = load_counts(row["id"], zone_name, load, now, midnights)
         reps[row["id"]] = _rep_state(row, open_count, today)
-    members = {
-        team_id: [rep_id for rep_id, _weight in team.members]
-        for team_id, team in config.teams.items()
-    }
-    for rep_id, off in time_off_facts(now=now, team_members=members).items():
+    for rep_id, off in time_off_facts(now=now, team_members=_TeamMembers(config)).items():
         if rep_id in reps:
             reps[rep_id] = replace(reps[rep_id], absences=off.absences, holidays=off.holidays)
-    rotation = {
-        team_id: RotationState.from_json(team_id, state)
-        for team_id, state in Team.objects.order_by().values_list("id", "rotation_state")
-    }
-    return _Snapshot(reps=reps, rotation=rotation)
+    return _Snapshot(reps=reps, rotation=_rotation())
 
 
-def _decide(facts: LeadFacts, config: LiveConfig, snap: _Snapshot, now: datetime) -> Decision:
+# How many reps ``_Reps`` reads in one query: a rep and the members after it in its team's
+# rotation, or a team's least loaded members.
+REP_PAGE = 16
+
+
+class _Reps(MutableMapping[int, RepState]):
+    """The reps one decision looks at, read when it first looks at them, with their counters.
+
+    A round robin's walk asks for the member after the turn: that member and the
+    ``REP_PAGE - 1`` after it in each team the rep is in are read in one query, so a walk that
+    finds an eligible member among them costs one query whatever the team's size. A least
+    loaded team's members come from the database sorted by the strategy's key
+    (``least_loaded_order``, PostgreSQL), a page at a time, so the walk stops at the first
+    eligible one. Time off was read for every rep (one query, as the whole snapshot reads it).
+    Iterating reads every rep. A rep set by the caller (its state under its lock) replaces the
+    one read; after that the least-loaded order is worked out from the reps in memory.
+    """
+
+    def __init__(self, config: LiveConfig, now: datetime, time_off: Mapping[int, Any]) -> None:
+        self._config = config
+        self._now = now
+        self._time_off = time_off
+        self._known: dict[int, RepState | None] = {}  # None: no such rep
+        self._midnights: dict[str, datetime] = {}
+        self._changed = False
+        self._everyone = False
+
+    def _state(self, row: Mapping[str, Any]) -> RepState:
+        zone_name = row["timezone"] or "UTC"
+        load = load_from_row(row)
+        open_count, today = load_counts(row["id"], zone_name, load, self._now, self._midnights)
+        state = _rep_state(row, open_count, today)
+        off = self._time_off.get(row["id"])
+        if off is not None:
+            state = replace(state, absences=off.absences, holidays=off.holidays)
+        return state
+
+    def _read(self, rep_ids: Iterable[int]) -> None:
+        wanted = [rep_id for rep_id in dict.fromkeys(rep_ids) if rep_id not in self._known]
+        if not wanted:
+            return
+        rows = Rep.objects.filter(pk__in=wanted).order_by().values(*_REP_COLUMNS, *LOAD_COLUMNS)
+        for row in rows:
+            self._known.setdefault(row["id"], self._state(row))
+        for rep_id in wanted:
+            self._known.setdefault(rep_id, None)
+
+    def _page(self, rep_id: int) -> list[int]:
+        """``rep_id`` and the members after it in each of its teams' rotation (wrapping)."""
+        page = [rep_id]
+        for team_id, index in self._config.rep_places.get(rep_id, ()):
+            members = self._config.teams[team_id].members
+            count = len(members)
+            ahead = [
+                members[(index + step) % count][0]
+                for step in range(1, min(REP_PAGE, count))
+                if members[(index + step) % count][0] not in self._known
+            ]
+            page += ahead
+        return page
+
+    def __getitem__(self, rep_id: int) -> RepState:
+        if rep_id not in self._known and not self._everyone:
+            self._read(self._page(rep_id))
+        state = self._known.get(rep_id)
+        if state is None:
+            raise KeyError(rep_id)
+        return state
+
+    def __setitem__(self, rep_id: int, state: RepState) -> None:
+        self._known[rep_id] = state
+        self._changed = True
+
+    def __delitem__(self, rep_id: int) -> None:
+        if self.get(rep_id) is None:
+            raise KeyError(rep_id)
+        self._known[rep_id] = None
+        self._changed = True
+
+    def _read_everyone(self) -> None:
+        if self._everyone:
+            return
+        for row in Rep.objects.order_by().values(*_REP_COLUMNS, *LOAD_COLUMNS):
+            if row["id"] not in self._known:
+                self._known[row["id"]] = self._state(row)
+        self._everyone = True
+
+    def __iter__(self) -> Iterator[int]:
+        self._read_everyone()
+        return iter([rep_id for rep_id, state in self._known.items() if state is not None])
+
+    def __len__(self) -> int:
+        self._read_everyone()
+        return sum(1 for state in self._known.values() if state is not None)
+
+    def least_loaded_order(self, team: TeamSpec) -> Iterable[int] | None:
+        """``team``'s member indexes from the least loaded up (``LoadOrdered``)."""
+        if connection.vendor != "postgresql" or self._changed:
+            return self._least_loaded_in_memory(team)
+        return self._least_loaded_pages(team)
+
+    def _least_loaded_in_memory(self, team: TeamSpec) -> list[int]:
+        self._read(rep_id for rep_id, _weight in team.members)
+        never = datetime.min.replace(tzinfo=UTC)
+
+        def key(index: int) -> tuple[int, bool, datetime, int]:
+            rep = self._known.get(team.members[index][0])
+            if rep is None:  # unknown: ineligible wherever it is; last, as listed
+                return (2**62, True, datetime.max.replace(tzinfo=UTC), index)
+            last = rep.last_assigned_at
+            return (rep.open_count, last is not None, last or never, index)
+
+        return sorted(range(len(team.members)), key=key)
+
+    def _least_loaded_pages(self, team: TeamSpec) -> Iterator[int]:
+        """Pages of ``REP_PAGE`` members sorted by the database on the strategy's key (the
+        members as the configuration lists them, so indexes are the engine's). A member
+        without a rep row comes last, as listed (the walk finds it unknown)."""
+        ids = [rep_id for rep_id, _weight in team.members]
+        columns = ", ".join(
+            [f"r.{name}" for name in _REP_COLUMNS]
+            + [f'l.{name.removeprefix("load__")} AS "{name}"' for name in LOAD_COLUMNS]
+        )
+        sql = (
+            f"SELECT m.idx - 1 AS idx, {columns} "  # noqa: S608 - the model's own column names
+            "FROM unnest(%s::bigint[]) WITH ORDINALITY AS m(rep_id, idx) "
+            f"LEFT JOIN {Rep._meta.db_table} r ON r.id = m.rep_id "
+            f"LEFT JOIN {RepLoad._meta.db_table} l ON l.rep_id = r.id "
+            "ORDER BY r.id IS NULL, COALESCE(l.open_count, 0), r.last_assigned_at IS NOT NULL, "
+            "r.last_assigned_at, m.idx LIMIT %s OFFSET %s"
+        )
+        offset = 0
+        while offset < len(ids):
+            with connection.cursor() as cursor:
+                cursor.execute(sql, [ids, REP_PAGE, offset])
+                names = [column[0] for column in cursor.description]
+                rows = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+            if not rows:
+                return
+            for row in rows:
+                rep_id = ids[row["idx"]]
+                if rep_id not in self._known:
+                    self._known[rep_id] = self._state(row) if row["id"] is not None else None
+            for row in rows:
+                yield row["idx"]
+            offset += REP_PAGE
+
+
+def _decision_snapshot(config: LiveConfig, now: datetime) -> _DecisionSnapshot:
+    """What one decision needs: the reps it looks at, read as it looks (``_Reps``: one query
+    for a round robin whose turn or one of the next members is eligible, one for a least
+    loaded team whose least loaded members include an eligible one), their time off (one
+    query; two more when holiday calendars exist) and every team's turn (one query). Nothing
+    here is read per member of a team."""
+    places = config.rep_places
+    time_off = TimeOffByRep(
+        now=now, rep_teams=lambda rep_id: [team_id for team_id, _i in places.get(rep_id, ())]
+    )
+    return _DecisionSnapshot(reps=_Reps(config, now, time_off), rotation=_rotation())
+
+
+def _decide(facts: LeadFacts, config: LiveConfig, snap: _AnySnapshot, now: datetime) -> Decision:
     return decide(
         facts, config.ruleset, snap.reps, config.teams, snap.rotation, config.territories, now
     )
@@ -633,7 +835,7 @@ def _apply_owner(
     lead: Lead,
     decision: Decision,
     config: LiveConfig,
-    snap: _Snapshot,
+    snap: _AnySnapshot,
     now: datetime,
     notes: Sequence[str] = (),
     supersede: Assignment | None = None,
@@ -853,7 +1055,7 @@ def _try_owner(
     lead: Lead,
     decision: Decision,
     config: LiveConfig,
-    snap: _Snapshot,
+    snap: _AnySnapshot,
     now: datetime,
     notes: Sequence[str] = (),
     supersede: Assignment | None = None,
@@ -943,7 +1145,7 @@ def route_lead(
             _set_status(lead, LeadStatus.UNASSIGNED, now)
         return RouteResult(decision=decision, status=LeadStatus.UNASSIGNED)
     facts = lead_facts(lead)
-    snap = _snapshot(config, now)
+    snap = _decision_snapshot(config, now)
     decision = _decide(facts, config, snap, now)
     with transaction.atomic():
         locked_teams: set[int] = set()
@@ -964,7 +1166,7 @@ def route_lead(
                 ):
                     # Another worker took a turn since the snapshot: decide with the new one
                     # and fresh counts, now that nobody else can move this team.
-                    snap = _snapshot(config, now)
+                    snap = _decision_snapshot(config, now)
                     snap.rotation[team_id] = turn
                     decision = _decide(facts, config, snap, now)
                     continue
@@ -974,7 +1176,7 @@ def route_lead(
             except _Retry:
                 # A cap filled meanwhile: decide again with fresh counts (the turns of the
                 # teams this transaction has locked cannot have moved).
-                snap = _snapshot(config, now)
+                snap = _decision_snapshot(config, now)
                 decision = _decide(facts, config, snap, now)
                 continue
             lead_tags_set(lead=lead, priority=decision.priority, tags=decision.tags)
@@ -1022,7 +1224,11 @@ def simulate(
     config = live_config(version)
     now = timezone.now()
     return simulate_with(
-        lead_data=lead_data, source=source, config=config, snap=_snapshot(config, now), now=now
+        lead_data=lead_data,
+        source=source,
+        config=config,
+        snap=_decision_snapshot(config, now),
+        now=now,
     )
 
 
@@ -1031,7 +1237,7 @@ def simulate_with(
     lead_data: Mapping[str, Any],
     source: Source | None,
     config: LiveConfig,
-    snap: _Snapshot,
+    snap: _AnySnapshot,
     now: datetime,
     accounts: Mapping[str, AccountFacts] | None = None,
 ) -> Simulation:

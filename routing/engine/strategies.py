@@ -14,12 +14,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import NamedTuple
 
 from routing.engine.availability import rep_away_reason, zone_named
 from routing.engine.types import (
+    LoadOrdered,
     RepState,
     RotationState,
     TeamSpec,
@@ -142,28 +143,33 @@ def _round_robin(
     state: RotationState | None,
     check: Callable[[int], tuple[bool, str]],
 ) -> MemberChoice:
-    ids = [rep_id for rep_id, _weight in team.members]
+    # O(1) to the turn, then member by member only as far as the first eligible one: a large
+    # team costs what a small one does while its members are available.
+    members = team.members
+    count = len(members)
     last = state.last_rep_id if state is not None else None
     place = state.last_position if state is not None else None
-    if last in ids:
-        start = ids.index(last) + 1
-    elif place is not None and ids:
+    found = team.positions.get(last) if last is not None else None
+    if found is not None:
+        start = found + 1
+    elif place is not None and count:
         # The last-served rep left the team: whoever now holds their place is next.
-        start = place % len(ids)
+        start = place % count
     else:
         start = 0
     skipped: list[str] = []
-    for step in range(len(ids)):
-        index = (start + step) % len(ids)
+    for step in range(count):
+        index = (start + step) % count
         eligible, why = check(index)
         if eligible:
+            rep_id = members[index][0]
             update = RotationState(
                 team_id=team.id,
-                last_rep_id=ids[index],
+                last_rep_id=rep_id,
                 current_weights=state.current_weights if state is not None else (),
                 last_position=index,
             )
-            return MemberChoice(ids[index], tuple(skipped), update, "next in rotation")
+            return MemberChoice(rep_id, tuple(skipped), update, "next in rotation")
         skipped.append(_skip_line(team, reps, index, why))
     return _nobody(team, skipped)
 
@@ -225,6 +231,9 @@ def _least_loaded(
     reps: Mapping[int, RepState],
     check: Callable[[int], tuple[bool, str]],
 ) -> MemberChoice:
+    order = reps.least_loaded_order(team) if isinstance(reps, LoadOrdered) else None
+    if order is not None:
+        return _least_loaded_in_order(team, reps, check, order)
     best_key: tuple[int, bool, datetime, int] | None = None
     best_index = -1
     skipped: list[str] = []
@@ -246,3 +255,30 @@ def _least_loaded(
         None,
         f"least loaded ({best_key[0]} open)",
     )
+
+
+def _least_loaded_in_order(
+    team: TeamSpec,
+    reps: Mapping[int, RepState],
+    check: Callable[[int], tuple[bool, str]],
+    order: Iterable[int],
+) -> MemberChoice:
+    """``_least_loaded`` given the members from the least loaded up (``LoadOrdered``): the
+    first eligible one is the one the full walk ranks first (the same key, a total order), so
+    the walk stops there. Only the members passed over before it are listed as skipped (the
+    full walk lists every ineligible member); with nobody eligible, all of them in listed
+    order, as the full walk does."""
+    passed: list[tuple[int, str]] = []
+    for index in order:
+        eligible, why = check(index)
+        if not eligible:
+            passed.append((index, why))
+            continue
+        rep = reps[team.members[index][0]]
+        return MemberChoice(
+            team.members[index][0],
+            tuple(_skip_line(team, reps, i, w) for i, w in passed),
+            None,
+            f"least loaded ({rep.open_count} open)",
+        )
+    return _nobody(team, [_skip_line(team, reps, i, w) for i, w in sorted(passed)])

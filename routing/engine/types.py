@@ -6,10 +6,10 @@ about the database. Datetimes must be timezone-aware.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from routing.engine.fields import CUSTOM_PREFIX
 
@@ -143,6 +143,30 @@ class TeamSpec:
     respect_working_hours: bool = False
     sla_minutes: int | None = None
     members: tuple[tuple[int, int], ...] = ()
+    # rep id -> its place in ``members`` (the first, should a rep be listed twice): a round
+    # robin finds the turn's place in O(1), whatever the size of the team. Derived, not compared.
+    positions: Mapping[int, int] = field(
+        init=False, default_factory=dict, compare=False, hash=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        places: dict[int, int] = {}
+        for index, (rep_id, _weight) in enumerate(self.members):
+            places.setdefault(rep_id, index)
+        object.__setattr__(self, "positions", places)
+
+
+@runtime_checkable
+class LoadOrdered(Protocol):
+    """A reps mapping that can list a team's members from the least loaded up, so a
+    least-loaded team need not read every member (the caller's database sorts them).
+
+    ``least_loaded_order(team)`` yields indexes into ``team.members``, every member once, in
+    ascending ``(open_count, last_assigned_at is not None, last_assigned_at, index)``: the
+    order ``choose_member`` ranks eligible members by. None: no such order (read them all).
+    """
+
+    def least_loaded_order(self, team: TeamSpec) -> Iterable[int] | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ or one of their teams, for the year before ``now`` to two years after (the SLA c
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
@@ -94,6 +94,78 @@ def _holidays(
         for rep_id in rep_ids:
             found.setdefault(rep_id, {}).update(days)
     return found
+
+
+class TimeOffByRep(Mapping[int, RepTimeOff]):
+    """``time_off_facts`` rep by rep, each rep's worked out when first asked for: the same
+    queries (absences, and the calendars when any exists), but a calendar naming a team of
+    1,000 reps costs a decision only the reps it looks at. ``rep_teams(rep_id)``: the teams
+    the rep is a member of. Every rep is in it (without time off: empty)."""
+
+    def __init__(self, *, now: datetime, rep_teams: Callable[[int], Iterable[int]]) -> None:
+        self._absences: dict[int, list[Absence]] = {}
+        for rep_id, starts_at, ends_at in (
+            RepAbsence.objects.filter(ends_at__gt=now)
+            .order_by("rep_id", "starts_at")
+            .values_list("rep_id", "starts_at", "ends_at")
+        ):
+            self._absences.setdefault(rep_id, []).append(
+                Absence(starts_at=starts_at, ends_at=ends_at)
+            )
+        self._rep_teams = rep_teams
+        self._years = range(now.year - 1, now.year + 3)
+        self._calendars = list(
+            HolidayCalendar.objects.prefetch_related("reps", "teams").order_by("id")
+        )
+        self._custom: dict[int, list[tuple[date, str]]] = {}
+        self._by_rep: dict[int, list[int]] = {}
+        self._by_team: dict[int, list[int]] = {}
+        if self._calendars:
+            for calendar_id, day, name in HolidayCalendarDay.objects.filter(
+                date__year__gte=self._years.start, date__year__lt=self._years.stop
+            ).values_list("calendar_id", "date", "name"):
+                self._custom.setdefault(calendar_id, []).append((day, name))
+            for place, calendar in enumerate(self._calendars):
+                for rep in calendar.reps.all():
+                    self._by_rep.setdefault(rep.id, []).append(place)
+                for team in calendar.teams.all():
+                    self._by_team.setdefault(team.id, []).append(place)
+        self._days: dict[int, dict[date, Holiday]] = {}
+        self._found: dict[int, RepTimeOff] = {}
+
+    def _calendar_days(self, place: int) -> dict[date, Holiday]:
+        days = self._days.get(place)
+        if days is None:
+            calendar = self._calendars[place]
+            days = self._days[place] = calendar_days(
+                calendar.country,
+                calendar.subdivision,
+                self._custom.get(calendar.id, ()),
+                self._years,
+            )
+        return days
+
+    def __getitem__(self, rep_id: int) -> RepTimeOff:
+        found = self._found.get(rep_id)
+        if found is not None:
+            return found
+        places = set(self._by_rep.get(rep_id, ()))
+        if self._by_team:
+            for team_id in self._rep_teams(rep_id):
+                places.update(self._by_team.get(team_id, ()))
+        holidays: dict[date, Holiday] = {}
+        for place in sorted(places):  # calendar id order: a later calendar's day wins
+            holidays.update(self._calendar_days(place))
+        found = self._found[rep_id] = RepTimeOff(
+            absences=tuple(self._absences.get(rep_id, ())), holidays=holidays
+        )
+        return found
+
+    def __iter__(self) -> Iterator[int]:
+        raise TypeError("time off by rep is looked up rep by rep, not listed")
+
+    def __len__(self) -> int:
+        raise TypeError("time off by rep is looked up rep by rep, not counted")
 
 
 def rep_time_off(*, rep_id: int, now: datetime) -> RepTimeOff:
