@@ -10,6 +10,7 @@ or one of their teams, for the year before ``now`` to two years after (the SLA c
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -18,6 +19,8 @@ import holidays as holidays_package
 
 from routing.engine import Absence, Holiday
 from routing.timeoff.models import HolidayCalendar, HolidayCalendarDay, RepAbsence
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +33,24 @@ class RepTimeOff:
 
 @functools.lru_cache(maxsize=256)
 def public_holidays(country: str, subdivision: str, year: int) -> tuple[tuple[date, str], ...]:
-    """A country's (and subdivision's) public holidays in ``year``, as (date, name) pairs."""
-    found = holidays_package.country_holidays(country, subdiv=subdivision or None, years=year)
-    return tuple(sorted(found.items()))
+    """A country's (and subdivision's) public holidays in ``year``, as (date, name) pairs.
+
+    Calendars are checked against the package when saved, but an upgrade of it may rename or
+    drop a country or subdivision (it raises NotImplementedError), or fail otherwise: that
+    calendar then has its custom days only, and the error is logged (once per process and year),
+    instead of raising into every routing decision."""
+    try:
+        found = holidays_package.country_holidays(country, subdiv=subdivision or None, years=year)
+        return tuple(sorted(found.items()))
+    except Exception:
+        logger.exception(
+            "holiday calendar: the holidays package cannot give %s%s's public holidays for %s; "
+            "only the calendar's custom days count until it is fixed in the admin",
+            country,
+            f"-{subdivision}" if subdivision else "",
+            year,
+        )
+        return ()
 
 
 def calendar_days(

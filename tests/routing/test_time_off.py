@@ -216,3 +216,21 @@ def test_a_wall_clock_time_in_a_dst_gap_is_refused_with_a_clear_message():
     )
     assert form.is_valid(), form.errors
     assert form.instance.starts_at.astimezone(UTC) == datetime(2027, 10, 31, 0, 30, tzinfo=UTC)
+
+
+def test_a_calendar_the_holidays_package_no_longer_knows_does_not_stop_routing(rules, caplog):
+    """A calendar saved when its subdivision was valid, then refused by the ``holidays`` package
+    (an upgrade that renamed or dropped it raises NotImplementedError): routing goes on with the
+    calendar's custom days only, and the error is logged, never raised into every decision."""
+    ana = Rep.objects.get(email="ana@example.com")
+    calendar = HolidayCalendar.objects.create(name="Gone", country="DE", subdivision="ZZ")
+    calendar.reps.add(ana)
+    now = timezone.now()
+    offsite = date(now.year + 1, 3, 3)
+    calendar.days.create(date=offsite, name="Offsite")
+    facts = time_off_facts(now=now, team_members={})[ana.id]
+    assert facts.holidays == {offsite: Holiday("Offsite", custom=True)}
+    assert "holiday calendar" in caplog.text and "ZZ" in caplog.text
+    clear_live_config_cache()
+    lead = _assigned("p9@acme.com")
+    assert Assignment.objects.filter(lead=lead, active=True).exists()
