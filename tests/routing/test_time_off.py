@@ -230,7 +230,8 @@ def test_a_calendar_the_holidays_package_no_longer_knows_does_not_stop_routing(r
     calendar.days.create(date=offsite, name="Offsite")
     facts = time_off_facts(now=now, team_members={})[ana.id]
     assert facts.holidays == {offsite: Holiday("Offsite", custom=True)}
-    assert "holiday calendar" in caplog.text and "ZZ" in caplog.text
+    assert "holiday calendar" in caplog.text
+    assert "ZZ" in caplog.text
     clear_live_config_cache()
     lead = _assigned("p9@acme.com")
     assert Assignment.objects.filter(lead=lead, active=True).exists()
