@@ -68,6 +68,25 @@ class Waiter(threading.Thread):
         self.answered_at = time.monotonic()
 
 
+def _listener_hears(base: str, source: Any) -> None:
+    """Wait until the status server's listener hears announcements (a warm-up waiter woken by
+    one): the timing tests below measure a listening server, not one still subscribing. On a
+    loaded machine (CI at load 12) the first subscription took over the waiter's 1 s grace, and
+    the wake-up of every waiter once it came made a waiter answer early."""
+    warm_up = LeadFactory(source=source)
+    link = status_link_make(lead_id=warm_up.id, source=source, now=timezone.now())
+    deadline = time.monotonic() + 120
+    while True:
+        waiter = Waiter(f"{base}{link.url}?wait=10")
+        waiter.start()
+        while waiter.is_alive() and time.monotonic() < deadline:
+            lead_status_announce(lead_ids=[warm_up.id])
+            waiter.join(0.5)
+        if waiter.answered_at is not None and waiter.answered_at - waiter.started_at < 9:
+            return  # woken by an announcement, not by the end of its wait
+        assert time.monotonic() < deadline, "the status server's listener never heard"
+
+
 def _ana_routes_everything() -> None:
     rules_import(RULES, publish=True)
     Rep.objects.filter(email="ana@northwind.example").update(
@@ -131,6 +150,7 @@ def test_a_waiter_reads_the_lead_once_more_at_the_end_and_never_polls_meanwhile(
     lead = LeadFactory(source=source)
     link = status_link_make(lead_id=lead.id, source=source, now=timezone.now())
     with status_server() as base:
+        _listener_hears(base, source)
         waiter = Waiter(f"{base}{link.url}?wait=3")
         waiter.start()
         time.sleep(1.0)
@@ -151,6 +171,7 @@ def test_an_announcement_wakes_only_the_waiters_of_its_lead():
     mine, other = LeadFactory(source=source), LeadFactory(source=source)
     now = timezone.now()
     with status_server() as base:
+        _listener_hears(base, source)
         waiters = [
             Waiter(f"{base}{status_link_make(lead_id=lead.id, source=source, now=now).url}?wait=6")
             for lead in (mine, other)
