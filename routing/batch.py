@@ -30,6 +30,8 @@ a fixed number of statements for what the leads share, instead of one routing tr
 from __future__ import annotations
 
 import logging
+import random
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -90,6 +92,7 @@ from routing.services import (
     assigned_event,
     decision_event,
     decision_retry_fields,
+    is_contention,
     lead_claimable,
     lead_process_leased,
 )
@@ -128,21 +131,63 @@ class _Batch:
 
 def leads_claim(lead_ids: Sequence[uuid.UUID]) -> tuple[list[uuid.UUID], datetime]:
     """Claim every claimable lead among ``lead_ids`` until a new lease: (the ids won, in id
-    order; the lease). Two statements, whatever the number (``lead_process`` claims one)."""
+    order; the lease). Two statements, whatever the number (``lead_process`` claims one), in
+    one transaction: should the second fail, the leads are not left claimed by nobody."""
     now = timezone.now()
     lease = now + timedelta(seconds=settings.LEAD_LEASE_SECONDS)
     # Only leads never tried (or back from a stage that parked them): a lead tried before may
     # be one that kills its worker, and would take the whole batch's attempts with it.
     fresh = Q(attempts=0) | BACK_FROM_ENRICHMENT
-    Lead.objects.filter(lead_claimable(), fresh, id__in=list(lead_ids)).update(
-        status=LeadStatus.PROCESSING,
-        claimed_until=lease,
-        attempts=Case(When(BACK_FROM_ENRICHMENT, then=F("attempts")), default=F("attempts") + 1),
-    )
-    won = Lead.objects.filter(
-        id__in=list(lead_ids), status=LeadStatus.PROCESSING, claimed_until=lease
-    ).order_by("id")
-    return list(won.values_list("id", flat=True)), lease
+    # No savepoint inside a caller's transaction (a test's): a worker has none; a failure
+    # there rolls the caller's back.
+    with transaction.atomic(savepoint=False):
+        Lead.objects.filter(lead_claimable(), fresh, id__in=list(lead_ids)).update(
+            status=LeadStatus.PROCESSING,
+            claimed_until=lease,
+            attempts=Case(
+                When(BACK_FROM_ENRICHMENT, then=F("attempts")), default=F("attempts") + 1
+            ),
+        )
+        won = Lead.objects.filter(
+            id__in=list(lead_ids), status=LeadStatus.PROCESSING, claimed_until=lease
+        ).order_by("id")
+        return list(won.values_list("id", flat=True)), lease
+
+
+CLAIM_TRIES = 3  # a batch's claim, tried again at once after lock contention
+
+
+def _claim(lead_ids: Sequence[uuid.UUID]) -> tuple[list[uuid.UUID], datetime | None]:
+    """``leads_claim``, tried again after lock contention; ([], None) if it cannot be had:
+    the leads then go one by one, each claimed alone (``leads_process_batch``).
+
+    The claim is one UPDATE of up to ``ROUTING_BATCH_SIZE`` rows, and every row's change of
+    status fires the report rollup trigger (``audit.rollups``), which upserts the counters of
+    its slot, status and shard in the order the rows happen to be updated: two claims, or a
+    claim and a batch writing its outcomes, can take those counter rows in opposite orders and
+    deadlock (PostgreSQL cuts one off), or wait past the worker's ``lock_timeout``. A claim
+    that raised before this was not caught: it failed the whole chunk's task, and every lead of
+    the chunk not yet routed waited for the stale sweeper."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    for attempt in range(1, CLAIM_TRIES + 1):
+        try:
+            return leads_claim(lead_ids)
+        except SoftTimeLimitExceeded:
+            raise
+        except Exception as exc:
+            again = is_contention(exc) and attempt < CLAIM_TRIES
+            logger.warning(
+                "claiming a batch of %d leads failed (%s: %s); %s",
+                len(lead_ids),
+                type(exc).__name__,
+                str(exc).splitlines()[0] if str(exc) else "",
+                "trying again" if again else "routing them one by one",
+            )
+            if not again:
+                break
+            time.sleep(0.05 * attempt * random.uniform(0.5, 1.5))  # noqa: S311 - jitter only
+    return [], None
 
 
 def leads_process_batch(lead_ids: Sequence[uuid.UUID]) -> int:
@@ -154,10 +199,10 @@ def leads_process_batch(lead_ids: Sequence[uuid.UUID]) -> int:
     its worker reaches the attempt bound."""
     from celery.exceptions import SoftTimeLimitExceeded
 
-    claimed, lease = leads_claim(lead_ids)
+    claimed, lease = _claim(lead_ids)
     won = set(claimed)
     failures = 0
-    if claimed:
+    if claimed and lease is not None:
         # Worked on in the order the chunk gave (the order they came in), locked in id order.
         position = {lead_id: index for index, lead_id in enumerate(lead_ids)}
         failures += _batch_process(sorted(claimed, key=position.__getitem__), lease)

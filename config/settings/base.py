@@ -554,9 +554,8 @@ ROUTING_CHUNK_SLICE_SECONDS = env.float("ROUTING_CHUNK_SLICE_SECONDS", default=1
 # the rest back at once when one does (leads.services.RealtimePeek). 0: the time slice only.
 ROUTING_CHUNK_PEEK_SECONDS = env.float("ROUTING_CHUNK_PEEK_SECONDS", default=0.1)
 # A chunk's leads are routed in batches of this many, one routing transaction each, with
-# what they share read and written once (routing.batch; docs/benchmarks.md). 1 (the default
-# until the two-worker concurrency test passes on batches): one by one.
-ROUTING_BATCH_SIZE = env.int("ROUTING_BATCH_SIZE", default=1)
+# what they share read and written once (routing.batch; docs/benchmarks.md). 1: one by one.
+ROUTING_BATCH_SIZE = env.int("ROUTING_BATCH_SIZE", default=50)
 # The kickoff hands committed lead ids to a publisher thread and answers at once, so a down,
 # hung or slow broker never delays a request. False publishes inline, after commit.
 ENQUEUE_IN_BACKGROUND = env.bool("ENQUEUE_IN_BACKGROUND", default=True)

@@ -126,9 +126,17 @@ def test_task_outliving_the_visibility_timeout_is_redelivered_and_the_stale_run_
             message=f"{statuses()}\n{s.logs()}",
         )
         all_final_s = time.monotonic() - started
-        # The stalled executions wake up after the leads were routed: wait for them to finish.
+        # The stalled executions wake up after the leads were routed: wait for them to finish,
+        # each saying its stalled lead's lease was lost (a stalled batch says so for every lead
+        # of its batch: counting the lines, the first batch to wake was enough).
+        stalled_ids = list(
+            Lead.objects.filter(raw_payload__email__startswith="stall").values_list("pk", flat=True)
+        )
         wait_until(
-            lambda: sum(w.text().count("writing nothing") for w in workers) >= len(stalled),
+            lambda: all(
+                f"lease on lead {pk} lost; writing nothing" in "".join(w.text() for w in workers)
+                for pk in stalled_ids
+            ),
             timeout=STALL_SECONDS + 20,
             interval=0.5,
             message=s.logs(),

@@ -254,3 +254,62 @@ def test_a_batch_leaves_no_lead_or_source_in_the_workers_log_context() -> None:
     assert _run([first, copy_]).failures == 0
     assert _statuses([copy_]) == [LeadStatus.DUPLICATE]
     assert dict(_context.get()) == before
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_claim_cut_off_by_lock_contention_does_not_drop_its_chunk() -> None:
+    """The batch's claim is one UPDATE of many leads; each row's new status fires the report
+    rollup trigger, which upserts its (slot, status, shard) counter row. Two claims (or a claim
+    and a batch writing its outcomes) took those rows in opposite orders and deadlocked: in CI's
+    two-worker test PostgreSQL cut a claim off, the exception failed the chunk's task, and
+    every lead of the chunk not yet routed stayed `received` with no message (300 of 700).
+    Here another transaction holds one shard's `lead:received` counter beyond the claim's
+    lock_timeout: the claim cannot be had, the leads go one by one, and only those of that
+    shard are left (for a retry), unclaimed and without a lost attempt."""
+    import threading
+
+    from django.db import connection, transaction
+
+    _publish()
+    leads = [_lead(f"contended{n}@acme.de") for n in range(12)]
+    shard = leads[0].id.bytes[15] % 8  # the trigger's shard: the id's last byte, mod 8
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_counter() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT n FROM audit_reportslot WHERE measure = 'lead:received' "
+                    "AND shard = %s FOR UPDATE",
+                    [shard],
+                )
+                assert cursor.fetchall(), "the intake counted the leads"
+                held.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_the_counter)
+    holder.start()
+    try:
+        assert held.wait(30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")  # a worker's is 5 s
+        outcome = _run(leads)
+    finally:
+        release.set()
+        holder.join(30)
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    contended = [lead for lead in leads if lead.id.bytes[15] % 8 == shard]
+    others = [lead for lead in leads if lead.id.bytes[15] % 8 != shard]
+    assert outcome.failures == len(contended)
+    assert _statuses(others) == [LeadStatus.ASSIGNED] * len(others)
+    assert _statuses(contended) == [LeadStatus.RECEIVED] * len(contended)
+    assert set(
+        Lead.objects.filter(id__in=[lead.id for lead in contended]).values_list(
+            "attempts", flat=True
+        )
+    ) == {0}
+    assert Assignment.objects.count() == len(others)

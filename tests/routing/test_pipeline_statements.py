@@ -216,3 +216,16 @@ def test_a_batchs_statements_do_not_grow_with_reps_rules_territories_or_open_lea
         f"200 territories and 300 more open leads: {large}"
     )
     assert large <= small
+
+
+def test_a_batchs_own_statements_are_fixed_whatever_its_size(published: Any) -> None:
+    """Five times the leads in a batch cost at most one statement more a lead (its own UPDATE):
+    everything else a batch does (the claim, locks, configuration, snapshot, keys, dedup,
+    accounts, assignments, counters, turns, events, outbox rows) is a fixed number of
+    statements, not one per lead."""
+    _warm()
+    _assigned_chunk(100, count=10)  # every rep has its counters' row: the two alike
+    small = _assigned_chunk(200, count=10)
+    large = _assigned_chunk(300, count=50)
+    print(f"\nbatch of 10: {small} statements; batch of 50: {large}")
+    assert large - small <= 50 - 10
