@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from hypothesis import given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from config.celery import app
@@ -158,6 +159,8 @@ def test_the_raw_message_at_a_priority_is_where_send_task_puts_it(redis_broker, 
         client.delete(key)
 
 
+# No deadline: the first example imports kombu's Redis transport (0.6 s on a loaded machine).
+@hypothesis_settings(deadline=None)
 @given(
     queue=st.text(min_size=1, max_size=30),
     priority=st.integers(min_value=-5, max_value=20),
