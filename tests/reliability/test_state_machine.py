@@ -47,7 +47,10 @@ Invariants after every step, read from the database (ground truth), not from the
 
 Replay must write nothing (no assignment, turn, event or rep change), consider exactly the
 model's processed leads, and its per-rep "after" counts must equal the model's own replay:
-the same rules with turns and loads carried forward in memory, from today's state.
+the same rules with turns and loads carried forward in memory, from today's state, and each
+rep's active state as it was when the lead arrived (the product replays reps' live state from
+its recorded history, ``routing.timeoff.state_history``; a model that asked today's state
+disagreed as soon as a rep deactivated after a lead came in was named by the territory).
 
 A deliberate break proves the machine bites: with the cap check of ``rep_is_eligible`` made
 off by one (``>`` for ``>=``), the CI settings fail within seconds (a lead given to a rep
@@ -148,6 +151,18 @@ class MRep:
     active: bool = True
     cap: int | None = None
     exempt: bool = False  # ever given leads past its cap by design (manual, sticky, cap lowered)
+    # (tick, active) after each change of ``active``; before the first, the rep was active (a
+    # rep is created active: the database's history says so too).
+    history: list[tuple[int, bool]] = field(default_factory=list)
+
+    def active_at(self, tick: int) -> bool:
+        """Whether the rep was active at ``tick`` (a replay sees reps as at each arrival)."""
+        state = True
+        for at, active in self.history:
+            if at > tick:
+                break
+            state = active
+        return state
 
 
 @dataclass
@@ -172,6 +187,7 @@ class MLead:
     status: str = LeadStatus.RECEIVED
     original: Any = None  # the original's id, for a duplicate
     processed: int = 0  # order of processed_at (replay reads the latest)
+    arrived: int = 0  # when the lead came in, on the model's clock (replay: reps as then)
     owner_since: int = 0  # order of the current assignment (rerouting goes oldest first)
 
 
@@ -185,8 +201,10 @@ class Pick:
     lead: Any = None
 
 
-def _eligible(rep: MRep, open_count: int) -> bool:
-    return rep.active and (rep.cap is None or open_count < rep.cap)
+def _eligible(rep: MRep, open_count: int, at: int | None = None) -> bool:
+    """Eligible now, or (``at``, a replay) with the rep's active state as it was at ``at``."""
+    active = rep.active if at is None else rep.active_at(at)
+    return active and (rep.cap is None or open_count < rep.cap)
 
 
 class RoutingMachine(RuleBasedStateMachine):
@@ -249,7 +267,11 @@ class RoutingMachine(RuleBasedStateMachine):
         self.variant, self.version = variant, draft.version
 
     def _round_robin(
-        self, team: MTeam, turn: dict[int, tuple[int | None, int | None]], load: dict[int, int]
+        self,
+        team: MTeam,
+        turn: dict[int, tuple[int | None, int | None]],
+        load: dict[int, int],
+        at: int | None = None,
     ) -> tuple[int | None, tuple[int, int, int] | None, bool]:
         """The spec's turn rule: the next eligible member after the last served, wrapping."""
         ids = team.members
@@ -264,7 +286,7 @@ class RoutingMachine(RuleBasedStateMachine):
         for step in range(len(ids)):
             index = (start + step) % len(ids)
             rep_id = ids[index]
-            if _eligible(self.reps[rep_id], load[rep_id]):
+            if _eligible(self.reps[rep_id], load[rep_id], at):
                 return rep_id, (team.id, rep_id, index), skipped
             skipped = True
         return None, None, skipped
@@ -275,20 +297,23 @@ class RoutingMachine(RuleBasedStateMachine):
         turn: dict[int, tuple[int | None, int | None]],
         load: dict[int, int],
         variant: str | None = None,
+        at: int | None = None,
     ) -> Pick:
+        """Who gets a lead from ``country`` now, or (``at``: a replay) with each rep's live
+        state as it was at the lead's arrival (``routing.timeoff.state_history``)."""
         for data in _rules(variant or self.variant):
             if data["action"]["type"] == "territory":
                 if country not in self.territory["countries"]:
                     continue
                 owner = self.territory["rep"]
                 if owner is not None:
-                    if _eligible(self.reps[owner], load[owner]):
+                    if _eligible(self.reps[owner], load[owner], at):
                         return Pick(owner, None, data["name"], None, False)
                     continue
                 team = self.teams[ALT]
             else:
                 team = self.teams[POOL]
-            rep_id, moved, skipped = self._round_robin(team, turn, load)
+            rep_id, moved, skipped = self._round_robin(team, turn, load, at)
             if rep_id is not None:
                 return Pick(rep_id, team.id, data["name"], moved, skipped)
             # nobody eligible in this team: evaluation continues with the next rule
@@ -406,6 +431,7 @@ class RoutingMachine(RuleBasedStateMachine):
         reps_deactivate(reps=Rep.objects.filter(pk=rep_id))
         # No new stretch here: the first pick that passes over the rep ends the stretch.
         self.reps[rep_id].active = False
+        self.reps[rep_id].history.append((self._tick(), False))
         if not reroute:
             return
         # rep_reroute_open_leads: the rep's untouched leads, oldest assignment first, routed
@@ -439,6 +465,7 @@ class RoutingMachine(RuleBasedStateMachine):
         rep_id = data.draw(st.sampled_from(inactive))
         Rep.objects.filter(pk=rep_id).update(active=True)
         self.reps[rep_id].active = True
+        self.reps[rep_id].history.append((self._tick(), True))
 
     @rule(data=st.data(), cap=st.sampled_from(CAPS))
     def set_cap(self, data: st.DataObject, cap: int | None) -> None:
@@ -472,8 +499,9 @@ class RoutingMachine(RuleBasedStateMachine):
 
     def _ingest(self, email: str, country: str, written: str | None = None) -> None:
         record = {"email": written or email, "country": country}
+        arrived = self._tick()
         accepted = lead_ingest(source=self.source, record=record)
-        lead = MLead(id=accepted.lead_id, email=email, country=country)
+        lead = MLead(id=accepted.lead_id, email=email, country=country, arrived=arrived)
         original = next(
             (m for m in self.leads.values() if m.email == email and m.original is None), None
         )
@@ -588,7 +616,7 @@ class RoutingMachine(RuleBasedStateMachine):
         for lead in processed:
             if lead.owner is not None and not lead.touched:
                 load[lead.owner] = max(0, load[lead.owner] - 1)
-            pick = self.decide(lead.country, turn, load, variant)
+            pick = self.decide(lead.country, turn, load, variant, at=lead.arrived)
             if pick.turn is not None:
                 turn[pick.turn[0]] = (pick.turn[1], pick.turn[2])
             if pick.rep is not None:
