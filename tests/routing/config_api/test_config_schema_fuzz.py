@@ -1,6 +1,7 @@
 """Schemathesis over the configuration operations (drafts, versions, publish, rollback) of the
 published OpenAPI schema, with a token holding read, draft and publish: no input gives a 5xx,
-every 4xx is api.md's JSON error document."""
+every 4xx is api.md's JSON error document, and every status code answered is one the schema
+documents for that operation."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import (
     negative_data_rejection,
     positive_data_acceptance,
-    status_code_conformance,
 )
 
 from config.wsgi import application
@@ -77,7 +77,6 @@ def test_no_input_breaks_the_configuration_api(api_schema, generation):  # type:
                 excluded_checks=[
                     negative_data_rejection,
                     positive_data_acceptance,
-                    status_code_conformance,
                 ],
             )
             assert response.status_code < 500, response.text[:300]

@@ -1,5 +1,6 @@
 """Schemathesis over the roster operations of the published OpenAPI schema, with a scoped token
-holding read and roster: no input gives a 5xx, every 4xx is api.md's JSON error document."""
+holding read and roster: no input gives a 5xx, every 4xx is api.md's JSON error document, and
+every status code answered is one the schema documents for that operation."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import (
     negative_data_rejection,
     positive_data_acceptance,
-    status_code_conformance,
 )
 
 from config.wsgi import application
@@ -68,7 +68,6 @@ def test_no_input_breaks_the_roster_api(api_schema, generation):  # type: ignore
                 excluded_checks=[
                     negative_data_rejection,
                     positive_data_acceptance,
-                    status_code_conformance,
                 ],
             )
             assert response.status_code < 500, response.text[:300]
