@@ -22,16 +22,18 @@ new sources' tokens, shown once, are kept sealed until the API shows them.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import logging
 import threading
+from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -207,6 +209,39 @@ class _Heartbeat:
             own.close()
 
 
+_LONG = ("statement_timeout", "idle_in_transaction_session_timeout")
+
+
+@contextlib.contextmanager
+def _long_transaction() -> Iterator[None]:
+    """A worker's session bounds a statement and the time idle in a transaction (for the
+    pipeline: ``config.celery``), but a publish's one transaction legitimately runs for minutes,
+    much of it in Python between statements: for the job's length both are raised to its time
+    limit, then put back as they were."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting(%s), current_setting(%s)", list(_LONG))
+        before = cursor.fetchone() or ("0", "0")
+        limit = f"{settings.ADMIN_JOB_TIME_LIMIT_SECONDS}s"
+        cursor.execute(
+            "SELECT set_config(%s, %s, false), set_config(%s, %s, false)",
+            [_LONG[0], limit, _LONG[1], limit],
+        )
+    try:
+        yield
+    finally:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT set_config(%s, %s, false), set_config(%s, %s, false)",
+                    [_LONG[0], before[0], _LONG[1], before[1]],
+                )
+        except DatabaseError:  # the connection broke: closed, it is opened again anew
+            connection.close()
+
+
 def _fernet() -> Fernet:
     key = hashlib.sha256(f"admin-job-source-tokens:{settings.SECRET_KEY}".encode()).digest()
     return Fernet(base64.urlsafe_b64encode(key))
@@ -272,7 +307,7 @@ def _publish(job: AdminJob) -> None:
         "before_commit": before_commit,
     }
     try:
-        with beat:
+        with _long_transaction(), beat:
             if job.kind == AdminJobKind.CONFIG_PUBLISH:
                 revision = parse_datetime(str(params.get("revision") or ""))
                 config_draft_publish(
