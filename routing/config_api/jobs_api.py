@@ -152,8 +152,7 @@ def job_document(job: AdminJob, *, source_tokens: dict[str, str] | None = None) 
 
 
 def accepted(job: AdminJob) -> Response:
-    """``202 Accepted``: the job queued, and where to watch it."""
-    job.refresh_from_db()
+    """``202 Accepted``: the job as queued, and where to watch it."""
     return Response(job_document(job), status=202, headers={"Location": job_url(job)})
 
 
