@@ -16,6 +16,7 @@ from django.urls import reverse
 
 from routing.admin_jobs import admin_job_run
 from routing.decisions import clear_live_config_cache
+from routing.drafts.jobs import config_job_start_publish
 from routing.drafts.models import ConfigDraft, ConfigSnapshot
 from routing.drafts.services import config_draft_create, config_draft_patch
 from routing.editor.permissions import revops_group_sync
@@ -126,3 +127,8 @@ def test_publishing_needs_the_publish_permission(rita: Any) -> None:
     assert ConfigDraft.objects.get().status == "open"
     assert ConfigSnapshot.objects.count() == 1
     assert not AdminJob.objects.exists()
+    # Nor may they watch someone else's publish.
+    job = config_job_start_publish(draft_id=draft.pk, actor="user:rita")
+    for name in ("admin:routing_adminjob_progress", "admin:routing_adminjob_status"):
+        assert client.get(reverse(name, args=[job.pk])).status_code == 403
+        assert rita.get(reverse(name, args=[job.pk])).status_code == 200
