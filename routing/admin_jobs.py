@@ -1,4 +1,6 @@
-"""Background admin jobs: a large replay or CSV import run by a worker, with progress.
+"""Background admin jobs: a large replay or CSV import, a publish or rollback of the whole
+configuration or a draft's large test run (``routing.drafts.jobs``), run by a worker, with
+progress.
 
 ``admin_job_start_*`` create the job and enqueue ``maintenance.admin_job`` after commit;
 ``admin_job_run`` (the task's one service) claims it, runs it reporting progress in batches, and
@@ -32,6 +34,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+CONFIG_KINDS = (
+    AdminJobKind.CONFIG_PUBLISH,
+    AdminJobKind.CONFIG_ROLLBACK,
+    AdminJobKind.CONFIG_CHECK,
+)
 IMPORT_KINDS = {
     "territories": AdminJobKind.TERRITORIES_IMPORT,
     "accounts": AdminJobKind.ACCOUNTS_IMPORT,
@@ -42,7 +49,8 @@ def _user(actor: AbstractBaseUser | None) -> Any:
     return actor if actor is not None and actor.pk is not None else None
 
 
-def _enqueue(job: AdminJob) -> None:
+def job_enqueue(job: AdminJob) -> None:
+    """Send ``job`` to a worker once the transaction that created it commits."""
     from routing.tasks import admin_job
 
     transaction.on_commit(lambda: admin_job.delay(job.pk))
@@ -61,7 +69,7 @@ def admin_job_start_replay(
         params={"limit": limit},
         progress_total=limit,
     )
-    _enqueue(job)
+    job_enqueue(job)
     return job
 
 
@@ -88,7 +96,7 @@ def admin_job_start_import(
         },
         input=content,
     )
-    _enqueue(job)
+    job_enqueue(job)
     return job
 
 
@@ -112,22 +120,26 @@ def _claim(job_id: int) -> AdminJob | None:
     return AdminJob.objects.filter(pk=job_id).first() if claimed else None
 
 
-def _mine(job: AdminJob) -> Any:
+def job_mine(job: AdminJob) -> Any:
+    """The job's row while this claim of it is the current one (empty otherwise)."""
     return AdminJob.objects.filter(pk=job.pk, attempt=job.attempt, status=AdminJobStatus.RUNNING)
 
 
-def _progress(job: AdminJob, phase: str) -> Any:
+def job_progress(job: AdminJob, phase: str) -> Any:
+    """A ``progress(done, total)`` that reports ``phase`` and the heartbeat on the job."""
+
     def report(done: int, total: int) -> None:
-        _mine(job).update(
+        job_mine(job).update(
             phase=phase, progress_done=done, progress_total=total, updated_at=timezone.now()
         )
 
     return report
 
 
-def _finish(job: AdminJob, **values: Any) -> bool:
+def job_finish(job: AdminJob, **values: Any) -> bool:
+    """End the job with ``values`` while this claim is the current one; whether it did."""
     now = timezone.now()
-    return bool(_mine(job).update(finished_at=now, updated_at=now, input="", **values))
+    return bool(job_mine(job).update(finished_at=now, updated_at=now, input="", **values))
 
 
 def _run_replay(job: AdminJob) -> None:
@@ -138,19 +150,19 @@ def _run_replay(job: AdminJob) -> None:
         result = ruleset_replay(
             ruleset=ruleset,
             limit=int(job.params.get("limit", 0)),
-            progress=_progress(job, "deciding leads"),
+            progress=job_progress(job, "deciding leads"),
         )
     except RuleErrors as exc:
-        _finish(
+        job_finish(
             job,
             status=AdminJobStatus.FAILED,
             error=f"Version {ruleset.version} does not compile: {exc}",
         )
         return
     except ConfigurationBusy as exc:
-        _finish(job, status=AdminJobStatus.FAILED, error=str(exc))
+        job_finish(job, status=AdminJobStatus.FAILED, error=str(exc))
         return
-    _finish(
+    job_finish(
         job,
         status=AdminJobStatus.DONE,
         phase="",
@@ -171,17 +183,17 @@ def _run_import(job: AdminJob) -> None:
             table=table,
             content=job.input,
             delete_missing=bool(job.params.get("delete_missing")),
-            progress=_progress(job, "checking rows"),
+            progress=job_progress(job, "checking rows"),
         )
     except TableErrors as exc:
-        _finish(
+        job_finish(
             job,
             status=AdminJobStatus.FAILED,
             error=f"{exc.count} problem(s) in the file; nothing was written.",
             result={"errors": list(exc.errors), "error_count": exc.count},
         )
         return
-    _progress(job, "writing")(plan.rows, plan.rows)
+    job_progress(job, "writing")(plan.rows, plan.rows)
     try:
         with transaction.atomic():
             # Lock the job: a second claim cannot finish it while this one writes.
@@ -193,7 +205,7 @@ def _run_import(job: AdminJob) -> None:
                 test_cases=True,
                 force=bool(job.params.get("force")),
             )
-            if not _finish(
+            if not job_finish(
                 job,
                 status=AdminJobStatus.DONE,
                 phase="",
@@ -203,9 +215,9 @@ def _run_import(job: AdminJob) -> None:
             ):
                 raise _Superseded
     except (ConfigurationBusy, LiveChangeRefused) as exc:
-        _finish(job, status=AdminJobStatus.FAILED, error=str(exc))
+        job_finish(job, status=AdminJobStatus.FAILED, error=str(exc))
     except TestCasesFailing as exc:
-        _finish(
+        job_finish(
             job,
             status=AdminJobStatus.FAILED,
             error=f"Not imported, nothing written: after it {exc} (import again with "
@@ -222,9 +234,9 @@ def _run_reroute_away(job: AdminJob) -> None:
         rep_ids=[int(rep_id) for rep_id in job.params.get("rep_ids", [])],
         actor=str(job.params.get("actor") or "system"),
         reason=str(job.params.get("reason") or "unavailable"),
-        progress=_progress(job, "routing leads again"),
+        progress=job_progress(job, "routing leads again"),
     )
-    _finish(
+    job_finish(
         job,
         status=AdminJobStatus.DONE,
         phase="",
@@ -241,14 +253,18 @@ def admin_job_run(*, job_id: int) -> None:
         logger.info("admin job %s is finished or running elsewhere: nothing to do", job_id)
         return
     try:
-        if job.kind == AdminJobKind.REPLAY:
+        if job.kind in CONFIG_KINDS:
+            from routing.drafts.jobs import config_job_run
+
+            config_job_run(job)
+        elif job.kind == AdminJobKind.REPLAY:
             _run_replay(job)
         elif job.kind == AdminJobKind.REROUTE_AWAY:
             _run_reroute_away(job)
         else:
             _run_import(job)
     except SoftTimeLimitExceeded:
-        _finish(
+        job_finish(
             job,
             status=AdminJobStatus.FAILED,
             error="It took longer than the time limit "
@@ -257,5 +273,5 @@ def admin_job_run(*, job_id: int) -> None:
         )
     except Exception as exc:
         logger.exception("admin job %s failed", job_id)
-        _finish(job, status=AdminJobStatus.FAILED, error=f"It failed: {exc}")
+        job_finish(job, status=AdminJobStatus.FAILED, error=f"It failed: {exc}")
         raise

@@ -941,6 +941,9 @@ class AdminJobKind(models.TextChoices):
     TERRITORIES_IMPORT = "territories_import", "Territories import"
     ACCOUNTS_IMPORT = "accounts_import", "Accounts import"
     REROUTE_AWAY = "reroute_away", "Re-route an unavailable rep's leads"
+    CONFIG_PUBLISH = "config_publish", "Publish a configuration draft"
+    CONFIG_ROLLBACK = "config_rollback", "Roll the configuration back"
+    CONFIG_CHECK = "config_check", "Test a configuration draft"
 
 
 class AdminJobStatus(models.TextChoices):
@@ -951,7 +954,8 @@ class AdminJobStatus(models.TextChoices):
 
 
 class AdminJob(models.Model):
-    """A long admin operation (a large replay, a CSV import) run by a worker, with its progress.
+    """A long admin operation (a large replay, a CSV import, a publish or rollback of the whole
+    configuration, a draft's test run) run by a worker, with its progress.
 
     ``updated_at`` is the worker's heartbeat (written with every batch of progress): a queued or
     running job without one for ``ADMIN_JOB_STALE_SECONDS`` is stalled, and says so. ``attempt``

@@ -23,20 +23,28 @@ from config.errors import ApiError
 from leads.api import _error_responses as _errors
 from leads.parsing import StrictJSONParser
 from routing.config_api.auth import HasScope, request_actor
-from routing.configuration import ConfigurationBusy, ConfigurationCheck
+from routing.config_api.jobs_api import JOB_SCHEMA, accepted
 from routing.drafts import services
-from routing.drafts.diff import RowChange
+from routing.drafts.documents import (
+    REFUSALS,
+    changes_document,
+    check_document,
+    refusal_of,
+    version_document,
+)
+from routing.drafts.jobs import (
+    config_job_start_check,
+    config_job_start_publish,
+    config_job_start_rollback,
+)
 from routing.drafts.models import ConfigDraft, ConfigSnapshot, ConfigSnapshotKind
 from routing.drafts.snapshots import (
     config_snapshot_latest,
     configuration_document,
     document_digest,
 )
-from routing.engine import RuleErrors
 from routing.models import RuleSet
-from routing.rules_io import PruneRefused
 from routing.tables_io import TableErrors
-from routing.versions import Outcome, TestCasesFailing
 
 _INT_MAX = 2**31 - 1
 
@@ -146,7 +154,7 @@ _TEST_INPUT = {
             "type": "integer",
             "minimum": 0,
             "description": "How many of the last processed leads to decide again (default "
-            "500, at most REPLAY_MAX_LEADS).",
+            "500, at most REPLAY_MAX_LEADS; more than REPLAY_SYNC_MAX_LEADS run as a job).",
         }
     },
     "additionalProperties": False,
@@ -194,39 +202,8 @@ _TEST_SCHEMA = {
     },
     "required": ["test_cases", "failing"],
 }
-_PUBLISH_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "version": VERSION_SCHEMA,
-        "changes": {"type": "array", "items": _ROW_CHANGE},
-        "failing_test_cases": {"type": "array", "items": {"type": "string"}},
-        "source_tokens": {
-            "type": "object",
-            "description": "New sources' tokens, shown this once.",
-            "additionalProperties": {"type": "string"},
-        },
-    },
-    "required": ["version", "changes", "failing_test_cases"],
-}
 _ID = OpenApiParameter("draft_id", int, OpenApiParameter.PATH, description="The draft's id.")
 _NUMBER = OpenApiParameter("number", int, OpenApiParameter.PATH, description="Version number.")
-
-
-def version_document(snapshot: ConfigSnapshot, *, whole: bool = True) -> dict[str, Any]:
-    """A configuration version as the API shows it."""
-    data: dict[str, Any] = {
-        "number": snapshot.number,
-        "kind": snapshot.kind,
-        "ruleset_version": snapshot.ruleset_version,
-        "published_at": snapshot.published_at,
-        "published_by": snapshot.published_by,
-        "note": snapshot.note,
-        "rolled_back_to": snapshot.rolled_back_to,
-        "failing_test_cases": snapshot.failing_test_cases,
-    }
-    if whole:
-        data["document"] = snapshot.document
-    return data
 
 
 def draft_document(draft: ConfigDraft, *, whole: bool = True) -> dict[str, Any]:
@@ -244,59 +221,6 @@ def draft_document(draft: ConfigDraft, *, whole: bool = True) -> dict[str, Any]:
     if whole:
         data["document"] = draft.document
     return data
-
-
-def _outcome(outcome: Outcome) -> dict[str, Any]:
-    return {
-        "status": outcome.status,
-        "rep": outcome.rep or None,
-        "team": outcome.team or None,
-        "rule": outcome.rule or None,
-        "reason": outcome.reason,
-        **({"error": outcome.error} if outcome.error else {}),
-    }
-
-
-def check_document(check: ConfigurationCheck) -> dict[str, Any]:
-    """A draft's test run as the API shows it."""
-    return {
-        "test_cases": [
-            {
-                "name": result.case.name,
-                "passed": result.passed,
-                "problems": list(result.problems),
-                "outcome": _outcome(result.outcome),
-            }
-            for result in check.results
-        ],
-        "failing": len(check.failing),
-        "replay": (
-            None
-            if check.published_version is None
-            else {
-                "published_ruleset_version": check.published_version,
-                "considered": check.considered,
-                "changed": check.changed,
-                "leads": [
-                    {
-                        "lead": str(row.lead.pk),
-                        "changed": list(row.changed),
-                        "published": _outcome(row.before),
-                        "draft": _outcome(row.after),
-                    }
-                    for row in check.rows[:100]
-                ],
-                "per_rep": [
-                    {"rep": rep, "published": before, "draft": after}
-                    for rep, before, after in check.per_rep
-                ],
-            }
-        ),
-    }
-
-
-def _changes(changes: list[RowChange]) -> list[dict[str, Any]]:
-    return [change.to_json() for change in changes]
 
 
 def _body(request: Request, allowed: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
@@ -323,48 +247,16 @@ def _body(request: Request, allowed: dict[str, type | tuple[type, ...]]) -> dict
 
 def _refused(exc: Exception) -> ApiError:
     """A service's refusal in the API's error shape."""
-    if isinstance(exc, services.DraftStale):
-        return ApiError(
-            code=exc.code,
-            message=exc.message,
-            status_code=exc.status,
-            fields={"published_since": [change.words for change in exc.changes[:50]]},
-        )
-    if isinstance(exc, services.DraftRefused):
-        return ApiError(code=exc.code, message=exc.message, status_code=exc.status)
-    if isinstance(exc, ConfigurationBusy):
-        return ApiError(code="configuration_busy", message=str(exc), status_code=409)
-    if isinstance(exc, TestCasesFailing):
-        return ApiError(
-            code="test_cases_failing",
-            message=f"{exc} Nothing was published; publish with force to publish over them.",
-            status_code=422,
-            fields={
-                f"test_cases.{result.case.name}": list(result.problems) or ["failed"]
-                for result in exc.results
-                if not result.passed
-            },
-        )
-    if isinstance(exc, RuleErrors):
-        fields: dict[str, list[str]] = {}
-        for error in exc.errors:
-            fields.setdefault(error.path or "non_field_errors", []).append(error.message)
-        if isinstance(exc, PruneRefused):
-            return ApiError(
-                code="prune_refused",
-                message="Rows the draft removes are still needed; nothing was written.",
-                status_code=409,
-                fields=fields,
-            )
-        return ApiError(
-            code="invalid_document",
-            message="The configuration is invalid; nothing was written.",
-            fields=fields,
-        )
-    raise exc
+    refusal = refusal_of(exc)
+    return ApiError(
+        code=refusal.code,
+        message=refusal.message,
+        status_code=refusal.status,
+        fields=refusal.fields,
+    )
 
 
-_REFUSALS = (services.DraftRefused, ConfigurationBusy, TestCasesFailing, RuleErrors)
+_REFUSALS = REFUSALS
 
 
 class _ConfigView(APIView):
@@ -464,18 +356,22 @@ class VersionDetailView(_ConfigView):
 
 
 class VersionRollbackView(_PublishScoped):
-    """Publish an earlier version again, as a new version."""
+    """Publish an earlier version again, as a new version: a background job."""
 
     @extend_schema(
         operation_id="config_versions_rollback",
         tags=["configuration"],
         parameters=[_NUMBER],
-        description="The saved test cases of that version run against it; a failure refuses "
-        "unless force. All or nothing.",
+        description="Always 202 Accepted with a job document (Location: the job's URL): a "
+        "worker rolls back. The saved test cases of that version run against it; a failure "
+        "refuses unless force. All or nothing. The job ends done with the publish document "
+        "as its result, or failed with the error the call would have answered "
+        "(configuration_busy, test_cases_failing, invalid_document, prune_refused). 404 when "
+        "there is no such version; nothing is queued then.",
         request={"application/json": _PUBLISH_INPUT},
         responses={
-            201: OpenApiResponse(_PUBLISH_SCHEMA),
-            **_errors(400, 401, 403, 404, 409, 415, 422),
+            202: OpenApiResponse(JOB_SCHEMA),
+            **_errors(400, 401, 403, 404, 415),
         },
     )
     def post(self, request: Request, number: int) -> Response:
@@ -483,30 +379,22 @@ class VersionRollbackView(_PublishScoped):
         if number > _INT_MAX:
             raise ApiError(code="not_found", message="No such version.", status_code=404)
         try:
-            result = services.config_rollback(
+            job = config_job_start_rollback(
                 number=number,
                 actor=request_actor(request),
                 user=_user(request),
                 force=body.get("force", False),
                 note=body.get("note", ""),
+                show_tokens=True,
             )
         except _REFUSALS as exc:
             raise _refused(exc) from None
-        return Response(_published(result), status=201)
+        return accepted(job)
 
 
 def _user(request: Request) -> Any:
     user = request.user
     return user if user is not None and user.is_authenticated else None
-
-
-def _published(result: services.ConfigPublish) -> dict[str, Any]:
-    return {
-        "version": version_document(result.snapshot, whole=False),
-        "changes": _changes(result.changes),
-        "failing_test_cases": list(result.failing),
-        "source_tokens": result.source_tokens,
-    }
 
 
 class DraftListView(_ConfigView):
@@ -648,8 +536,15 @@ class DraftTestView(_DraftScoped):
         operation_id="config_drafts_test",
         tags=["configuration"],
         parameters=[_ID],
+        description="Up to REPLAY_SYNC_MAX_LEADS (500) leads it answers 200 with the test "
+        "document; more (up to REPLAY_MAX_LEADS) answer 202 Accepted with a job document "
+        "(Location: the job's URL) whose result, once done, is that test document.",
         request={"application/json": _TEST_INPUT},
-        responses={200: OpenApiResponse(_TEST_SCHEMA), **_errors(400, 401, 403, 404, 409, 415)},
+        responses={
+            200: OpenApiResponse(_TEST_SCHEMA),
+            202: OpenApiResponse(JOB_SCHEMA),
+            **_errors(400, 401, 403, 404, 409, 415),
+        },
     )
     def post(self, request: Request, draft_id: int) -> Response:
         body = _body(request, {"leads": int})
@@ -659,8 +554,14 @@ class DraftTestView(_DraftScoped):
                 code="invalid_body", message="The request is invalid.", fields={"leads": ["≥ 0"]}
             )
         draft = _draft_or_404(draft_id)
+        leads = min(leads, settings.REPLAY_MAX_LEADS)
+        if leads > settings.REPLAY_SYNC_MAX_LEADS:
+            job = config_job_start_check(
+                draft_id=draft.pk, leads=leads, actor=request_actor(request), user=_user(request)
+            )
+            return accepted(job)
         try:
-            check = services.draft_check(draft=draft, leads=min(leads, settings.REPLAY_MAX_LEADS))
+            check = services.draft_check(draft=draft, leads=leads)
         except _REFUSALS as exc:
             raise _refused(exc) from None
         return Response(check_document(check))
@@ -686,8 +587,8 @@ class DraftDiffView(_DraftScoped):
         return Response(
             {
                 "stale": diff.stale,
-                "changes": _changes(diff.changes),
-                "published_since": _changes(diff.stale_changes),
+                "changes": changes_document(diff.changes),
+                "published_since": changes_document(diff.stale_changes),
             }
         )
 
@@ -797,33 +698,38 @@ class DraftRebaseView(_DraftScoped):
 
 
 class DraftPublishView(_PublishScoped):
-    """Publish the draft as the next version: all or nothing."""
+    """Publish the draft as the next version, all or nothing: a background job."""
 
     @extend_schema(
         operation_id="config_drafts_publish",
         tags=["configuration"],
         parameters=[_ID],
-        description="Refused (409) when another import or publish is under way, when the "
-        "published configuration changed since the draft began, or when rows it removes are "
-        "still needed; 400 when the document is invalid; 422 when a saved test case fails "
-        "(unless force). Nothing is written then.",
+        description="Always 202 Accepted with a job document (Location: the job's URL): a "
+        "worker publishes the draft as it was when asked. The job ends done with the publish "
+        "document as its result, or failed, nothing written, with the error the call would "
+        "have answered: configuration_busy (another import or publish under way), draft_stale "
+        "(the published configuration changed since the draft began), draft_changed (the "
+        "draft was changed after the publish was asked for), prune_refused, invalid_document, "
+        "test_cases_failing (unless force). 404 for no such draft, 409 draft_closed for one "
+        "published or discarded; nothing is queued then.",
         request={"application/json": _PUBLISH_INPUT},
         responses={
-            201: OpenApiResponse(_PUBLISH_SCHEMA),
-            **_errors(400, 401, 403, 404, 409, 415, 422),
+            202: OpenApiResponse(JOB_SCHEMA),
+            **_errors(400, 401, 403, 404, 409, 415),
         },
     )
     def post(self, request: Request, draft_id: int) -> Response:
         body = _body(request, {"force": bool, "note": str})
         draft = _draft_or_404(draft_id)
         try:
-            result = services.config_draft_publish(
+            job = config_job_start_publish(
                 draft_id=draft.pk,
                 actor=request_actor(request),
                 user=_user(request),
                 force=body.get("force", False),
                 note=body.get("note", ""),
+                show_tokens=True,
             )
         except _REFUSALS as exc:
             raise _refused(exc) from None
-        return Response(_published(result), status=201)
+        return accepted(job)

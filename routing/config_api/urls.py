@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from routing.config_api import api, drafts_api
+from routing.config_api import api, drafts_api, jobs_api
 
 urlpatterns = [
     path("", drafts_api.PublishedConfigView.as_view(), name="config-published"),
@@ -41,6 +41,7 @@ urlpatterns = [
         drafts_api.DraftPublishView.as_view(),
         name="config-draft-publish",
     ),
+    path("jobs/<int:job_id>/", jobs_api.ConfigJobView.as_view(), name="config-job"),
     path("roster/reps/", api.RosterRepListView.as_view(), name="roster-reps"),
     path("roster/reps/<str:ref>/", api.RosterRepDetailView.as_view(), name="roster-rep"),
     path(

@@ -1,7 +1,9 @@
 """Admin for drafts of the whole configuration and its versions: begin a draft, see what it
 changes in words, change it (its document edited as YAML, a territories or accounts CSV
 imported into it: ``routing.drafts.admin_views``), publish it (or discard it); see each
-version's changes, roll back to one. Every action goes through ``routing.drafts.services``."""
+version's changes, roll back to one. Every action goes through ``routing.drafts.services``; a
+publish and a rollback are queued for a worker (``routing.drafts.jobs``) and open the job's
+progress page, which ends on the version published or on why it was refused."""
 
 from __future__ import annotations
 
@@ -11,22 +13,19 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
 from audit.config_changes import actor_of
-from routing.configuration import ConfigurationBusy
 from routing.drafts import services
 from routing.drafts.admin_views import draft_edit_view, draft_import_view
 from routing.drafts.diff import RowChange, configuration_diff
+from routing.drafts.jobs import config_job_start_publish, config_job_start_rollback
 from routing.drafts.models import ConfigDraft, ConfigSnapshot
-from routing.engine import RuleErrors
 from routing.models import RuleSet
 from routing.selectors import ruleset_published
-from routing.versions import TestCasesFailing
 
-_REFUSALS = (services.DraftRefused, ConfigurationBusy, TestCasesFailing, RuleErrors)
 _SHOWN = 200
 
 
@@ -36,14 +35,6 @@ def _words(changes: list[RowChange]) -> Any:
     more = f" … and {len(changes) - _SHOWN} more" if len(changes) > _SHOWN else ""
     items = format_html_join("", "<li>{}</li>", ((c.words,) for c in changes[:_SHOWN]))
     return format_html("<ul>{}</ul>{}", items, more)
-
-
-def _refusal(exc: Exception) -> str:
-    if isinstance(exc, RuleErrors):
-        return "; ".join(str(error) for error in exc.errors[:20])
-    if isinstance(exc, services.DraftRefused):
-        return exc.message
-    return str(exc)
 
 
 def _document(document: Any) -> Any:
@@ -175,31 +166,32 @@ class ConfigDraftAdmin(admin.ModelAdmin):
             {f.attname: getattr(created, f.attname) for f in obj._meta.concrete_fields}
         )
 
-    def _publish(self, request: HttpRequest, queryset: QuerySet[ConfigDraft], force: bool) -> None:
-        for draft in queryset.order_by("id"):
-            try:
-                result = services.config_draft_publish(
-                    draft_id=draft.pk, actor=actor_of(request), user=request.user, force=force
-                )
-            except _REFUSALS as exc:
-                self.message_user(
-                    request, f"Draft {draft.pk} not published: {_refusal(exc)}", messages.ERROR
-                )
-                continue
-            self.message_user(
-                request,
-                f"Draft {draft.pk} published as configuration version {result.snapshot.number} "
-                f"({len(result.changes)} row(s) changed).",
-                messages.SUCCESS,
+    def _publish(
+        self, request: HttpRequest, queryset: QuerySet[ConfigDraft], force: bool
+    ) -> HttpResponse | None:
+        """Queue the publish of one draft (a worker runs it) and open its progress page."""
+        ids = list(queryset.values_list("pk", flat=True))
+        if len(ids) != 1:
+            self.message_user(request, "Choose one draft to publish.", messages.ERROR)
+            return None
+        try:
+            job = config_job_start_publish(
+                draft_id=ids[0], actor=actor_of(request), user=request.user, force=force
             )
+        except services.DraftRefused as exc:
+            self.message_user(
+                request, f"Draft {ids[0]} not published: {exc.message}", messages.ERROR
+            )
+            return None
+        return HttpResponseRedirect(reverse("admin:routing_adminjob_progress", args=[job.pk]))
 
     @admin.action(description="Publish (the saved test cases must pass)", permissions=["publish"])
-    def publish(self, request: HttpRequest, queryset: QuerySet[ConfigDraft]) -> None:
-        self._publish(request, queryset, force=False)
+    def publish(self, request: HttpRequest, queryset: QuerySet[ConfigDraft]) -> Any:
+        return self._publish(request, queryset, force=False)
 
     @admin.action(description="Publish over failing test cases (audited)", permissions=["publish"])
-    def publish_forced(self, request: HttpRequest, queryset: QuerySet[ConfigDraft]) -> None:
-        self._publish(request, queryset, force=True)
+    def publish_forced(self, request: HttpRequest, queryset: QuerySet[ConfigDraft]) -> Any:
+        return self._publish(request, queryset, force=True)
 
     @admin.action(description="Discard", permissions=["change"])
     def discard(self, request: HttpRequest, queryset: QuerySet[ConfigDraft]) -> None:
@@ -272,21 +264,17 @@ class ConfigSnapshotAdmin(admin.ModelAdmin):
     @admin.action(
         description="Roll back to this version (as a new version)", permissions=["publish"]
     )
-    def roll_back(self, request: HttpRequest, queryset: QuerySet[ConfigSnapshot]) -> None:
+    def roll_back(self, request: HttpRequest, queryset: QuerySet[ConfigSnapshot]) -> Any:
+        """Queue the rollback (a worker runs it) and open its progress page."""
         numbers = list(queryset.values_list("number", flat=True))
         if len(numbers) != 1:
             self.message_user(request, "Choose one version to roll back to.", messages.ERROR)
-            return
+            return None
         try:
-            result = services.config_rollback(
+            job = config_job_start_rollback(
                 number=numbers[0], actor=actor_of(request), user=request.user
             )
-        except _REFUSALS as exc:
-            self.message_user(request, f"Not rolled back: {_refusal(exc)}", messages.ERROR)
-            return
-        self.message_user(
-            request,
-            f"Version {numbers[0]} published again as version {result.snapshot.number} "
-            f"({len(result.changes)} row(s) changed).",
-            messages.SUCCESS,
-        )
+        except services.DraftRefused as exc:
+            self.message_user(request, f"Not rolled back: {exc.message}", messages.ERROR)
+            return None
+        return HttpResponseRedirect(reverse("admin:routing_adminjob_progress", args=[job.pk]))

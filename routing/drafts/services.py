@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import bisect
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import AnonymousUser as AnonymousUserType
@@ -85,6 +86,20 @@ class DraftRefused(Exception):
         self.code = code
         self.message = message
         self.status = status
+
+
+class DraftChanged(DraftRefused):
+    """The draft was changed after a background publish or test of it was asked for: it is
+    refused rather than run on something other than what was asked for."""
+
+    def __init__(self, draft: ConfigDraft, revision: datetime, what: str) -> None:
+        super().__init__(
+            "draft_changed",
+            f"Draft {draft.pk} was changed (at {draft.updated_at.isoformat()}) after this "
+            f"{what} was asked for (the draft as of {revision.isoformat()}); nothing was done, "
+            f"so that nothing other than what was asked for runs. Look at the draft and ask "
+            "again.",
+        )
 
 
 class DraftStale(DraftRefused):
@@ -152,11 +167,17 @@ def draft_errors(*, draft: ConfigDraft) -> list[RuleError]:
     return []
 
 
-def draft_check(*, draft: ConfigDraft, leads: int = CHECK_LEADS_DEFAULT) -> ConfigurationCheck:
+def draft_check(
+    *,
+    draft: ConfigDraft,
+    leads: int = CHECK_LEADS_DEFAULT,
+    progress: Callable[[int, int], None] | None = None,
+) -> ConfigurationCheck:
     """The draft's test cases run against its whole configuration, and the decisions of the
     last ``leads`` leads compared with the published configuration's; writes nothing.
-    Raises RulesFileErrors when the draft is invalid."""
-    return configuration_check_plan(plan=draft_plan(draft.document), leads=leads)
+    ``progress(done, total)`` is told after each batch of leads. Raises RulesFileErrors when
+    the draft is invalid."""
+    return configuration_check_plan(plan=draft_plan(draft.document), leads=leads, progress=progress)
 
 
 @dataclass(frozen=True)
@@ -605,19 +626,36 @@ def _publish_document(
     )
 
 
+# Called with what a publish did, inside its transaction, before it commits: a background job
+# (``routing.admin_jobs``) ends itself there, so that the job is done exactly when the publish
+# is committed; raising in it rolls the publish back.
+BeforeCommit = Callable[[ConfigPublish], None]
+
+
 @transaction.atomic(durable=True)
 def config_draft_publish(
-    *, draft_id: int, actor: str, user: User = None, force: bool = False, note: str = ""
+    *,
+    draft_id: int,
+    actor: str,
+    user: User = None,
+    force: bool = False,
+    note: str = "",
+    revision: datetime | None = None,
+    before_commit: BeforeCommit | None = None,
 ) -> ConfigPublish:
     """Publish a draft as the next configuration version, all or nothing.
 
-    Raises ConfigurationBusy (another import or publish holds the lock), DraftRefused (not
-    found, not open), DraftStale, RulesFileErrors (the document, with paths; PruneRefused for a
-    row live leads still need) or TestCasesFailing (without ``force``); nothing is written then.
+    ``revision``: the draft's ``updated_at`` when the publish was asked for; a draft changed
+    since is refused (``draft_changed``). Raises ConfigurationBusy (another import or publish
+    holds the lock), DraftRefused (not found, not open, changed), DraftStale, RulesFileErrors
+    (the document, with paths; PruneRefused for a row live leads still need) or
+    TestCasesFailing (without ``force``); nothing is written then.
     """
     try:
         configuration_lock()
         draft = _open_locked(draft_id)
+        if revision is not None and draft.updated_at != revision:
+            raise DraftChanged(draft, revision, "publish")
         current = configuration_document()
         if document_digest(current) != draft.base_digest:
             changes = configuration_diff(before=draft.base_document, after=current)
@@ -643,6 +681,8 @@ def config_draft_publish(
         draft.status = ConfigDraftStatus.PUBLISHED
         draft.published_as = published.snapshot
         draft.save(update_fields=["status", "published_as", "updated_at"])
+        if before_commit is not None:
+            before_commit(published)
         decide_lock_exclusive()  # the swap: the last statement before the commit
     except BaseException:
         # Configurations compiled inside the rolled-back transaction carry numbers a later,
@@ -716,7 +756,13 @@ def _rollback_reps(snapshot: ConfigSnapshot) -> _RollbackReps:
 
 @transaction.atomic(durable=True)
 def config_rollback(
-    *, number: int, actor: str, user: User = None, force: bool = False, note: str = ""
+    *,
+    number: int,
+    actor: str,
+    user: User = None,
+    force: bool = False,
+    note: str = "",
+    before_commit: BeforeCommit | None = None,
 ) -> ConfigPublish:
     """Publish configuration version ``number``'s document again, as a new version; the same
     checks and errors as ``config_draft_publish`` (no staleness: it replaces whatever is live).
@@ -761,6 +807,8 @@ def config_rollback(
                     *exc.errors,
                 ]
             ) from None
+        if before_commit is not None:
+            before_commit(published)
         decide_lock_exclusive()  # the swap: the last statement before the commit
     except BaseException:
         clear_live_config_cache()

@@ -1,6 +1,7 @@
 """A publish during a replay, and a replay during a publish, are serialised (PostgreSQL, real
 transactions): the replay or check reads the live configuration under the publish lock shared,
-so a publish meanwhile is refused (409 configuration_busy in the API, the reason everywhere),
+so a publish meanwhile is refused (the API's publish job ends failed with configuration_busy,
+the reason everywhere),
 nothing of it written; a replay or ``routing_check`` while a publish holds the lock is refused
 with the reason, and an admin replay job fails with it."""
 
@@ -27,6 +28,7 @@ from routing.selectors import ruleset_published
 from routing.services import lead_process
 from routing.versions import ruleset_replay
 from tests.leads.factories import LeadFactory
+from tests.routing.config_api.jobs import job_queued, job_read
 from tests.routing.factories import user_with_perms
 from tests.routing.test_pipeline import RULES
 
@@ -102,9 +104,11 @@ def test_a_publish_during_a_replay_is_refused_and_writes_nothing(published: Rule
             content_type="application/json",
             HTTP_AUTHORIZATION=f"Bearer {secret}",
         )
-        assert response.status_code == 409, response.content
-        assert response.json()["error"]["code"] == "configuration_busy"
-        assert "nothing was written" in response.json()["error"]["message"]
+        job = job_queued(response)
+        admin_job_run(job_id=job["id"])  # as the worker would, while the replay reads
+        error = job_read(Client(), job, secret)["error"]
+        assert error["code"] == "configuration_busy"
+        assert "nothing was written" in error["message"]
         assert ConfigSnapshot.objects.count() == before
         assert ValueList.objects.get().values == ["rival.io"]
     config_draft_publish(draft_id=draft_id, actor="t")  # once the replay is over

@@ -1,9 +1,11 @@
 """The admin pages of drafts of the whole configuration and its versions: begin a draft, see what
-it changes in words, publish it through the service (refused with the reason when stale), roll
-back to a version."""
+it changes in words, publish it (a background job: the action opens the job's progress page,
+which ends on the version published or on why it was refused, e.g. stale), roll back to a
+version the same way."""
 
 from __future__ import annotations
 
+import re
 from html import unescape
 from typing import Any
 
@@ -12,11 +14,13 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
+from routing.admin_jobs import admin_job_run
 from routing.decisions import clear_live_config_cache
+from routing.drafts.jobs import config_job_start_publish
 from routing.drafts.models import ConfigDraft, ConfigSnapshot
 from routing.drafts.services import config_draft_create, config_draft_patch
 from routing.editor.permissions import revops_group_sync
-from routing.models import Team, ValueList
+from routing.models import AdminJob, Team, ValueList
 from routing.rules_io import rules_import
 from tests.routing.test_pipeline import RULES
 
@@ -43,6 +47,21 @@ def _changed(draft: ConfigDraft) -> None:
     )
 
 
+def _job_page(client: Client, response: Any) -> str:
+    """The action queued a job and opened its progress page: run it as the worker does and
+    show the page it ends on."""
+    assert response.status_code == 302, response.content[:2000]
+    job = AdminJob.objects.latest("id")
+    assert response["Location"] == reverse("admin:routing_adminjob_progress", args=[job.pk])
+    queued = unescape(client.get(response["Location"]).content.decode())
+    assert "Queued" in queued
+    assert '<meta http-equiv="refresh"' in queued
+    admin_job_run(job_id=job.pk)
+    page = unescape(client.get(response["Location"]).content.decode())
+    assert '<meta http-equiv="refresh"' not in page
+    return re.sub(r"<[^>]+>", "", page)  # the words, links and all
+
+
 def test_a_draft_is_begun_shown_in_words_and_published_from_the_admin(rita: Any) -> None:
     response = rita.post(reverse("admin:routing_configdraft_add"), {"note": "competitors"})
     assert response.status_code == 302, response.content[:2000]
@@ -55,9 +74,10 @@ def test_a_draft_is_begun_shown_in_words_and_published_from_the_admin(rita: Any)
     response = rita.post(
         reverse("admin:routing_configdraft_changelist"),
         {"action": "publish", "_selected_action": [draft.pk]},
-        follow=True,
     )
-    assert "published as configuration version 2" in unescape(response.content.decode())
+    page = _job_page(rita, response)
+    assert "Published as configuration version 2: 1 row(s) changed." in page
+    assert 'Value list "competitors": values rival.io → a.io' in page
     assert ValueList.objects.get().values == ["a.io"]
     snapshot = ConfigSnapshot.objects.get(number=2)
     version = rita.get(reverse("admin:routing_configsnapshot_change", args=[snapshot.pk]))
@@ -69,20 +89,19 @@ def test_a_stale_draft_is_refused_with_the_reason_and_a_version_rolled_back(rita
     first = config_draft_create(actor="user:rita")
     _changed(first)
     changelist = reverse("admin:routing_configdraft_changelist")
-    rita.post(changelist, {"action": "publish", "_selected_action": [first.pk]})
+    _job_page(rita, rita.post(changelist, {"action": "publish", "_selected_action": [first.pk]}))
     Team.objects.update(strategy="weighted")  # and a live edit on top
-    response = rita.post(
-        changelist, {"action": "publish", "_selected_action": [stale.pk]}, follow=True
-    )
-    assert "changed since this draft began" in unescape(response.content.decode())
+    response = rita.post(changelist, {"action": "publish", "_selected_action": [stale.pk]})
+    page = _job_page(rita, response)
+    assert "Failed: The published configuration changed since this draft began" in page
     assert ConfigDraft.objects.get(pk=stale.pk).status == "open"
     baseline = ConfigSnapshot.objects.get(number=1)
     response = rita.post(
         reverse("admin:routing_configsnapshot_changelist"),
         {"action": "roll_back", "_selected_action": [baseline.pk]},
-        follow=True,
     )
-    assert "Version 1 published again as version 3" in unescape(response.content.decode())
+    page = _job_page(rita, response)
+    assert "Published as configuration version 3 (version 1 again)" in page
     assert ValueList.objects.get().values == ["rival.io"]
     assert Team.objects.get().strategy == "round_robin"  # the version, whole
 
@@ -107,3 +126,9 @@ def test_publishing_needs_the_publish_permission(rita: Any) -> None:
     )
     assert ConfigDraft.objects.get().status == "open"
     assert ConfigSnapshot.objects.count() == 1
+    assert not AdminJob.objects.exists()
+    # Nor may they watch someone else's publish.
+    job = config_job_start_publish(draft_id=draft.pk, actor="user:rita")
+    for name in ("admin:routing_adminjob_progress", "admin:routing_adminjob_status"):
+        assert client.get(reverse(name, args=[job.pk])).status_code == 403
+        assert rita.get(reverse(name, args=[job.pk])).status_code == 200

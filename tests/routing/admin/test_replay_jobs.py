@@ -179,3 +179,11 @@ def test_only_revops_start_or_watch_background_replays(outsider, moved, settings
     job = admin_job_start_replay(ruleset=moved, limit=12)
     for name in ("admin:routing_adminjob_progress", "admin:routing_adminjob_status"):
         assert outsider.get(reverse(name, args=[job.pk])).status_code == 403
+
+
+def test_a_reroute_jobs_progress_page_opens_for_who_may_change_reps(client_revops, outsider):
+    # It was missing from the job permissions: the page answered 500 (a KeyError).
+    job = AdminJob.objects.create(kind=AdminJobKind.REROUTE_AWAY, params={"rep_ids": []})
+    for name in ("admin:routing_adminjob_progress", "admin:routing_adminjob_status"):
+        assert client_revops.get(reverse(name, args=[job.pk])).status_code == 200
+        assert outsider.get(reverse(name, args=[job.pk])).status_code == 403

@@ -14,6 +14,7 @@ from routing.decisions import clear_live_config_cache
 from routing.drafts.models import ConfigDraft, ConfigSnapshot
 from routing.models import RuleSet, Team, Territory
 from routing.rules_io import rules_import
+from tests.routing.config_api.jobs import job_done
 from tests.routing.factories import user_with_perms
 from tests.routing.test_pipeline import RULES
 
@@ -41,6 +42,22 @@ def _call(client: Any, method: str, url: str, secret: str, body: Any = None) -> 
         content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {secret}",
     )
+
+
+def _published(client: Any, url: str, secret: str, body: Any = None) -> dict[str, Any]:
+    """A publish or rollback: 202 and a job, run by the worker, done; its result."""
+    job = job_done(client, _call(client, "post", url, secret, body), secret)
+    assert job["status"] == "done", job
+    return dict(job["result"])
+
+
+def _refused_job(client: Any, url: str, secret: str, code: str, body: Any = None) -> dict[str, Any]:
+    """A publish or rollback: 202 and a job, which ends failed with the error ``code``."""
+    job = job_done(client, _call(client, "post", url, secret, body), secret)
+    assert job["status"] == "failed", job
+    assert job["error"]["code"] == code, job["error"]
+    assert job["error"]["message"]
+    return dict(job["error"])
 
 
 def _error(response: Any, status: int, code: str) -> dict[str, Any]:
@@ -114,9 +131,8 @@ def test_a_draft_is_changed_checked_diffed_and_published_through_the_api(client,
     assert 'Territory "Bavaria" added: countries DE; regions BY; team DACH AE' in words
     assert not Territory.objects.exists()
 
-    published = _call(client, "post", f"{BASE}drafts/{draft_id}/publish/", secret, {"note": "Q3"})
-    assert published.status_code == 201, published.content
-    version = published.json()["version"]
+    published = _published(client, f"{BASE}drafts/{draft_id}/publish/", secret, {"note": "Q3"})
+    version = published["version"]
     assert (version["number"], version["kind"], version["note"]) == (2, "draft", "Q3")
     assert Territory.objects.get().name == "Bavaria"
     assert version["ruleset_version"] == RuleSet.objects.get(status="published").version
@@ -170,17 +186,12 @@ def test_a_failing_test_case_refuses_the_publish_with_422_unless_forced(client, 
     assert _call(client, "patch", f"{BASE}drafts/{draft_id}/", secret, patch).status_code == 200
     tested = _call(client, "post", f"{BASE}drafts/{draft_id}/test/", secret).json()
     assert tested["failing"] == 1
-    error = _error(
-        _call(client, "post", f"{BASE}drafts/{draft_id}/publish/", secret),
-        422,
-        "test_cases_failing",
-    )
+    error = _refused_job(client, f"{BASE}drafts/{draft_id}/publish/", secret, "test_cases_failing")
     assert error["fields"] == {f"test_cases.{CASE['name']}": ["team is Other, expected EMEA SDR"]}
     assert not Team.objects.filter(name="Other").exists()
     assert ConfigSnapshot.objects.count() == 1
-    forced = _call(client, "post", f"{BASE}drafts/{draft_id}/publish/", secret, {"force": True})
-    assert forced.status_code == 201
-    assert forced.json()["failing_test_cases"] == [CASE["name"]]
+    forced = _published(client, f"{BASE}drafts/{draft_id}/publish/", secret, {"force": True})
+    assert forced["failing_test_cases"] == [CASE["name"]]
     assert Team.objects.filter(name="Other").exists()
 
 
@@ -189,15 +200,13 @@ def test_a_stale_draft_is_409_with_what_was_published_since(client, published):
     first, second = _draft(client, secret), _draft(client, secret)
     patch = {"value_lists": {"competitors": {"values": ["a.io"]}}}
     _call(client, "patch", f"{BASE}drafts/{first}/", secret, patch)
-    assert _call(client, "post", f"{BASE}drafts/{first}/publish/", secret).status_code == 201
+    _published(client, f"{BASE}drafts/{first}/publish/", secret)
     diff = _call(client, "get", f"{BASE}drafts/{second}/diff/", secret).json()
     assert diff["stale"] is True
     assert [c["words"] for c in diff["published_since"]] == [
         'Value list "competitors": values rival.io → a.io'
     ]
-    error = _error(
-        _call(client, "post", f"{BASE}drafts/{second}/publish/", secret), 409, "draft_stale"
-    )
+    error = _refused_job(client, f"{BASE}drafts/{second}/publish/", secret, "draft_stale")
     assert error["fields"]["published_since"] == [
         'Value list "competitors": values rival.io → a.io'
     ]
@@ -205,7 +214,7 @@ def test_a_stale_draft_is_409_with_what_was_published_since(client, published):
     rebased = _call(client, "post", f"{BASE}drafts/{second}/rebase/", secret)
     assert rebased.status_code == 200, rebased.content
     assert rebased.json()["base_version"] == 2
-    assert _call(client, "post", f"{BASE}drafts/{second}/publish/", secret).status_code == 201
+    _published(client, f"{BASE}drafts/{second}/publish/", secret)
 
 
 def test_rollback_through_the_api(client, published):
@@ -213,10 +222,8 @@ def test_rollback_through_the_api(client, published):
     draft_id = _draft(client, secret)
     patch = {"value_lists": {"competitors": {"values": ["a.io"]}}}
     _call(client, "patch", f"{BASE}drafts/{draft_id}/", secret, patch)
-    _call(client, "post", f"{BASE}drafts/{draft_id}/publish/", secret)
-    response = _call(client, "post", f"{BASE}versions/1/rollback/", secret, {"note": "undo"})
-    assert response.status_code == 201, response.content
-    body = response.json()
+    _published(client, f"{BASE}drafts/{draft_id}/publish/", secret)
+    body = _published(client, f"{BASE}versions/1/rollback/", secret, {"note": "undo"})
     assert (body["version"]["number"], body["version"]["rolled_back_to"]) == (3, 1)
     assert [c["words"] for c in body["changes"]] == [
         'Value list "competitors": values a.io → rival.io'
@@ -239,11 +246,7 @@ def test_publishing_an_invalid_document_is_400_and_writes_nothing(client, publis
     document = {**draft.document, "teams": [{"name": "EMEA SDR", "strategy": "random"}]}
     document["value_lists"] = [{"name": "competitors", "values": ["z.io"]}]
     ConfigDraft.objects.filter(pk=draft_id).update(document=document)
-    error = _error(
-        _call(client, "post", f"{BASE}drafts/{draft_id}/publish/", secret),
-        400,
-        "invalid_document",
-    )
+    error = _refused_job(client, f"{BASE}drafts/{draft_id}/publish/", secret, "invalid_document")
     assert list(error["fields"]) == ["teams[0].strategy"]
     valid = _call(client, "post", f"{BASE}drafts/{draft_id}/validate/", secret).json()
     assert valid["valid"] is False
@@ -261,9 +264,7 @@ def test_removing_a_row_live_leads_need_is_409_prune_refused(client, published):
     slug = lead.source.slug
     patch = {"sources": {slug: None}, "value_lists": {"competitors": {"values": ["q.io"]}}}
     assert _call(client, "patch", f"{BASE}drafts/{draft_id}/", secret, patch).status_code == 200
-    error = _error(
-        _call(client, "post", f"{BASE}drafts/{draft_id}/publish/", secret), 409, "prune_refused"
-    )
+    error = _refused_job(client, f"{BASE}drafts/{draft_id}/publish/", secret, "prune_refused")
     assert error["fields"]["sources"] == [
         f'"{slug}" is not in the file but leads came from it: keep it in the file'
     ]
@@ -330,5 +331,5 @@ def test_a_territory_csv_lands_in_the_draft_with_row_precise_errors(client, publ
     )
     assert done.json()["removed"] == 1
     assert [t["name"] for t in ConfigDraft.objects.get().document["territories"]] == ["Berlin"]
-    assert _call(client, "post", f"{BASE}drafts/{draft_id}/publish/", secret).status_code == 201
+    _published(client, f"{BASE}drafts/{draft_id}/publish/", secret)
     assert list(Territory.objects.values_list("name", flat=True)) == ["Berlin"]

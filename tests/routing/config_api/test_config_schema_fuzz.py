@@ -60,7 +60,7 @@ def test_no_input_breaks_the_configuration_api(api_schema, generation):  # type:
         for result in api_schema.get_all_operations()
         if result.ok().path.startswith("/api/v1/config/") and "/roster/" not in result.ok().path
     ]
-    assert len(operations) == 16  # published, 4 of versions, 11 of drafts
+    assert len(operations) == 17  # published, 4 of versions, 11 of drafts, a job
     for operation in operations:
 
         @given(case=operation.as_strategy(generation_mode=generation))

@@ -19,7 +19,7 @@ from routing.config_api.tokens import api_token_create
 from routing.decisions import clear_live_config_cache
 from routing.drafts.models import ConfigDraft, ConfigSnapshot
 from routing.drafts.services import config_draft_create
-from routing.models import Rep, ValueList
+from routing.models import AdminJob, Rep, ValueList
 from routing.rules_io import rules_import
 from routing.timeoff.models import RepAbsence
 from tests.routing.factories import SCOPE_PERMS, user_with_perms
@@ -57,6 +57,7 @@ def _state() -> tuple[Any, ...]:
         RepAbsence.objects.count(),
         sorted(ConfigDraft.objects.values_list("id", "status", "updated_at")),
         ConfigSnapshot.objects.count(),
+        AdminJob.objects.count(),  # nothing queued either
         sorted(ValueList.objects.values_list("name", "values")),
         Event.objects.filter(type=EventType.CONFIG_CHANGED).exclude(actor="test").count(),
     )
@@ -113,13 +114,13 @@ CASES: list[tuple[str, str, Call, int]] = [
         "publish",
         "routing.add_configsnapshot",
         lambda c, s: _call(c, "post", f"{BASE}drafts/{_open_draft()}/publish/", s),
-        201,
+        202,
     ),
     (
         "publish",
         "routing.add_configsnapshot",
         lambda c, s: _call(c, "post", f"{BASE}versions/1/rollback/", s),
-        201,
+        202,
     ),
 ]
 IDS = [f"{scope}-{i}" for i, (scope, *_rest) in enumerate(CASES)]
@@ -201,6 +202,9 @@ def test_every_operation_refuses_without_credentials_scope_or_owner_permission_i
     and nothing written by any of them."""
     values = {"ref": "ana@example.com", "draft_id": str(_open_draft()), "number": "1"}
     values["absence_id"] = "1"
+    values["job_id"] = str(
+        AdminJob.objects.create(kind="config_publish", params={"draft_id": 1}).pk
+    )
     no_scope = api_token_create(
         user=user_with_perms("all-perms", *SCOPE_PERMS), name="none", scopes="read", actor="test"
     ).secret
@@ -211,7 +215,7 @@ def test_every_operation_refuses_without_credentials_scope_or_owner_permission_i
         actor="test",
     ).secret
     operations = _operations(client)
-    assert len(operations) == 25  # 16 of the configuration, 9 of the roster
+    assert len(operations) == 26  # 17 of the configuration (a job's), 9 of the roster
     before = _state()
     for method, path, operation in operations:
         url = path
