@@ -1,8 +1,11 @@
 """The whole routing configuration as one document (the rules-as-code file): import it safely,
 and check it without writing anything.
 
-- ``configuration_import``: the path of ``manage.py routing_import``. Serialised with every
-  other import and publish (the loser is told why); validates the whole file; upserts it; with
+- ``configuration_import``: the path of ``manage.py routing_import --publish`` (without
+  ``--publish`` the command makes a draft: ``routing.drafts.services.config_draft_import_file``;
+  ``publish=False`` here writes the tables without publishing, for tests and seeding).
+  Serialised with every other import and publish (the loser is told why); validates the whole
+  file; upserts it; with
   ``prune`` deletes what the file no longer names (refusing what live leads and rules need);
   with ``publish`` runs every saved test case against the resulting configuration and refuses
   unless they pass or ``force`` (a forced publish records the failing cases in the audit log).
