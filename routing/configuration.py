@@ -95,6 +95,10 @@ CHECK_LEADS_DEFAULT = 500
 CHECK_ROWS_KEPT = 1000  # changed leads listed by a check; every change is counted
 
 
+# The exit status of routing_check and routing_import when the configuration is busy (another
+# import or publish, or a replay, holds its lock): "try again", where 1 is "the file is wrong".
+BUSY_EXIT_STATUS = 3
+
 LOCK_WAIT_SECONDS = 10.0  # how long a change made in the admin waits for another in flight
 _LOCK_POLL_SECONDS = 0.05
 
@@ -761,6 +765,7 @@ def _configuration_check_plan(*, plan: _Plan, leads: int) -> ConfigurationCheck:
 
 
 __all__ = [
+    "BUSY_EXIT_STATUS",
     "ConfigurationBusy",
     "ConfigurationCheck",
     "ConfigurationImport",

@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 
-from routing.configuration import ConfigurationBusy, configuration_import
+from routing.configuration import BUSY_EXIT_STATUS, ConfigurationBusy, configuration_import
 from routing.drafts.services import DraftRefused, FileIntoDraft, config_draft_import_file
 from routing.engine import RuleErrors
 from routing.rules_io import rules_check, rules_read
@@ -26,7 +26,9 @@ class Command(BaseCommand):
         "ruleset and test cases, as an import would leave the published configuration), to "
         "test, diff and publish in the admin or with the configuration API: nothing live "
         "changes. With --publish, upsert it and publish it after the saved test cases pass. "
-        "Nothing is written when anything is wrong: every error is printed with its path."
+        "Nothing is written when anything is wrong: every error is printed with its path "
+        "(exit status 1; 3 when the configuration is busy with another import, publish or "
+        "replay: try again)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -82,7 +84,12 @@ class Command(BaseCommand):
                 force=options["force"],
                 file_name=str(options["file"]),
             )
-        except (ConfigurationBusy, DraftRefused) as exc:
+        except ConfigurationBusy as exc:
+            raise CommandError(
+                f"{exc} (exit status {BUSY_EXIT_STATUS}: busy, try again)",
+                returncode=BUSY_EXIT_STATUS,
+            ) from None
+        except DraftRefused as exc:
             raise CommandError(str(exc)) from None
         except TestCasesFailing as exc:
             for case_result in exc.results:
