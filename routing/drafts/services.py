@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -334,14 +335,51 @@ def _patched(document: Mapping[str, Any], changes: Any) -> dict[str, Any]:
     return result
 
 
+_POSITION = re.compile(r"(ruleset\.rules|[a-z_]+)\[(\d+)\]")
+
+
+def _keyed(error: RuleError, document: Mapping[str, Any]) -> RuleError:
+    """``error`` with the list position its path starts with (``teams[3]``) replaced by the
+    row's natural key (``teams[name=EMEA SDR]``), when the row has one."""
+    found = _POSITION.match(error.path)
+    if found is None:
+        return error
+    section = "rules" if found[1] == "ruleset.rules" else found[1]
+    if section not in KEYS:
+        return error
+    key_field = KEYS[section]
+    rows = _section_rows(document, section)
+    index = int(found[2])
+    row = rows[index] if index < len(rows) else None
+    key = row.get(key_field) if isinstance(row, Mapping) else None
+    if not isinstance(key, str) or not key:
+        return error
+    return RuleError(f"{found[1]}[{key_field}={key}]{error.path[found.end() :]}", error.message)
+
+
+def _section_rows(document: Mapping[str, Any], section: str) -> list[Any]:
+    if section == "rules":
+        ruleset = document.get("ruleset")
+        rows = ruleset.get("rules") if isinstance(ruleset, Mapping) else None
+    else:
+        rows = document.get(section)
+    return rows if isinstance(rows, list) else []
+
+
 @transaction.atomic
 def config_draft_patch(*, draft_id: int, changes: Any, actor: str) -> ConfigDraft:
     """Change rows of the draft by natural key: ``{"teams": {"EMEA SDR": {...}, "Old": null}}``
     sets (adds, or replaces whole) or removes each row; ``rules`` are the ruleset's, by name.
     An entry's own key, when it differs from the one it is filed under, renames the row.
-    Raises RulesFileErrors (nothing written) when the result is invalid."""
+    Raises RulesFileErrors (nothing written) when the result is invalid, each error's path
+    naming the row by its key as the patch does (``teams[name=EMEA SDR].strategy``), not by
+    its position in the draft."""
     draft = _open_locked(draft_id)
-    return _save_document(draft, _patched(draft.document, changes), actor, "changed")
+    document = _patched(draft.document, changes)
+    try:
+        return _save_document(draft, document, actor, "changed")
+    except RulesFileErrors as exc:
+        raise type(exc)([_keyed(error, document) for error in exc.errors]) from None
 
 
 @transaction.atomic
