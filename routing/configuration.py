@@ -1,8 +1,11 @@
 """The whole routing configuration as one document (the rules-as-code file): import it safely,
 and check it without writing anything.
 
-- ``configuration_import``: the path of ``manage.py routing_import``. Serialised with every
-  other import and publish (the loser is told why); validates the whole file; upserts it; with
+- ``configuration_import``: the path of ``manage.py routing_import --publish`` (without
+  ``--publish`` the command makes a draft: ``routing.drafts.services.config_draft_import_file``;
+  ``publish=False`` here writes the tables without publishing, for tests and seeding).
+  Serialised with every other import and publish (the loser is told why); validates the whole
+  file; upserts it; with
   ``prune`` deletes what the file no longer names (refusing what live leads and rules need);
   with ``publish`` runs every saved test case against the resulting configuration and refuses
   unless they pass or ``force`` (a forced publish records the failing cases in the audit log).
@@ -91,6 +94,10 @@ if TYPE_CHECKING:
 CHECK_LEADS_DEFAULT = 500
 CHECK_ROWS_KEPT = 1000  # changed leads listed by a check; every change is counted
 
+
+# The exit status of routing_check and routing_import when the configuration is busy (another
+# import or publish, or a replay, holds its lock): "try again", where 1 is "the file is wrong".
+BUSY_EXIT_STATUS = 3
 
 LOCK_WAIT_SECONDS = 10.0  # how long a change made in the admin waits for another in flight
 _LOCK_POLL_SECONDS = 0.05
@@ -766,6 +773,7 @@ def _configuration_check_plan(
 
 
 __all__ = [
+    "BUSY_EXIT_STATUS",
     "ConfigurationBusy",
     "ConfigurationCheck",
     "ConfigurationImport",

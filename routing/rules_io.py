@@ -12,7 +12,10 @@ Import contract:
   the default), so operational state such as ``out_of_office_until`` survives a file that does
   not mention it. A team's ``members``, when given, replace its memberships in file order.
 - Time off (``reps[].absences``, ``holiday_calendars``) is validated here and written and
-  exported by ``routing.timeoff.file``: a rep's absences, when given, replace those not yet over.
+  exported by ``routing.timeoff.file``. A rep's absences are read as the roster API reads them
+  (a date-time without a UTC offset is a wall-clock time in the rep's zone: the entry's
+  ``timezone``, else the stored rep's) and, when given, only added: a file never changes or
+  deletes planned leave, which is live state (the roster API, the admin).
 - Nothing is deleted, unless pruned (``rules_plan(prune=True)`` then ``rules_prune``): then in
   every section the file has, what it does not name is deleted, refusing (with the reason,
   nothing deleted) what live leads or live rules still need; references must then point at
@@ -24,8 +27,9 @@ Import contract:
   published version or to the latest version while that is a draft: then that version is
   reused, so importing one file twice creates one version. ``publish=True`` publishes it.
 
-Export writes every key of every object (but a rep's live state, ``active`` and
-``out_of_office_until``, which a file may set but an export never carries) in a fixed order
+Export writes every key of every object (but a rep's live state, ``active``,
+``out_of_office_until`` and planned ``absences``, which a file may set but an export never
+carries) in a fixed order
 (sources by slug, reps by e-mail,
 teams by name, territories by id, which is their tie-break order, accounts by domain, value
 lists by name, rules by priority, test cases by name) and never a token, so export -> import ->
@@ -67,7 +71,7 @@ from routing.engine import (
     RuleErrors,
     compile_ruleset,
 )
-from routing.engine.availability import NonexistentLocalTime, wall_clock_at
+from routing.engine.availability import NonexistentLocalTime, wall_clock_at, zone_named
 from routing.models import (
     POSTAL_PREFIX_MAX_LENGTH,
     REGION_MAX_LENGTH,
@@ -305,6 +309,8 @@ class _Checker:
         self.data = data
         self.prune = prune
         self.errors: list[RuleError] = []
+        self.lookups = lookups
+        self._rep_zones: dict[str, str] | None = None
         if not lookups:  # one entry's own fields (the roster API): no references to resolve
             self.rep_ids: dict[str, int] = {}
             self.team_ids: dict[str, int] = {}
@@ -561,17 +567,44 @@ class _Checker:
                 "max_per_day": self.positive,
             },
         )
-        absences = self.absences(raw["absences"], f"{path}.absences") if "absences" in raw else None
+        absences = (
+            self.absences_at(
+                raw["absences"], f"{path}.absences", zone=self.rep_zone(raw, values or {})
+            )
+            if "absences" in raw
+            else None
+        )
         if values is None or "email" not in values or absences is _ABSENT:
             return None
         entry = _Entry(values["email"], values)
         if absences is not None:
-            entry.refs["absences"] = absences
+            entry.refs["absences"] = [(start, end, note) for start, end, note, _at in absences]
+            entry.refs["absence_paths"] = [at for _start, _end, _note, at in absences]
         return entry
+
+    def rep_zone(self, raw: Mapping[str, Any], values: Mapping[str, Any]) -> ZoneInfo:
+        """The zone a rep entry's absences are read in, as the roster API reads them: the
+        entry's ``timezone``, else the stored rep's, else UTC (a new rep's default)."""
+        name = values.get("timezone")
+        if name is None and isinstance(raw.get("email"), str) and self.lookups:
+            if self._rep_zones is None:
+                self._rep_zones = {
+                    email.lower(): zone
+                    for email, zone in Rep.objects.values_list("email", "timezone")
+                }
+            name = self._rep_zones.get(raw["email"].strip().lower())
+        return zone_named(name or "UTC") or ZoneInfo("UTC")
 
     def absences(self, value: Any, path: str, *, zone: ZoneInfo | None = None) -> Any:
         """A rep's planned absences: ``[{from, to, note}]``, ISO date-times with an offset (with
-        ``zone``, wall-clock times there without one)."""
+        ``zone``, wall-clock times there without one); sorted (start, end, note)."""
+        found = self.absences_at(value, path, zone=zone)
+        if found is _ABSENT:
+            return _ABSENT
+        return [(start, end, note) for start, end, note, _at in found]
+
+    def absences_at(self, value: Any, path: str, *, zone: ZoneInfo | None = None) -> Any:
+        """``absences``, each with the path of its entry: sorted (start, end, note, path)."""
         if not isinstance(value, list):
             self.error(path, f"must be a list of {{from, to, note}}, got {_shown(value)}")
             return _ABSENT
@@ -607,7 +640,7 @@ class _Checker:
                 )
         if len(self.errors) != before:
             return _ABSENT
-        return [(start, end, note) for start, end, note, _i in sorted(spans)]
+        return [(start, end, note, f"{path}[{i}]") for start, end, note, i in sorted(spans)]
 
     def holiday_calendar(self, path: str, raw: Mapping[str, Any]) -> _Entry | None:
         from routing.timeoff.file import parse_day
@@ -1117,7 +1150,9 @@ def _apply_sections(plan: _Plan, counts: Counts) -> dict[str, str]:
 
     absences_apply(
         {
-            rep_ids[e.key.lower()]: e.refs["absences"]
+            rep_ids[e.key.lower()]: list(
+                zip(e.refs["absences"], e.refs["absence_paths"], strict=True)
+            )
             for e in sections["reps"]
             if "absences" in e.refs
         },
@@ -1685,11 +1720,10 @@ def rules_export(version: int | None = None) -> dict[str, Any]:
         raise RuleSet.DoesNotExist(
             "no published ruleset" if version is None else f"no ruleset version {version}"
         )
-    from routing.timeoff.file import absences_export, calendars_export
+    from routing.timeoff.file import calendars_export
 
     reps = sorted(Rep.objects.all(), key=lambda rep: (rep.email.lower(), rep.email))
     emails = {rep.id: rep.email for rep in reps}
-    absences = absences_export(reps)
     teams = sorted(Team.objects.prefetch_related("memberships"), key=lambda team: team.name)
     team_names = {team.id: team.name for team in teams}
     return {
@@ -1715,7 +1749,8 @@ def rules_export(version: int | None = None) -> dict[str, Any]:
                 "working_hours": rep.working_hours,
                 "max_open": rep.max_open,
                 "max_per_day": rep.max_per_day,
-                "absences": absences[rep.id],
+                # Nor absences: planned leave is live state too (the roster API, the admin);
+                # an export imported later must not wipe leave planned since.
             }
             for rep in reps
         ],

@@ -2,7 +2,8 @@
 
 A draft is the careful path; the admin's forms (teams, memberships, weights, reps' caps and
 hours, territories, accounts, value lists, test cases), its ruleset-only publish and rollback,
-a CSV import of territories or accounts and ``routing_import`` change the tables directly. Each
+a CSV import of territories or accounts and ``routing_import --publish`` change the tables
+directly (``routing_import`` without ``--publish`` makes a draft). Each
 of them runs inside ``config_live_change``: in its own transaction, under the configuration
 lock (the publish lock without waiting, so the loser of two is told ``ConfigurationBusy``, then
 the decide lock exclusively, so no lead is decided by a mix), and when the routed

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -38,6 +39,7 @@ from routing.configuration import (
     configuration_check_plan,
     configuration_lock,
     decide_lock_exclusive,
+    plan_touches_claimed_rows,
 )
 from routing.decisions import clear_live_config_cache
 from routing.drafts.diff import KEYS, NOUNS, RowChange, configuration_diff
@@ -60,7 +62,10 @@ from routing.rules_io import (
     SECTIONS,
     RulesFileErrors,
     _Plan,
+    rules_apply,
+    rules_export,
     rules_plan,
+    rules_prune,
     ruleset_copy,
     ruleset_publish,
 )
@@ -351,14 +356,51 @@ def _patched(document: Mapping[str, Any], changes: Any) -> dict[str, Any]:
     return result
 
 
+_POSITION = re.compile(r"(ruleset\.rules|[a-z_]+)\[(\d+)\]")
+
+
+def _keyed(error: RuleError, document: Mapping[str, Any]) -> RuleError:
+    """``error`` with the list position its path starts with (``teams[3]``) replaced by the
+    row's natural key (``teams[name=EMEA SDR]``), when the row has one."""
+    found = _POSITION.match(error.path)
+    if found is None:
+        return error
+    section = "rules" if found[1] == "ruleset.rules" else found[1]
+    if section not in KEYS:
+        return error
+    key_field = KEYS[section]
+    rows = _section_rows(document, section)
+    index = int(found[2])
+    row = rows[index] if index < len(rows) else None
+    key = row.get(key_field) if isinstance(row, Mapping) else None
+    if not isinstance(key, str) or not key:
+        return error
+    return RuleError(f"{found[1]}[{key_field}={key}]{error.path[found.end() :]}", error.message)
+
+
+def _section_rows(document: Mapping[str, Any], section: str) -> list[Any]:
+    if section == "rules":
+        ruleset = document.get("ruleset")
+        rows = ruleset.get("rules") if isinstance(ruleset, Mapping) else None
+    else:
+        rows = document.get(section)
+    return rows if isinstance(rows, list) else []
+
+
 @transaction.atomic
 def config_draft_patch(*, draft_id: int, changes: Any, actor: str) -> ConfigDraft:
     """Change rows of the draft by natural key: ``{"teams": {"EMEA SDR": {...}, "Old": null}}``
     sets (adds, or replaces whole) or removes each row; ``rules`` are the ruleset's, by name.
     An entry's own key, when it differs from the one it is filed under, renames the row.
-    Raises RulesFileErrors (nothing written) when the result is invalid."""
+    Raises RulesFileErrors (nothing written) when the result is invalid, each error's path
+    naming the row by its key as the patch does (``teams[name=EMEA SDR].strategy``), not by
+    its position in the draft."""
     draft = _open_locked(draft_id)
-    return _save_document(draft, _patched(draft.document, changes), actor, "changed")
+    document = _patched(draft.document, changes)
+    try:
+        return _save_document(draft, document, actor, "changed")
+    except RulesFileErrors as exc:
+        raise type(exc)([_keyed(error, document) for error in exc.errors]) from None
 
 
 @transaction.atomic
@@ -439,6 +481,126 @@ def config_draft_import_table(
     document = {**draft.document, table: merged}
     draft = _save_document(draft, document, actor, f"{table} imported")
     return TableIntoDraft(draft=draft, rows=plan.rows, set=len(rows), removed=removed)
+
+
+# --- A rules-as-code file into a draft ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileIntoDraft:
+    """What ``config_draft_import_file`` did: the draft (None when the file changes nothing
+    in the published configuration), its rows in words, and what of the file a draft does not
+    hold (``path: why``)."""
+
+    draft: ConfigDraft | None
+    changes: list[RowChange]
+    left_out: list[str]
+
+
+def _left_out_of_draft(data: Mapping[str, Any]) -> list[str]:
+    """What a file may hold that a draft does not (``_draft_rules``), in words."""
+    notes: list[str] = []
+    reps = data.get("reps")
+    for i, rep in enumerate(reps if isinstance(reps, list) else []):
+        if isinstance(rep, Mapping):
+            notes.extend(
+                f"reps[{i}].{key}: a rep's live state, not part of a draft: left out (set it "
+                "with the roster API, or import the file with --publish)"
+                for key in LIVE_REP_KEYS
+                if key in rep
+            )
+    sources = data.get("sources")
+    for i, source in enumerate(sources if isinstance(sources, list) else []):
+        if isinstance(source, Mapping) and "token" in source:
+            notes.append(
+                f"sources[{i}].token: a secret is not kept in a draft: left out (a new source "
+                "gets a fresh token when the draft is published, shown once)"
+            )
+    return notes
+
+
+class _Undone(Exception):  # not an error: carries the document out of a rollback
+    def __init__(self, document: dict[str, Any]) -> None:
+        super().__init__("rolled back")
+        self.document = document
+
+
+def _document_after_import(plan: _Plan) -> dict[str, Any]:
+    """The configuration document an import of ``plan`` would leave (published with its
+    ruleset), without reps' live state: the import itself, written and exported in a savepoint
+    that is then rolled back, so that the draft holds exactly what the import would (every
+    default, every normalisation, a pruned row gone). Nothing stays written; callbacks the
+    import registered for after the commit (re-routing) are dropped with it."""
+    live = {"active", "out_of_office_until"}
+    for entry in plan.sections["reps"]:
+        entry.fields = {key: value for key, value in entry.fields.items() if key not in live}
+        entry.refs.pop("absences", None)  # live state: never applied by a draft
+        entry.refs.pop("absence_paths", None)
+    try:
+        with transaction.atomic():
+            if plan_touches_claimed_rows(plan):
+                decide_lock_exclusive()  # as an import does: see plan_touches_claimed_rows
+            result = rules_apply(plan=plan)
+            if plan.prune:
+                rules_prune(plan=plan, live_rules=plan.rules)  # the file's rules, as published
+            raise _Undone(rules_export(result.ruleset.version))
+    except _Undone as undone:
+        document = undone.document
+    finally:
+        clear_live_config_cache()  # configurations compiled in the savepoint are gone with it
+    for rep in document["reps"]:
+        for key in LIVE_REP_KEYS:
+            rep.pop(key, None)
+    return document
+
+
+@transaction.atomic(durable=True)
+def config_draft_import_file(
+    *, data: Any, prune: bool = False, actor: str, note: str = ""
+) -> FileIntoDraft:
+    """A rules-as-code file (``routing_import FILE`` without ``--publish``) into a new draft of
+    the whole configuration, to be tested, diffed and published from the admin or the API: the
+    published configuration as importing the file would leave it (``prune``: without what the
+    file no longer names, but reps, which a draft never deletes). The live tables are not
+    changed. A rep's live state (``active``, ``out_of_office_until``, ``absences``) and source
+    tokens are left out (``FileIntoDraft.left_out``). No draft is made when the file changes
+    nothing.
+
+    Raises ConfigurationBusy (an import or publish under way), RulesFileErrors (every problem
+    with its path; PruneRefused), DraftRefused (nothing published yet); nothing is written then.
+    """
+    configuration_lock()
+    plan = rules_plan(data, prune=prune)
+    kept_reps: list[str] = []
+    if plan.prune and "reps" in plan.present:
+        named = {entry.key.lower() for entry in plan.sections["reps"]}
+        kept_reps = sorted(
+            e for e in Rep.objects.values_list("email", flat=True) if e.lower() not in named
+        )
+        plan = replace(plan, present=plan.present - {"reps"})  # a draft never deletes a rep
+    document = _document_after_import(plan)
+    try:
+        current = configuration_document()
+    except RuleSet.DoesNotExist:
+        raise _nothing_published() from None
+    changes = configuration_diff(before=current, after=document)
+    left_out = _left_out_of_draft(data)
+    if kept_reps:
+        left_out.append(
+            f"reps: {', '.join(kept_reps[:_STALE_SHOWN])}"
+            + (
+                f" and {len(kept_reps) - _STALE_SHOWN} more"
+                if len(kept_reps) > _STALE_SHOWN
+                else ""
+            )
+            + ": not in the file, but a draft never deletes a rep: kept (deactivate or delete "
+            "them with the roster API or in the admin, or import the file with --publish)"
+        )
+    if not changes:
+        return FileIntoDraft(draft=None, changes=[], left_out=left_out)
+    draft = config_draft_create(actor=actor, note=note)
+    draft = _save_document(draft, document, actor, "imported")
+    return FileIntoDraft(draft=draft, changes=changes, left_out=left_out)
 
 
 def _entries(document: Mapping[str, Any], section: str) -> dict[str, Any]:

@@ -1,16 +1,18 @@
 """Time off in the rules-as-code file: reps' planned absences and the holiday calendars, written
-(``absences_apply``, ``calendars_apply``) and exported (``absences_export``, ``calendars_export``)
+(``absences_apply``, ``calendars_apply``) and exported (``calendars_export``; absences never are)
 for ``routing.rules_io``, which validates them with the rest of the file.
 
-- A rep's ``absences``, when given, are the whole of their time off not yet over: the stored
-  ones not yet over that the file does not list are deleted, the file's new ones created (an
-  absence the file lists that is over by now is history and left alone). Each rep whose
-  absences change is locked first, as ``rep_absence_save`` does.
+- A rep's ``absences``, when given, are added to their planned leave, never replace it: an
+  absence the file lists that is stored already (the same span) or over by now is left alone,
+  one that overlaps a stored absence with another span refuses the import (by path), and no
+  stored absence is ever changed or deleted by a file. Planned leave is live state, managed
+  through the roster API and the admin; an import of an older export that still lists
+  absences wipes nothing. Each rep whose absences change is locked first, as
+  ``rep_absence_save`` does.
 - A calendar is upserted by name; its ``reps``, ``teams`` and ``days``, when given, replace
   the calendar's.
-- Export lists each rep's absences not yet over, in the rep's time zone with its UTC offset,
-  and every calendar by name with its reps, teams and days sorted, so export -> import ->
-  export is identical.
+- Export never lists absences (live state), and lists every calendar by name with its reps,
+  teams and days sorted, so export -> import -> export is identical.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from typing import Any
 from django.utils import timezone
 
 from routing.decisions import sla_clocks_refresh
-from routing.engine.availability import zone_named
 from routing.timeoff.models import HolidayCalendar, HolidayCalendarDay, RepAbsence
 from routing.timeoff.services import rep_lock_for_absences
 
@@ -35,38 +36,52 @@ def _tally(counts: Counts, section: str, key: str, number: int = 1) -> None:
     tally[key] += number
 
 
-def absences_apply(wanted: Mapping[int, Sequence[Span]], counts: Counts) -> None:
-    """Make each rep's absences not yet over the file's (rep id -> its absences)."""
+def absences_apply(wanted: Mapping[int, Sequence[tuple[Span, str]]], counts: Counts) -> None:
+    """Add each rep's absences the file lists (rep id -> [(absence, its path in the file)]).
+
+    Additive: an absence already over is history and skipped, one stored with the same span is
+    left as it is, and nothing stored is ever changed or deleted. One that overlaps a stored
+    absence with another span refuses the import (RulesFileErrors, by path; the caller's
+    transaction writes nothing then): leave planned or changed since through the roster API or
+    the admin wins over an older file."""
+    from routing.rules_io import RuleError, RulesFileErrors
+
     now = timezone.now()
+    errors: list[RuleError] = []
     for rep_id in sorted(wanted):
-        spans = {(start, end): note for start, end, note in wanted[rep_id] if end > now}
-        stored = {
-            (absence.starts_at, absence.ends_at): absence
-            for absence in RepAbsence.objects.filter(rep_id=rep_id, ends_at__gt=now)
-        }
-        gone = [absence.pk for key, absence in stored.items() if key not in spans]
-        new = [key for key in spans if key not in stored]
-        renamed = [
-            absence
-            for key, absence in stored.items()
-            if key in spans and absence.note != spans[key]
-        ]
-        if not (gone or new or renamed):
+        stored = list(RepAbsence.objects.filter(rep_id=rep_id, ends_at__gt=now))
+        spans = {(a.starts_at, a.ends_at) for a in stored}
+        new: list[Span] = []
+        for (start, end, note), path in wanted[rep_id]:
+            if end <= now or (start, end) in spans:
+                continue
+            clash = next((a for a in stored if a.starts_at < end and a.ends_at > start), None)
+            if clash is not None:
+                errors.append(
+                    RuleError(
+                        path,
+                        f"overlaps the rep's planned absence {_utc(clash.starts_at)} to "
+                        f"{_utc(clash.ends_at)}: a file adds absences, never changes or removes "
+                        "them (change that one with the roster API or in the admin)",
+                    )
+                )
+                continue
+            new.append((start, end, note))
+        if errors or not new:
             continue
         rep_lock_for_absences(rep_id=rep_id)
-        RepAbsence.objects.filter(pk__in=gone).delete()
-        for absence in renamed:
-            absence.note = spans[(absence.starts_at, absence.ends_at)]
-            absence.save(update_fields=["note"])
         RepAbsence.objects.bulk_create(
-            RepAbsence(rep_id=rep_id, starts_at=start, ends_at=end, note=spans[(start, end)])
-            for start, end in sorted(new)
+            RepAbsence(rep_id=rep_id, starts_at=start, ends_at=end, note=note)
+            for start, end, note in sorted(new)
         )
-        if gone or new:
-            sla_clocks_refresh(rep_ids=[rep_id], now=now)
-        _tally(counts, "absences", "deleted", len(gone))
-        _tally(counts, "absences", "updated", len(renamed))
+        sla_clocks_refresh(rep_ids=[rep_id], now=now)
         _tally(counts, "absences", "created", len(new))
+    if errors:
+        raise RulesFileErrors(errors)
+
+
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def calendars_apply(
@@ -118,30 +133,6 @@ def calendars_prune(names: Iterable[str], counts: Counts) -> None:
     if number:
         gone.delete()
         _tally(counts, "holiday_calendars", "deleted", number)
-
-
-def _local_iso(moment: datetime, zone_name: str) -> str:
-    zone = zone_named(zone_name)
-    local = moment.astimezone(zone if zone is not None else UTC)
-    return local.isoformat().replace("+00:00", "Z")
-
-
-def absences_export(reps: Iterable[Any]) -> dict[int, list[dict[str, Any]]]:
-    """Each rep's absences not yet over, as the file has them (rep id -> list)."""
-    zones = {rep.id: rep.timezone or "UTC" for rep in reps}
-    found: dict[int, list[dict[str, Any]]] = {rep_id: [] for rep_id in zones}
-    for absence in RepAbsence.objects.filter(
-        rep_id__in=list(zones), ends_at__gt=timezone.now()
-    ).order_by("rep_id", "starts_at", "id"):
-        zone = zones[absence.rep_id]
-        found[absence.rep_id].append(
-            {
-                "from": _local_iso(absence.starts_at, zone),
-                "to": _local_iso(absence.ends_at, zone),
-                "note": absence.note,
-            }
-        )
-    return found
 
 
 def calendars_export(emails: Mapping[int, str], team_names: Mapping[int, str]) -> list[Any]:

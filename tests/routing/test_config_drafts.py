@@ -8,6 +8,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from audit.models import Event, EventType
 from leads.models import LeadStatus
@@ -151,14 +153,14 @@ def test_an_invalid_change_is_refused_with_its_path_and_nothing_written(publishe
             actor="t",
         )
     paths = [error.path for error in caught.value.errors]
-    assert paths == ["territories[0].team"]
+    assert paths == ["territories[name=Bavaria].team"]
     with pytest.raises(RulesFileErrors) as caught:
         config_draft_patch(
             draft_id=draft.pk,
             changes={"reps": {"ana@example.com": {"name": "Ana", "active": False}}},
             actor="t",
         )
-    assert [error.path for error in caught.value.errors] == ["reps[0].active"]
+    assert [error.path for error in caught.value.errors] == ["reps[email=ana@example.com].active"]
     with pytest.raises(RulesFileErrors) as caught:
         config_draft_replace(draft_id=draft.pk, document={"ruleset": before["ruleset"]}, actor="t")
     assert "teams" in [error.path for error in caught.value.errors]
@@ -351,3 +353,43 @@ def test_a_rollback_finds_a_rep_renamed_since_by_id_and_makes_no_second_row(publ
     assert (
         ConfigSnapshot.objects.get(number=3).digest == ConfigSnapshot.objects.get(number=1).digest
     )
+
+
+def test_a_patchs_errors_name_the_row_by_its_key_not_its_position(published):
+    """The bug: a PATCH addresses rows by key, but its errors named list positions
+    ("teams[3].strategy"), which the client never sent."""
+    draft = config_draft_create(actor="user:rita")
+    rule = draft.document["ruleset"]["rules"][-1]
+    with pytest.raises(RulesFileErrors) as caught:
+        config_draft_patch(
+            draft_id=draft.pk,
+            changes={
+                "teams": {"Late shift": {"strategy": "random"}},
+                "rules": {rule["name"]: {**rule, "priority": "first"}},
+                "accounts": {"acme.io": {"owner": "nobody@example.com"}},
+            },
+            actor="t",
+        )
+    assert sorted(error.path for error in caught.value.errors) == [
+        "accounts[domain=acme.io].owner",
+        f"ruleset.rules[name={rule['name']}].priority",
+        "teams[name=Late shift].strategy",
+    ]
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(name=st.text(min_size=1, max_size=30).filter(lambda name: name.strip() == name))
+def test_a_patchs_error_path_names_any_rows_key(published, name):
+    """Property: whatever the key a PATCH sets a row under, an error in that row is reported
+    under that key (or the key itself is what is wrong)."""
+    draft = ConfigDraft.objects.filter(status="open").first() or config_draft_create(actor="t")
+    with pytest.raises(RulesFileErrors) as caught:
+        config_draft_patch(
+            draft_id=draft.pk, changes={"teams": {name: {"strategy": "random"}}}, actor="t"
+        )
+    paths = [error.path for error in caught.value.errors]
+    assert f"teams[name={name}].strategy" in paths or all(
+        path.startswith(f"teams[name={name}]") for path in paths
+    ), paths

@@ -711,12 +711,12 @@ def test_import_command_reads_yaml_and_shows_new_tokens(
         "  rules:\n"
         "    - {name: Everyone to Ana, priority: 1, action: {type: rep, rep: ana@example.com}}\n"
     )
-    call_command("routing_import", str(path))
+    call_command("routing_import", str(path), "--publish")
     out = capsys.readouterr().out
-    assert "ruleset new version 1 (draft)" in out
+    assert "ruleset new version 1 (published)" in out
     assert "Token for new source webform:" in out
-    call_command("routing_import", str(path))
-    assert "unchanged; reused version 1 (draft)" in capsys.readouterr().out
+    call_command("routing_import", str(path), "--publish")
+    assert "unchanged; reused version 1 (published)" in capsys.readouterr().out
 
 
 def test_import_check_validates_against_the_database_and_writes_nothing(

@@ -8,7 +8,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from routing.configuration import CHECK_LEADS_DEFAULT, ConfigurationBusy, configuration_check
+from routing.configuration import (
+    BUSY_EXIT_STATUS,
+    CHECK_LEADS_DEFAULT,
+    ConfigurationBusy,
+    configuration_check,
+)
 from routing.engine import RuleErrors
 from routing.rules_io import rules_read
 from routing.versions import Outcome
@@ -27,7 +32,8 @@ class Command(BaseCommand):
         "Check a routing configuration file (JSON, or YAML for .yaml/.yml) for CI: validate it, "
         "run its test cases against the file's configuration, and print how the decisions of "
         "the last N leads would change from the published configuration. Writes nothing; exit "
-        "status 1 when the file has errors or a test case fails."
+        "status 1 when the file has errors or a test case fails, 3 when the configuration is "
+        "busy (an import, publish or replay under way: try again)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -68,7 +74,10 @@ class Command(BaseCommand):
             count = len(exc.errors)
             raise CommandError(f"{count} error{'s' if count != 1 else ''} in {path}.") from None
         except ConfigurationBusy as exc:
-            raise CommandError(str(exc)) from None
+            raise CommandError(
+                f"{exc} (exit status {BUSY_EXIT_STATUS}: busy, try again)",
+                returncode=BUSY_EXIT_STATUS,
+            ) from None
         self.stdout.write(f"{path} is valid.")
         failing = report.failing
         self.stdout.write(

@@ -1,24 +1,34 @@
 """``manage.py routing_import FILE [--publish [--force]] [--prune] | --check``: load a
-rules-as-code file (the whole routing configuration, rules-format.md), or only check it."""
+rules-as-code file (the whole routing configuration, rules-format.md) into a draft of the whole
+configuration (without ``--publish``: nothing live changes), publish it (``--publish``: the
+saved test cases first), or only check it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.urls import reverse
 
-from routing.configuration import ConfigurationBusy, configuration_import
+from routing.configuration import BUSY_EXIT_STATUS, ConfigurationBusy, configuration_import
+from routing.drafts.services import DraftRefused, FileIntoDraft, config_draft_import_file
 from routing.engine import RuleErrors
 from routing.rules_io import rules_check, rules_read
 from routing.versions import TestCasesFailing
 
+CHANGES_SHOWN = 50
+
 
 class Command(BaseCommand):
     help = (
-        "Validate a rules file (JSON, or YAML for .yaml/.yml) and upsert its sources, reps, "
-        "teams, territories, accounts, value lists and test cases; its ruleset becomes a new "
-        "draft version. Nothing is written when anything is wrong: every error is printed with "
-        "its path."
+        "Validate a rules file (JSON, or YAML for .yaml/.yml) and load it into a new draft of "
+        "the whole configuration (its sources, reps, teams, territories, accounts, value lists, "
+        "ruleset and test cases, as an import would leave the published configuration), to "
+        "test, diff and publish in the admin or with the configuration API: nothing live "
+        "changes. With --publish, upsert it and publish it after the saved test cases pass. "
+        "Nothing is written when anything is wrong: every error is printed with its path "
+        "(exit status 1; 3 when the configuration is busy with another import, publish or "
+        "replay: try again)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -26,9 +36,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--publish",
             action="store_true",
-            help="Publish the imported ruleset (archives the version published before), after "
-            "running every saved test case against the imported configuration: refused, with "
-            "nothing written, when one fails (unless --force).",
+            help="Write the file to the live tables and publish its ruleset (archives the "
+            "version published before), after running every saved test case against the "
+            "imported configuration: refused, with nothing written, when one fails (unless "
+            "--force). Without it, the file becomes a configuration draft.",
         )
         parser.add_argument(
             "--force",
@@ -40,7 +51,8 @@ class Command(BaseCommand):
             "--prune",
             action="store_true",
             help="Delete, in every section the file has, what it no longer names; refused, with "
-            "nothing written, for what live leads or live rules still need.",
+            "nothing written, for what live leads or live rules still need. Into a draft: the "
+            "draft leaves those rows out (but reps, which a draft never deletes).",
         )
         parser.add_argument(
             "--check",
@@ -62,6 +74,9 @@ class Command(BaseCommand):
             if options["check"]:
                 self._check(options["file"], data)
                 return
+            if not options["publish"]:
+                self._into_draft(options["file"], data, prune=options["prune"])
+                return
             imported = configuration_import(
                 data=data,
                 publish=options["publish"],
@@ -70,6 +85,11 @@ class Command(BaseCommand):
                 file_name=str(options["file"]),
             )
         except ConfigurationBusy as exc:
+            raise CommandError(
+                f"{exc} (exit status {BUSY_EXIT_STATUS}: busy, try again)",
+                returncode=BUSY_EXIT_STATUS,
+            ) from None
+        except DraftRefused as exc:
             raise CommandError(str(exc)) from None
         except TestCasesFailing as exc:
             for case_result in exc.results:
@@ -129,3 +149,36 @@ class Command(BaseCommand):
             else f"its ruleset is the {live}"
         )
         self.stdout.write(self.style.SUCCESS(f"{path} is valid; {what}. Nothing written."))
+
+    def _into_draft(self, path: str, data: Any, *, prune: bool) -> None:
+        into: FileIntoDraft = config_draft_import_file(
+            data=data, prune=prune, actor="routing_import", note=f"routing_import {path}"
+        )
+        for note in into.left_out:
+            self.stderr.write(self.style.WARNING(note))
+        draft = into.draft
+        if draft is None:
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"{path} changes nothing in the published configuration: no draft made."
+                )
+            )
+            return
+        count = len(into.changes)
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Imported {path} into configuration draft {draft.pk}: {count} "
+                f"change{'s' if count != 1 else ''} to the published configuration. Nothing "
+                "live changed."
+            )
+        )
+        for change in into.changes[:CHANGES_SHOWN]:
+            self.stdout.write(f"  {change.words}")
+        if count > CHANGES_SHOWN:
+            self.stdout.write(f"  ... and {count - CHANGES_SHOWN} more")
+        admin = reverse("admin:routing_configdraft_change", args=[draft.pk])
+        api = reverse("config-draft", args=[draft.pk])
+        self.stdout.write(
+            f"Draft {draft.pk}: {admin} in the admin, {api} in the configuration API. Test, "
+            "diff and publish it there (its saved test cases run before it publishes)."
+        )

@@ -28,6 +28,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from routing.decisions import _snapshot, live_config
+from routing.drafts.models import ConfigDraft
 from routing.editor.permissions import revops_group_sync
 from routing.engine import LeadFacts, compile_ruleset, decide
 from routing.engine import operators as engine_operators
@@ -140,7 +141,9 @@ def test_catastrophic_patterns_are_refused_or_evaluated_in_linear_time(
     assert "10000 characters long, at most 200 allowed" in err.getvalue()
     assert RuleSet.objects.count() == before
     call_command("routing_import", rules_file(nested, alternation), stdout=io.StringIO())
-    assert RuleSet.objects.count() == before + 1
+    assert RuleSet.objects.count() == before  # into a configuration draft: nothing live
+    saved = ConfigDraft.objects.get().document["ruleset"]["rules"]
+    assert [rule["when"]["value"] for rule in saved] == [NESTED, ALTERNATION]
 
     # --- 1,000 leads with 10 KiB adversarial strings, decided against the saved draft -------
     config = live_config(version=draft.version)
