@@ -64,7 +64,7 @@ from routing.rules_io import (
     ruleset_publish,
 )
 from routing.selectors import ruleset_published
-from routing.tables_io import Table, tables_plan
+from routing.tables_io import Owners, Table, tables_plan
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -356,6 +356,19 @@ def config_draft_discard(*, draft_id: int, actor: str) -> ConfigDraft:
     return draft
 
 
+def _draft_owners(document: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The team names and rep e-mails of a draft's document: what its CSV rows may name."""
+    names: dict[str, list[str]] = {}
+    for section, key in (("teams", "name"), ("reps", "email")):
+        rows = document.get(section)
+        names[section] = [
+            row[key]
+            for row in (rows if isinstance(rows, list) else [])
+            if isinstance(row, Mapping) and isinstance(row.get(key), str)
+        ]
+    return names["teams"], names["reps"]
+
+
 @dataclass(frozen=True)
 class TableIntoDraft:
     """What a CSV import into a draft did."""
@@ -374,10 +387,22 @@ def config_draft_import_table(
     checks) into the draft rather than the live tables: a territory of the file replaces the
     draft's of that name whole, an account is set by domain, new ones are appended; with
     ``delete_missing`` the draft's rows the file does not name are removed. Owners must be
-    published teams and reps. Raises TableErrors (row by row) or RulesFileErrors (the draft it
-    would make is invalid); nothing is written then."""
+    the draft's teams and reps (one it adds counts, one it removes does not). Raises
+    TableErrors (row by row) or RulesFileErrors (the draft it would make is invalid); nothing
+    is written then."""
     draft = _open_locked(draft_id)
-    plan = tables_plan(table=table, content=content, delete_missing=delete_missing)
+    teams, emails = _draft_owners(draft.document)
+    plan = tables_plan(
+        table=table,
+        content=content,
+        delete_missing=delete_missing,
+        owners=Owners(
+            teams={name: i for i, name in enumerate(teams)},
+            reps={email.lower(): i for i, email in enumerate(emails)},
+            where=" in the draft",
+        ),
+    )
+    spelled = {email.lower(): email for email in emails}  # the draft's own spelling
     if table == "territories":
         key_field = "name"
         rows = [
@@ -386,18 +411,19 @@ def config_draft_import_table(
                 "countries": entry.countries,
                 "regions": entry.regions,
                 "postal_prefixes": entry.postal_prefixes,
-                entry.owner[0]: entry.owner[1],
+                entry.owner[0]: (
+                    spelled[entry.owner[1]] if entry.owner[0] == "rep" else entry.owner[1]
+                ),
             }
             for entry in plan.entries
         ]
     else:
         key_field = "domain"
-        emails = dict(Rep.objects.values_list("id", "email"))
         rows = [
             {
                 "domain": entry.domain,
                 "name": entry.name,
-                "owner": emails.get(entry.owner_id) if entry.owner_id is not None else None,
+                "owner": emails[entry.owner_id] if entry.owner_id is not None else None,
                 "tier": entry.tier,
             }
             for entry in plan.entries
