@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import count
@@ -690,16 +690,22 @@ def configuration_check(
 
 
 def configuration_check_plan(
-    *, plan: _Plan, leads: int = CHECK_LEADS_DEFAULT
+    *,
+    plan: _Plan,
+    leads: int = CHECK_LEADS_DEFAULT,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ConfigurationCheck:
     """``configuration_check`` of a checked plan (a draft's, ``routing.drafts``); reads only.
     Raises ConfigurationBusy while a publish or import is under way (and refuses one that
-    starts while it reads: ``routing.rules_io.configuration_reading``)."""
+    starts while it reads: ``routing.rules_io.configuration_reading``). ``progress`` is told
+    (leads decided, leads in all) after each batch, for a background job."""
     with configuration_reading():
-        return _configuration_check_plan(plan=plan, leads=leads)
+        return _configuration_check_plan(plan=plan, leads=leads, progress=progress)
 
 
-def _configuration_check_plan(*, plan: _Plan, leads: int) -> ConfigurationCheck:
+def _configuration_check_plan(
+    *, plan: _Plan, leads: int, progress: Callable[[int, int], None] | None = None
+) -> ConfigurationCheck:
     document = document_config(plan)
     now = timezone.now()
     results = tuple(document_cases_run(document, now))
@@ -739,6 +745,8 @@ def _configuration_check_plan(*, plan: _Plan, leads: int) -> ConfigurationCheck:
             if what:
                 changed += 1
                 rows.append(DiffRow(lead=lead, before=before, after=after, changed=what))
+        if progress is not None:
+            progress(considered, len(ids))
     per_rep = sorted(
         (
             (rep, before_counts[rep], after_counts[rep])

@@ -941,6 +941,7 @@ class AdminJobKind(models.TextChoices):
     TERRITORIES_IMPORT = "territories_import", "Territories import"
     ACCOUNTS_IMPORT = "accounts_import", "Accounts import"
     REROUTE_AWAY = "reroute_away", "Re-route an unavailable rep's leads"
+    DRAFT_REPLAY = "draft_replay", "Replay against a configuration draft"
 
 
 class AdminJobStatus(models.TextChoices):

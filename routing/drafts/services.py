@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,7 @@ from routing.configuration import (
     decide_lock_exclusive,
 )
 from routing.decisions import clear_live_config_cache
-from routing.drafts.diff import KEYS, NOUNS, RowChange, configuration_diff
+from routing.drafts.diff import KEYS, NOUNS, RowChange, configuration_diff, row_change_words
 from routing.drafts.models import (
     ConfigDraft,
     ConfigDraftStatus,
@@ -93,6 +93,15 @@ class DraftStale(DraftRefused):
     def __init__(self, message: str, changes: list[RowChange]) -> None:
         super().__init__("draft_stale", message)
         self.changes = changes
+
+
+class DraftConflict(DraftRefused):
+    """A rebase refused: ``conflicts`` are the rows both the draft and the published
+    configuration changed since it began, one sentence each."""
+
+    def __init__(self, message: str, conflicts: list[str]) -> None:
+        super().__init__("rebase_conflict", message)
+        self.conflicts = conflicts
 
 
 # --- Checking a document ------------------------------------------------------------------------
@@ -152,11 +161,16 @@ def draft_errors(*, draft: ConfigDraft) -> list[RuleError]:
     return []
 
 
-def draft_check(*, draft: ConfigDraft, leads: int = CHECK_LEADS_DEFAULT) -> ConfigurationCheck:
+def draft_check(
+    *,
+    draft: ConfigDraft,
+    leads: int = CHECK_LEADS_DEFAULT,
+    progress: Callable[[int, int], None] | None = None,
+) -> ConfigurationCheck:
     """The draft's test cases run against its whole configuration, and the decisions of the
     last ``leads`` leads compared with the published configuration's; writes nothing.
-    Raises RulesFileErrors when the draft is invalid."""
-    return configuration_check_plan(plan=draft_plan(draft.document), leads=leads)
+    Raises RulesFileErrors when the draft is invalid, ConfigurationBusy during a publish."""
+    return configuration_check_plan(plan=draft_plan(draft.document), leads=leads, progress=progress)
 
 
 @dataclass(frozen=True)
@@ -478,8 +492,9 @@ def _rebased(
             if t.get(key) not in (b.get(key), m.get(key)):
                 shown = (m.get(key) or b.get(key) or {}).get(KEYS[section], key)
                 conflicts.append(
-                    f'{NOUNS[section]} "{shown}" was changed both in the draft and in the '
-                    "published configuration"
+                    f'{NOUNS[section]} "{shown}" was changed both in the draft '
+                    f"({row_change_words(section, b.get(key), m.get(key))}) and in the "
+                    f"published configuration ({row_change_words(section, b.get(key), t.get(key))})"
                 )
             elif key in m:
                 merged[key] = m[key]
@@ -505,7 +520,7 @@ def _rebased(
 @transaction.atomic
 def config_draft_rebase(*, draft_id: int, actor: str) -> ConfigDraft:
     """Begin the draft again from the published configuration now, with its own changes
-    applied row by row. Raises DraftRefused (``rebase_conflict``, the rows both sides changed)
+    applied row by row. Raises DraftConflict (``rebase_conflict``, the rows both sides changed)
     or RulesFileErrors (the result is invalid, e.g. a row it needs was removed); nothing
     written then. A draft that is not stale is left as it is."""
     draft = _open_locked(draft_id)
@@ -518,8 +533,7 @@ def config_draft_rebase(*, draft_id: int, actor: str) -> ConfigDraft:
         return draft
     merged, conflicts = _rebased(draft.base_document, draft.document, current)
     if conflicts:
-        raise DraftRefused(
-            "rebase_conflict",
+        raise DraftConflict(
             "Not rebased, nothing written: "
             + "; ".join(conflicts[:_STALE_SHOWN])
             + (
@@ -528,6 +542,7 @@ def config_draft_rebase(*, draft_id: int, actor: str) -> ConfigDraft:
                 else ""
             )
             + ". Begin a new draft and apply the change again.",
+            conflicts,
         )
     draft_plan(merged)
     latest = config_snapshot_latest()

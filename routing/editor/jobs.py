@@ -1,7 +1,8 @@
 """The progress page of a background admin job (replay, CSV import) and its JSON status.
 
 Only who may run that kind of job may watch it: RevOps (``change_ruleset`` for a replay,
-``change_territory`` / ``change_account`` for an import). The page polls the JSON every two
+``change_configdraft`` for a replay against a draft, ``change_territory`` / ``change_account``
+for an import). The page polls the JSON every two
 seconds (no script: a meta refresh does) and shows the result, or the error, when the job ends;
 a job no worker reports on for ``ADMIN_JOB_STALE_SECONDS`` is shown as stalled, not as running.
 """
@@ -24,6 +25,7 @@ JOB_PERMISSION = {
     AdminJobKind.REPLAY: "routing.change_ruleset",
     AdminJobKind.TERRITORIES_IMPORT: "routing.change_territory",
     AdminJobKind.ACCOUNTS_IMPORT: "routing.change_account",
+    AdminJobKind.DRAFT_REPLAY: "routing.change_configdraft",
 }
 
 
@@ -70,7 +72,11 @@ def job_progress_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: in
         "ruleset": job.ruleset,
         "status": job_status(job),
         "result": result if job.kind == AdminJobKind.REPLAY else None,
-        "report": result if job.kind != AdminJobKind.REPLAY else None,
+        "check": result if job.kind == AdminJobKind.DRAFT_REPLAY else None,
+        "draft_id": job.params.get("draft_id"),
+        "report": (
+            result if job.kind not in (AdminJobKind.REPLAY, AdminJobKind.DRAFT_REPLAY) else None
+        ),
         "errors": result.get("errors", []),
         "more_errors": max(0, result.get("error_count", 0) - len(result.get("errors", []))),
     }
