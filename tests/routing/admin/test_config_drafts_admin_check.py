@@ -215,3 +215,83 @@ def test_checking_and_rebasing_need_the_permission_to_change_drafts(rita: Any) -
         assert client.get(url).status_code == 403
         assert client.post(url, {"replay": "Replay", "n": "1", "_rebase": "x"}).status_code == 403
     assert AdminJob.objects.count() == 0
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_draft_is_checked_replayed_and_rebased_in_the_browser(
+    live_server: Any,
+    chromium: str,
+    transactional_db: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    settings.REPLAY_SYNC_MAX_LEADS = 3
+    clear_live_config_cache()
+    rules_import(CONFIG, publish=True)
+    user = User.objects.create_user("rita", password="pw-rita-123", is_staff=True)
+    user.groups.add(revops_group_sync())
+    processed_leads(5)
+    draft = _moved()
+    base = live_server.url
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{base}/admin/login/")
+        page.fill("#id_username", "rita")
+        page.fill("#id_password", "pw-rita-123")
+        page.click("input[type=submit]")
+
+        page.goto(f"{base}/admin/routing/configdraft/{draft.pk}/change/")
+        page.click("#draft-check")
+        page.click("#run-tests")
+        expect(page.locator("#tests-summary")).to_have_text("1 of 1 test cases failing")
+        failing = page.locator("#test-results tr.case-fail")
+        expect(failing).to_contain_text("team is DACH AE, expected EMEA SDR")
+        expect(failing.locator(".trace")).to_contain_text("Bavaria")
+
+        page.fill("#replay-n", "3")
+        page.click("#run-replay")
+        expect(page.locator("#replay-summary")).to_have_text("3 of 3 leads would change")
+        expect(page.locator("#replay-words")).to_contain_text(
+            'lead lead4@firma.de: Ana → Bo because Territory "Bavaria": team EMEA SDR → DACH AE'
+        )
+
+        page.fill("#replay-n", "5")
+        page.click("#run-replay")
+        expect(page.locator("#job-status")).to_have_attribute("data-status", "queued")
+        job = AdminJob.objects.get(kind=AdminJobKind.DRAFT_REPLAY)
+        admin_job_run(job_id=job.pk)  # the worker's part
+        page.reload()
+        expect(page.locator("#job-status")).to_have_attribute("data-status", "done")
+        expect(page.locator("#replay-summary")).to_have_text("5 of 5 leads would change")
+        expect(page.locator("#replay-words li")).to_have_count(5)
+
+        theirs = config_draft_create(actor="user:sam")
+        config_draft_patch(
+            draft_id=theirs.pk,
+            changes={"territories": {"Bavaria": {"countries": ["DE", "AT"], "team": "EMEA SDR"}}},
+            actor="user:sam",
+        )
+        config_draft_publish(draft_id=theirs.pk, actor="user:sam")
+        before = ConfigDraft.objects.get(pk=draft.pk).document
+        page.goto(f"{base}/admin/routing/configdraft/{draft.pk}/change/")
+        page.click("#draft-rebase")
+        expect(page.locator("#published-since")).to_contain_text(
+            'Territory "Bavaria": countries DE → DE, AT'
+        )
+        page.click("#rebase")
+        expect(page.locator("#rebase-refused")).to_be_visible()
+        expect(page.locator("#rebase-conflicts li")).to_have_text(
+            [
+                'Territory "Bavaria" was changed both in the draft (team EMEA SDR → DACH AE) '
+                "and in the published configuration (countries DE → DE, AT)"
+            ]
+        )
+        browser.close()
+    assert ConfigDraft.objects.get(pk=draft.pk).document == before
+    clear_live_config_cache()
