@@ -192,7 +192,7 @@ def _run_draft_replay(job: AdminJob) -> None:
             leads=int(job.params.get("limit", 0)),
             progress=_progress(job, "deciding leads"),
         )
-        changes = draft_diff(draft=draft).changes
+        changes = draft_diff(draft=draft).changes if check.published_version else []
     except RulesFileErrors as exc:
         shown = "; ".join(str(error) for error in exc.errors[:20])
         _finish(job, status=AdminJobStatus.FAILED, error=f"The draft is not valid now: {shown}")
