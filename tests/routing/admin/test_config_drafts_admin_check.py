@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from leads.models import LeadStatus
-from routing.admin_jobs import admin_job_run
+from routing.admin_jobs import admin_job_run, admin_job_start_draft_replay
 from routing.decisions import clear_live_config_cache
 from routing.drafts.models import ConfigDraft
 from routing.drafts.services import (
@@ -132,12 +132,12 @@ def test_a_small_replay_lists_each_changed_lead_in_words(rita: Any) -> None:
 
 
 def test_a_large_replay_runs_as_a_background_job_and_shows_the_words_when_done(
-    rita: Any, settings: Any, django_capture_on_commit_callbacks: Any
+    rita: Any, settings: Any, django_capture_on_commit_callbacks: Any, eager_tasks: Any
 ) -> None:
     settings.REPLAY_SYNC_MAX_LEADS = 2
     processed_leads(4)
     draft = _moved()
-    with django_capture_on_commit_callbacks(execute=False):
+    with django_capture_on_commit_callbacks(execute=False) as queued:
         started = rita.post(
             reverse("admin:routing_configdraft_check", args=[draft.pk]),
             {"replay": "Replay", "n": "4"},
@@ -147,7 +147,8 @@ def test_a_large_replay_runs_as_a_background_job_and_shows_the_words_when_done(
     assert started["Location"] == reverse("admin:routing_adminjob_progress", args=[job.pk])
     assert (job.kind, job.params) == (AdminJobKind.DRAFT_REPLAY, {"draft_id": draft.pk, "limit": 4})
     assert "Queued" in _text(rita.get(started["Location"]))
-    admin_job_run(job_id=job.pk)
+    (enqueue,) = queued
+    enqueue()  # after the commit: maintenance.admin_job, run here (eager)
     job.refresh_from_db()
     assert (job.status, job.progress_done, job.progress_total) == ("done", 4, 4)
     done = _text(rita.get(started["Location"]))
@@ -215,6 +216,10 @@ def test_checking_and_rebasing_need_the_permission_to_change_drafts(rita: Any) -
         assert client.get(url).status_code == 403
         assert client.post(url, {"replay": "Replay", "n": "1", "_rebase": "x"}).status_code == 403
     assert AdminJob.objects.count() == 0
+    job = admin_job_start_draft_replay(draft=draft, limit=600)
+    progress = reverse("admin:routing_adminjob_progress", args=[job.pk])
+    assert client.get(progress).status_code == 403
+    assert rita.get(progress).status_code == 200
 
 
 @pytest.mark.browser
