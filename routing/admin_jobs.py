@@ -21,10 +21,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from routing.drafts.checks import draft_check_data
+from routing.drafts.checks import draft_check_report
 from routing.drafts.live import LiveChangeRefused
 from routing.drafts.models import ConfigDraft
-from routing.drafts.services import draft_check, draft_diff
 from routing.engine import RuleErrors
 from routing.models import AdminJob, AdminJobKind, AdminJobStatus, RuleSet
 from routing.rules_io import ConfigurationBusy, RulesFileErrors
@@ -187,12 +186,11 @@ def _run_draft_replay(job: AdminJob) -> None:
         _finish(job, status=AdminJobStatus.FAILED, error="The draft no longer exists.")
         return
     try:
-        check = draft_check(
+        report = draft_check_report(
             draft=draft,
             leads=int(job.params.get("limit", 0)),
             progress=_progress(job, "deciding leads"),
         )
-        changes = draft_diff(draft=draft).changes if check.published_version else []
     except RulesFileErrors as exc:
         shown = "; ".join(str(error) for error in exc.errors[:20])
         _finish(job, status=AdminJobStatus.FAILED, error=f"The draft is not valid now: {shown}")
@@ -200,13 +198,14 @@ def _run_draft_replay(job: AdminJob) -> None:
     except (ConfigurationBusy, RuleErrors) as exc:
         _finish(job, status=AdminJobStatus.FAILED, error=str(exc))
         return
+    considered = (report["replay"] or {}).get("considered", 0)
     _finish(
         job,
         status=AdminJobStatus.DONE,
         phase="",
-        progress_done=check.considered,
-        progress_total=check.considered,
-        result=draft_check_data(check=check, changes=changes),
+        progress_done=considered,
+        progress_total=considered,
+        result=report,
     )
 
 

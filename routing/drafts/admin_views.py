@@ -22,7 +22,7 @@ from django.urls import reverse
 from audit.config_changes import actor_of
 from routing.admin_jobs import admin_job_start_draft_replay
 from routing.drafts import services
-from routing.drafts.checks import draft_check_data
+from routing.drafts.checks import draft_check_report
 from routing.drafts.models import ConfigDraft, ConfigDraftStatus
 from routing.drafts.snapshots import config_snapshot_latest
 from routing.editor.tables import COLUMNS, TableImportForm
@@ -194,17 +194,11 @@ def draft_check_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int
             )
             return HttpResponseRedirect(reverse("admin:routing_adminjob_progress", args=[job.pk]))
         try:
-            result = services.draft_check(draft=draft, leads=limit if replay else 0)
-            check = draft_check_data(check=result, changes=services.draft_diff(draft=draft).changes)
+            check = draft_check_report(draft=draft, leads=limit if replay else 0)
         except RulesFileErrors as exc:
             error = _not_valid(exc)
         except (ConfigurationBusy, RuleErrors) as exc:
             error = str(exc)
-        except RuleSet.DoesNotExist:
-            error = "No configuration is published."
-        else:
-            if not replay:
-                check["replay"] = None
     context = {
         **_context(model_admin, request, draft, f"Check draft {draft.pk}"),
         "limit": limit,

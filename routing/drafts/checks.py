@@ -5,11 +5,14 @@ shows and what a background replay job keeps (``routing.admin_jobs``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from leads.models import Lead
 from routing.configuration import ConfigurationCheck
 from routing.drafts.diff import RowChange
+from routing.drafts.models import ConfigDraft
+from routing.drafts.services import draft_check, draft_diff
 from routing.versions import Outcome
 
 _BECAUSE_SHOWN = 3
@@ -125,3 +128,18 @@ def draft_check_data(*, check: ConfigurationCheck, changes: list[RowChange]) -> 
             }
         ),
     }
+
+
+def draft_check_report(
+    *, draft: ConfigDraft, leads: int, progress: Callable[[int, int], None] | None = None
+) -> dict[str, Any]:
+    """``draft_check`` of the draft (its test cases; with ``leads``, a replay of that many) as
+    ``draft_check_data`` has it, the changed leads said with the draft's row changes; reads
+    only. Raises RulesFileErrors (the draft is invalid against the tables now) and
+    ConfigurationBusy (a publish or import under way)."""
+    check = draft_check(draft=draft, leads=leads, progress=progress)
+    changes = draft_diff(draft=draft).changes if check.published_version is not None else []
+    data = draft_check_data(check=check, changes=changes)
+    if not leads:
+        data["replay"] = None  # the test cases only
+    return data
