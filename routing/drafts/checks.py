@@ -5,6 +5,7 @@ shows and what a background replay job keeps (``routing.admin_jobs``)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +44,8 @@ def _outcome_data(outcome: Outcome) -> dict[str, Any]:
 
 def _involved(lead: Lead, before: Outcome, after: Outcome, changes: list[RowChange]) -> list[str]:
     """The draft's row changes the two decisions name (a rule, team, territory, rep or value
-    list in their reasons and traces; the lead's own account by its domain)."""
+    list in their reasons and traces, as a whole name: "AE" is not named by "Israel"; the
+    lead's own account by its domain)."""
     said = " ".join(
         [
             before.reason,
@@ -64,7 +66,8 @@ def _involved(lead: Lead, before: Outcome, after: Outcome, changes: list[RowChan
         key = str(change.key).casefold()
         if change.section in _UNRELATED or not key:
             continue
-        if (key == domain) if change.section == "accounts" else (key in said):
+        named = re.search(rf"(?<!\w){re.escape(key)}(?!\w)", said) is not None
+        if (key == domain) if change.section == "accounts" else named:
             found.append(change.words)
     return found
 
