@@ -1,6 +1,6 @@
-"""Background admin jobs: a large replay or CSV import, a publish or rollback of the whole
-configuration or a draft's large test run (``routing.drafts.jobs``), run by a worker, with
-progress.
+"""Background admin jobs: a large replay (of a ruleset version, or against a draft of the
+whole configuration) or CSV import, a publish or rollback of the whole configuration or a
+draft's large test run through the API (``routing.drafts.jobs``), run by a worker, with progress.
 
 ``admin_job_start_*`` create the job and enqueue ``maintenance.admin_job`` after commit;
 ``admin_job_run`` (the task's one service) claims it, runs it reporting progress in batches, and
@@ -22,10 +22,12 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from routing.drafts.checks import draft_check_report
 from routing.drafts.live import LiveChangeRefused
+from routing.drafts.models import ConfigDraft
 from routing.engine import RuleErrors
 from routing.models import AdminJob, AdminJobKind, AdminJobStatus, RuleSet
-from routing.rules_io import ConfigurationBusy
+from routing.rules_io import ConfigurationBusy, RulesFileErrors
 from routing.tables_io import TableErrors, tables_apply, tables_plan
 from routing.versions import TestCasesFailing, replay_result_data, ruleset_replay
 
@@ -70,6 +72,23 @@ def admin_job_start_replay(
         progress_total=limit,
     )
     job_enqueue(job)
+    return job
+
+
+@transaction.atomic
+def admin_job_start_draft_replay(
+    *, draft: ConfigDraft, limit: int, actor: AbstractBaseUser | None = None
+) -> AdminJob:
+    """Queue a check of ``draft``: its test cases, and the last ``limit`` processed leads
+    decided with it and with the published configuration (``draft_check``)."""
+    limit = max(1, min(limit, settings.REPLAY_MAX_LEADS))
+    job = AdminJob.objects.create(
+        kind=AdminJobKind.DRAFT_REPLAY,
+        requested_by=_user(actor),
+        params={"draft_id": draft.pk, "limit": limit},
+        progress_total=limit,
+    )
+    _enqueue(job)
     return job
 
 
@@ -172,6 +191,35 @@ def _run_replay(job: AdminJob) -> None:
     )
 
 
+def _run_draft_replay(job: AdminJob) -> None:
+    draft = ConfigDraft.objects.filter(pk=job.params.get("draft_id")).first()
+    if draft is None:
+        _finish(job, status=AdminJobStatus.FAILED, error="The draft no longer exists.")
+        return
+    try:
+        report = draft_check_report(
+            draft=draft,
+            leads=int(job.params.get("limit", 0)),
+            progress=_progress(job, "deciding leads"),
+        )
+    except RulesFileErrors as exc:
+        shown = "; ".join(str(error) for error in exc.errors[:20])
+        _finish(job, status=AdminJobStatus.FAILED, error=f"The draft is not valid now: {shown}")
+        return
+    except (ConfigurationBusy, RuleErrors) as exc:
+        _finish(job, status=AdminJobStatus.FAILED, error=str(exc))
+        return
+    considered = (report["replay"] or {}).get("considered", 0)
+    _finish(
+        job,
+        status=AdminJobStatus.DONE,
+        phase="",
+        progress_done=considered,
+        progress_total=considered,
+        result=report,
+    )
+
+
 class _Superseded(Exception):
     """Another claim of the job took over: this run's writes are rolled back."""
 
@@ -261,6 +309,8 @@ def admin_job_run(*, job_id: int) -> None:
             _run_replay(job)
         elif job.kind == AdminJobKind.REROUTE_AWAY:
             _run_reroute_away(job)
+        elif job.kind == AdminJobKind.DRAFT_REPLAY:
+            _run_draft_replay(job)
         else:
             _run_import(job)
     except SoftTimeLimitExceeded:

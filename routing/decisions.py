@@ -892,22 +892,31 @@ def assignment_sla_due(
     return now + timedelta(minutes=minutes)
 
 
-def sla_clocks_refresh(*, rep_ids: Iterable[int], now: datetime | None = None) -> int:
-    """Work the running SLA clocks of ``rep_ids``' leads out again from their assignment time,
-    with the reps' working hours and time off as they are now; returns how many moved.
+def sla_clocks_refresh(
+    *,
+    rep_ids: Iterable[int],
+    now: datetime | None = None,
+    assignment_ids: Iterable[int] | None = None,
+) -> int:
+    """Work the running SLA clocks of ``rep_ids``' leads (only ``assignment_ids`` when given)
+    out again from their assignment time, with the reps' working hours and time off as they
+    are now; returns how many moved.
 
     A clock runs while its assignment is current, untouched, not breached and not yet due. Only
     a team that respects working hours pauses its clocks for time off (any other counts wall
     minutes, and its away rep's leads are re-routed instead), so only those are worked out
     again. Called when a rep's absences change (planned, changed, cancelled: by the admin, the
-    roster API or an import) and, for holidays, by the SLA check before it calls a breach, so
-    leave or a holiday planned after a lead was assigned pauses its clock as one known then
-    did. The update re-checks the clock is still running, so a breach or first touch recorded
-    meanwhile is never undone.
+    roster API or an import) and, for holidays, by the SLA check before it calls a breach and
+    by the SLA warning before it warns, so leave or a holiday planned after a lead was assigned
+    pauses its clock (and moves its warning) as one known then did. The update re-checks the
+    clock is still running, so a breach or first touch recorded meanwhile is never undone.
     """
     now = now or timezone.now()
     moved = 0
-    for row in Assignment.objects.filter(
+    running = Assignment.objects.all()
+    if assignment_ids is not None:
+        running = running.filter(pk__in=list(assignment_ids))
+    for row in running.filter(
         rep_id__in=list(rep_ids),
         active=True,
         touched_at__isnull=True,

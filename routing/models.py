@@ -944,6 +944,7 @@ class AdminJobKind(models.TextChoices):
     CONFIG_PUBLISH = "config_publish", "Publish a configuration draft"
     CONFIG_ROLLBACK = "config_rollback", "Roll the configuration back"
     CONFIG_CHECK = "config_check", "Test a configuration draft"
+    DRAFT_REPLAY = "draft_replay", "Replay against a configuration draft"
 
 
 class AdminJobStatus(models.TextChoices):

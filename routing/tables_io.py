@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -187,6 +187,21 @@ def _rep_ids() -> dict[str, int]:
     return dict(Rep.objects.annotate(key=Lower("email")).values_list("key", "id"))
 
 
+@dataclass(frozen=True)
+class Owners:
+    """What a file's owners are resolved against: teams by name and reps by lower-cased
+    e-mail, each to an id; ``where`` ends the "no such" messages (" in the draft")."""
+
+    teams: Mapping[str, int]
+    reps: Mapping[str, int]
+    where: str = ""
+
+
+def live_owners() -> Owners:
+    """The live tables' teams and reps: what an import into the live tables resolves."""
+    return Owners(teams=dict(Team.objects.values_list("name", "id")), reps=_rep_ids())
+
+
 # --- Plans --------------------------------------------------------------------------------------
 
 
@@ -238,13 +253,18 @@ class TableReport:
 
 
 def territories_plan(
-    content: str | bytes, *, delete_missing: bool = False, progress: Progress | None = None
+    content: str | bytes,
+    *,
+    delete_missing: bool = False,
+    progress: Progress | None = None,
+    owners: Owners | None = None,
 ) -> TablePlan:
-    """Check a territories CSV; raises TableErrors with every problem, row by row."""
+    """Check a territories CSV; raises TableErrors with every problem, row by row. Owners
+    are resolved against ``owners`` (a draft's), by default the live tables'."""
     problems = _Problems()
     rows = _rows(content, TERRITORY_COLUMNS, problems)
-    teams = dict(Team.objects.values_list("name", "id"))
-    reps = _rep_ids()
+    owners = live_owners() if owners is None else owners
+    teams, reps = owners.teams, owners.reps
     entries: dict[str, _TerritoryEntry] = {}
     for number, cells in _checked(rows, progress):
         name = cells["territory"]
@@ -299,9 +319,9 @@ def territories_plan(
                 )
             continue
         if team and team not in teams:
-            problems.add(number, "team", f'no team named "{team}"')
+            problems.add(number, "team", f'no team named "{team}"{owners.where}')
         elif rep and rep not in reps:
-            problems.add(number, "rep", f"no rep with e-mail {rep}")
+            problems.add(number, "rep", f"no rep with e-mail {rep}{owners.where}")
         entry.owner, entry.owner_row = owner, number
         entry.team_id = teams.get(team) if team else None
         entry.rep_id = reps.get(rep) if rep else None
@@ -328,12 +348,18 @@ class _AccountEntry:
 
 
 def accounts_plan(
-    content: str | bytes, *, delete_missing: bool = False, progress: Progress | None = None
+    content: str | bytes,
+    *,
+    delete_missing: bool = False,
+    progress: Progress | None = None,
+    owners: Owners | None = None,
 ) -> TablePlan:
-    """Check an accounts CSV; raises TableErrors with every problem, row by row."""
+    """Check an accounts CSV; raises TableErrors with every problem, row by row. Owners are
+    resolved against ``owners`` (a draft's), by default the live tables'."""
     problems = _Problems()
     rows = _rows(content, ACCOUNT_COLUMNS, problems)
-    reps = _rep_ids()
+    where = owners.where if owners is not None else ""
+    reps = owners.reps if owners is not None else _rep_ids()
     seen: dict[str, int] = {}
     entries: list[_AccountEntry] = []
     for number, cells in _checked(rows, progress):
@@ -353,7 +379,7 @@ def accounts_plan(
         ok &= not _too_long(problems, number, "name", cells["name"], 200)
         ok &= not _too_long(problems, number, "tier", cells["tier"], 64)
         if owner and owner not in reps:
-            problems.add(number, "owner_email", f"no rep with e-mail {owner}")
+            problems.add(number, "owner_email", f"no rep with e-mail {owner}{where}")
             ok = False
         if ok:
             entries.append(
@@ -518,10 +544,11 @@ def tables_plan(
     content: str | bytes,
     delete_missing: bool = False,
     progress: Progress | None = None,
+    owners: Owners | None = None,
 ) -> TablePlan:
     """``territories_plan`` or ``accounts_plan``, by name."""
     check = territories_plan if table == "territories" else accounts_plan
-    return check(content, delete_missing=delete_missing, progress=progress)
+    return check(content, delete_missing=delete_missing, progress=progress, owners=owners)
 
 
 def tables_import(

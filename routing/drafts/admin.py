@@ -1,9 +1,10 @@
 """Admin for drafts of the whole configuration and its versions: begin a draft, see what it
 changes in words, change it (its document edited as YAML, a territories or accounts CSV
-imported into it: ``routing.drafts.admin_views``), publish it (or discard it); see each
-version's changes, roll back to one. Every action goes through ``routing.drafts.services``; a
-publish and a rollback are queued for a worker (``routing.drafts.jobs``) and open the job's
-progress page, which ends on the version published or on why it was refused."""
+imported into it), check it (test cases, replay) and rebase it (``routing.drafts.admin_views``),
+publish it (or discard it); see each version's changes, roll back to one. Every action goes
+through ``routing.drafts.services``; a publish and a rollback are queued for a worker
+(``routing.drafts.jobs``) and open the job's progress page, which ends on the version published
+or on why it was refused."""
 
 from __future__ import annotations
 
@@ -19,7 +20,12 @@ from django.utils.html import format_html, format_html_join
 
 from audit.config_changes import actor_of
 from routing.drafts import services
-from routing.drafts.admin_views import draft_edit_view, draft_import_view
+from routing.drafts.admin_views import (
+    draft_check_view,
+    draft_edit_view,
+    draft_import_view,
+    draft_rebase_view,
+)
 from routing.drafts.diff import RowChange, configuration_diff
 from routing.drafts.jobs import config_job_start_publish, config_job_start_rollback
 from routing.drafts.models import ConfigDraft, ConfigSnapshot
@@ -113,6 +119,12 @@ class ConfigDraftAdmin(admin.ModelAdmin):
         def edit(request: HttpRequest, pk: int) -> HttpResponse:
             return draft_edit_view(self, request, pk)
 
+        def check(request: HttpRequest, pk: int) -> HttpResponse:
+            return draft_check_view(self, request, pk)
+
+        def rebase(request: HttpRequest, pk: int) -> HttpResponse:
+            return draft_rebase_view(self, request, pk)
+
         return [
             path(
                 "<int:pk>/import/",
@@ -121,6 +133,16 @@ class ConfigDraftAdmin(admin.ModelAdmin):
             ),
             path(
                 "<int:pk>/edit/", self.admin_site.admin_view(edit), name="routing_configdraft_edit"
+            ),
+            path(
+                "<int:pk>/check/",
+                self.admin_site.admin_view(check),
+                name="routing_configdraft_check",
+            ),
+            path(
+                "<int:pk>/rebase/",
+                self.admin_site.admin_view(rebase),
+                name="routing_configdraft_rebase",
             ),
             *super().get_urls(),
         ]
@@ -131,9 +153,13 @@ class ConfigDraftAdmin(admin.ModelAdmin):
             return "—"
         return format_html(
             '<a href="{}" id="draft-edit">Edit the document</a> · '
-            '<a href="{}" id="draft-import">Import a territories or accounts CSV</a>',
+            '<a href="{}" id="draft-import">Import a territories or accounts CSV</a> · '
+            '<a href="{}" id="draft-check">Run the test cases, replay leads</a> · '
+            '<a href="{}" id="draft-rebase">Rebase on the published configuration</a>',
             reverse("admin:routing_configdraft_edit", args=[obj.pk]),
             reverse("admin:routing_configdraft_import", args=[obj.pk]),
+            reverse("admin:routing_configdraft_check", args=[obj.pk]),
+            reverse("admin:routing_configdraft_rebase", args=[obj.pk]),
         )
 
     @admin.display(description="What publishing it would change")

@@ -1,7 +1,10 @@
-"""Admin pages that change an open draft: a territories or accounts CSV imported into it (the
-row-precise report of the live CSV import, nothing written unless the whole file is right), and
-its document edited as YAML (every problem listed with its path, nothing written unless the
-whole document is right). Both go through ``routing.drafts.services``."""
+"""Admin pages of an open draft: a territories or accounts CSV imported into it (the
+row-precise report of the live CSV import, nothing written unless the whole file is right); its
+document edited as YAML (every problem listed with its path, nothing written unless the whole
+document is right); its check (the saved test cases against its whole configuration, and recent
+leads replayed against it, in words; many leads as a background job); and its rebase on the
+published configuration (each conflicting row listed, nothing written then). All go through
+``routing.drafts.services`` (the services the configuration API uses)."""
 
 from __future__ import annotations
 
@@ -17,11 +20,17 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from audit.config_changes import actor_of
+from routing.admin_jobs import admin_job_start_draft_replay
 from routing.drafts import services
+from routing.drafts.checks import draft_check_report
 from routing.drafts.models import ConfigDraft, ConfigDraftStatus
+from routing.drafts.snapshots import config_snapshot_latest
 from routing.editor.tables import COLUMNS, TableImportForm
-from routing.rules_io import RulesFileErrors, rules_parse
+from routing.engine import RuleErrors
+from routing.models import AdminJob, AdminJobKind, RuleSet
+from routing.rules_io import ConfigurationBusy, RulesFileErrors, rules_parse
 from routing.tables_io import TableErrors
+from routing.versions import REPLAY_DEFAULT
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -152,3 +161,94 @@ def draft_edit_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int)
         "more_errors": max(0, len(errors) - _PATH_ERRORS_SHOWN),
     }
     return TemplateResponse(request, "admin/routing/configdraft/edit.html", context)
+
+
+def _not_valid(exc: RulesFileErrors) -> str:
+    listed = [str(error) for error in exc.errors]
+    more = f" and {len(listed) - 20} more" if len(listed) > 20 else ""
+    return "The draft is not valid against the tables now: " + "; ".join(listed[:20]) + more
+
+
+def draft_check_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) -> HttpResponse:
+    """The saved test cases against the draft's whole configuration, and the last N leads
+    decided with it and with the published one, in words; writes nothing. Up to
+    ``REPLAY_SYNC_MAX_LEADS`` leads run while the page loads; more start a background job."""
+    draft = _open_draft(model_admin, request, pk)
+    try:
+        limit = int(request.POST.get("n", REPLAY_DEFAULT))
+    except ValueError:
+        limit = REPLAY_DEFAULT
+    limit = max(1, min(limit, settings.REPLAY_MAX_LEADS))
+    sync_max = settings.REPLAY_SYNC_MAX_LEADS
+    check: dict[str, Any] | None = None
+    error = ""
+    if draft.status != ConfigDraftStatus.OPEN:
+        error = f"The draft is {draft.status}: only an open draft is checked."
+    elif request.method == "POST":
+        replay = "replay" in request.POST
+        if replay and limit > sync_max:
+            job = admin_job_start_draft_replay(
+                draft=draft,
+                limit=limit,
+                actor=request.user,  # type: ignore[arg-type]
+            )
+            return HttpResponseRedirect(reverse("admin:routing_adminjob_progress", args=[job.pk]))
+        try:
+            check = draft_check_report(draft=draft, leads=limit if replay else 0)
+        except RulesFileErrors as exc:
+            error = _not_valid(exc)
+        except (ConfigurationBusy, RuleErrors) as exc:
+            error = str(exc)
+    context = {
+        **_context(model_admin, request, draft, f"Check draft {draft.pk}"),
+        "limit": limit,
+        "max": settings.REPLAY_MAX_LEADS,
+        "sync_max": sync_max,
+        "check": check,
+        "error": error,
+        "jobs": AdminJob.objects.filter(kind=AdminJobKind.DRAFT_REPLAY, params__draft_id=draft.pk)[
+            :5
+        ],
+    }
+    return TemplateResponse(request, "admin/routing/configdraft/check.html", context)
+
+
+def draft_rebase_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: int) -> HttpResponse:
+    """What was published since the draft began, and its rebase: the draft's own changes
+    applied to the published configuration, or every conflicting row listed and nothing
+    written."""
+    draft = _open_draft(model_admin, request, pk)
+    conflicts: list[str] = []
+    errors: list[str] = []
+    if request.method == "POST" and draft.status == ConfigDraftStatus.OPEN:
+        try:
+            rebased = services.config_draft_rebase(draft_id=draft.pk, actor=actor_of(request))
+        except services.DraftConflict as exc:
+            conflicts = exc.conflicts
+        except RulesFileErrors as exc:
+            errors = [str(error) for error in exc.errors]
+        except services.DraftRefused as exc:
+            errors = [exc.message]
+        else:
+            messages.success(
+                request,
+                f"Draft {draft.pk} rebased: it now begins from configuration version "
+                f"{rebased.base_number}, with its own changes applied.",
+            )
+            return HttpResponseRedirect(
+                reverse("admin:routing_configdraft_change", args=[draft.pk])
+            )
+    try:
+        diff = services.draft_diff(draft=draft)
+    except RuleSet.DoesNotExist:
+        diff = None
+    latest = config_snapshot_latest()
+    context = {
+        **_context(model_admin, request, draft, f"Rebase draft {draft.pk}"),
+        "stale": diff is not None and diff.stale,
+        "published_since": diff.stale_changes if diff is not None else [],
+        "latest": latest.number if latest is not None else None,
+        "conflicts": conflicts,
+        "errors": errors[:_PATH_ERRORS_SHOWN],
+    }
+    return TemplateResponse(request, "admin/routing/configdraft/rebase.html", context)

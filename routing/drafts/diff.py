@@ -104,6 +104,24 @@ def _rows(document: Mapping[str, Any], section: str) -> dict[str, dict[str, Any]
     return rows
 
 
+def row_change_words(section: str, before: Mapping[str, Any] | None, after: Any) -> str:
+    """What happened to one row between two documents, in words: "removed", "added", or each
+    changed field ("values rival.io → a.io")."""
+    if after is None:
+        return "removed"
+    if before is None:
+        return "added"
+    key_field = KEYS.get(section, "")
+    defaults = _RULE_DEFAULTS if section == "rules" else {}
+    old, new = {**defaults, **before}, {**defaults, **after}
+    fields = [
+        f"{f.replace('_', ' ')} {_words(f, old.get(f))} → {_words(f, v)}"
+        for f, v in sorted(new.items())
+        if f != key_field and old.get(f) != v
+    ]
+    return "; ".join(fields) or "unchanged"
+
+
 def configuration_diff(*, before: Mapping[str, Any], after: Mapping[str, Any]) -> list[RowChange]:
     """Every row ``after`` adds, removes or changes compared with ``before``, in words."""
     changes: list[RowChange] = []

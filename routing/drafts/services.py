@@ -42,7 +42,7 @@ from routing.configuration import (
     plan_touches_claimed_rows,
 )
 from routing.decisions import clear_live_config_cache
-from routing.drafts.diff import KEYS, NOUNS, RowChange, configuration_diff
+from routing.drafts.diff import KEYS, NOUNS, RowChange, configuration_diff, row_change_words
 from routing.drafts.models import (
     ConfigDraft,
     ConfigDraftStatus,
@@ -70,7 +70,7 @@ from routing.rules_io import (
     ruleset_publish,
 )
 from routing.selectors import ruleset_published
-from routing.tables_io import Table, tables_plan
+from routing.tables_io import Owners, Table, tables_plan
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -113,6 +113,15 @@ class DraftStale(DraftRefused):
     def __init__(self, message: str, changes: list[RowChange]) -> None:
         super().__init__("draft_stale", message)
         self.changes = changes
+
+
+class DraftConflict(DraftRefused):
+    """A rebase refused: ``conflicts`` are the rows both the draft and the published
+    configuration changed since it began, one sentence each."""
+
+    def __init__(self, message: str, conflicts: list[str]) -> None:
+        super().__init__("rebase_conflict", message)
+        self.conflicts = conflicts
 
 
 # --- Checking a document ------------------------------------------------------------------------
@@ -181,7 +190,7 @@ def draft_check(
     """The draft's test cases run against its whole configuration, and the decisions of the
     last ``leads`` leads compared with the published configuration's; writes nothing.
     ``progress(done, total)`` is told after each batch of leads. Raises RulesFileErrors when
-    the draft is invalid."""
+    the draft is invalid, ConfigurationBusy during a publish."""
     return configuration_check_plan(plan=draft_plan(draft.document), leads=leads, progress=progress)
 
 
@@ -419,6 +428,19 @@ def config_draft_discard(*, draft_id: int, actor: str) -> ConfigDraft:
     return draft
 
 
+def _draft_owners(document: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The team names and rep e-mails of a draft's document: what its CSV rows may name."""
+    names: dict[str, list[str]] = {}
+    for section, key in (("teams", "name"), ("reps", "email")):
+        rows = document.get(section)
+        names[section] = [
+            row[key]
+            for row in (rows if isinstance(rows, list) else [])
+            if isinstance(row, Mapping) and isinstance(row.get(key), str)
+        ]
+    return names["teams"], names["reps"]
+
+
 @dataclass(frozen=True)
 class TableIntoDraft:
     """What a CSV import into a draft did."""
@@ -437,10 +459,22 @@ def config_draft_import_table(
     checks) into the draft rather than the live tables: a territory of the file replaces the
     draft's of that name whole, an account is set by domain, new ones are appended; with
     ``delete_missing`` the draft's rows the file does not name are removed. Owners must be
-    published teams and reps. Raises TableErrors (row by row) or RulesFileErrors (the draft it
-    would make is invalid); nothing is written then."""
+    the draft's teams and reps (one it adds counts, one it removes does not). Raises
+    TableErrors (row by row) or RulesFileErrors (the draft it would make is invalid); nothing
+    is written then."""
     draft = _open_locked(draft_id)
-    plan = tables_plan(table=table, content=content, delete_missing=delete_missing)
+    teams, emails = _draft_owners(draft.document)
+    plan = tables_plan(
+        table=table,
+        content=content,
+        delete_missing=delete_missing,
+        owners=Owners(
+            teams={name: i for i, name in enumerate(teams)},
+            reps={email.lower(): i for i, email in enumerate(emails)},
+            where=" in the draft",
+        ),
+    )
+    spelled = {email.lower(): email for email in emails}  # the draft's own spelling
     if table == "territories":
         key_field = "name"
         rows = [
@@ -449,18 +483,19 @@ def config_draft_import_table(
                 "countries": entry.countries,
                 "regions": entry.regions,
                 "postal_prefixes": entry.postal_prefixes,
-                entry.owner[0]: entry.owner[1],
+                entry.owner[0]: (
+                    spelled[entry.owner[1]] if entry.owner[0] == "rep" else entry.owner[1]
+                ),
             }
             for entry in plan.entries
         ]
     else:
         key_field = "domain"
-        emails = dict(Rep.objects.values_list("id", "email"))
         rows = [
             {
                 "domain": entry.domain,
                 "name": entry.name,
-                "owner": emails.get(entry.owner_id) if entry.owner_id is not None else None,
+                "owner": emails[entry.owner_id] if entry.owner_id is not None else None,
                 "tier": entry.tier,
             }
             for entry in plan.entries
@@ -635,8 +670,9 @@ def _rebased(
             if t.get(key) not in (b.get(key), m.get(key)):
                 shown = (m.get(key) or b.get(key) or {}).get(KEYS[section], key)
                 conflicts.append(
-                    f'{NOUNS[section]} "{shown}" was changed both in the draft and in the '
-                    "published configuration"
+                    f'{NOUNS[section]} "{shown}" was changed both in the draft '
+                    f"({row_change_words(section, b.get(key), m.get(key))}) and in the "
+                    f"published configuration ({row_change_words(section, b.get(key), t.get(key))})"
                 )
             elif key in m:
                 merged[key] = m[key]
@@ -662,7 +698,7 @@ def _rebased(
 @transaction.atomic
 def config_draft_rebase(*, draft_id: int, actor: str) -> ConfigDraft:
     """Begin the draft again from the published configuration now, with its own changes
-    applied row by row. Raises DraftRefused (``rebase_conflict``, the rows both sides changed)
+    applied row by row. Raises DraftConflict (``rebase_conflict``, the rows both sides changed)
     or RulesFileErrors (the result is invalid, e.g. a row it needs was removed); nothing
     written then. A draft that is not stale is left as it is."""
     draft = _open_locked(draft_id)
@@ -675,8 +711,7 @@ def config_draft_rebase(*, draft_id: int, actor: str) -> ConfigDraft:
         return draft
     merged, conflicts = _rebased(draft.base_document, draft.document, current)
     if conflicts:
-        raise DraftRefused(
-            "rebase_conflict",
+        raise DraftConflict(
             "Not rebased, nothing written: "
             + "; ".join(conflicts[:_STALE_SHOWN])
             + (
@@ -685,6 +720,7 @@ def config_draft_rebase(*, draft_id: int, actor: str) -> ConfigDraft:
                 else ""
             )
             + ". Begin a new draft and apply the change again.",
+            conflicts,
         )
     draft_plan(merged)
     latest = config_snapshot_latest()

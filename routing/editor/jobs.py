@@ -3,7 +3,8 @@ the whole configuration, a draft's test) and its JSON status.
 
 Only who may run that kind of job may watch it: RevOps (``change_ruleset`` for a replay,
 ``change_territory`` / ``change_account`` for an import, ``add_configsnapshot`` for a publish
-or rollback, ``change_configdraft`` for a draft's test). The page polls the JSON every two
+or rollback, ``change_configdraft`` for a draft's test or a replay against a draft, ``change_rep``
+for re-routing an unavailable rep's leads). The page polls the JSON every two
 seconds (no script: a meta refresh does) and shows the result, or the error, when the job ends;
 a job no worker reports on for ``ADMIN_JOB_STALE_SECONDS`` is shown as stalled, not as running.
 """
@@ -32,6 +33,7 @@ JOB_PERMISSION = {
     AdminJobKind.CONFIG_PUBLISH: "routing.add_configsnapshot",
     AdminJobKind.CONFIG_ROLLBACK: "routing.add_configsnapshot",
     AdminJobKind.CONFIG_CHECK: "routing.change_configdraft",
+    AdminJobKind.DRAFT_REPLAY: "routing.change_configdraft",
 }
 IMPORT_KINDS = (AdminJobKind.TERRITORIES_IMPORT, AdminJobKind.ACCOUNTS_IMPORT)
 CONFIG_KINDS = (
@@ -105,7 +107,12 @@ def job_progress_view(model_admin: ModelAdmin[Any], request: HttpRequest, pk: in
             if job.kind == AdminJobKind.CONFIG_CHECK and job.status == AdminJobStatus.DONE
             else None
         ),
-        "draft_id": job.params.get("draft_id") if job.kind in CONFIG_KINDS else None,
+        "check": result if job.kind == AdminJobKind.DRAFT_REPLAY else None,
+        "draft_id": (
+            job.params.get("draft_id")
+            if job.kind in (*CONFIG_KINDS, AdminJobKind.DRAFT_REPLAY)
+            else None
+        ),
         "version_url": _version_url(result) if job.status == AdminJobStatus.DONE else None,
         "errors": result.get("errors", []),
         "more_errors": max(0, result.get("error_count", 0) - len(result.get("errors", []))),

@@ -12,7 +12,8 @@ version: such a save records none.
 
 Like a publish, a save that changes the routed configuration runs the saved test cases against
 the configuration it leaves; when one fails, nothing is saved and the message names the failing
-cases, unless the form's "Save even though saved test cases fail" box was ticked (POST
+cases, unless the form's "Save even though saved test cases fail" box (on a delete page and a
+list's bulk delete confirmation: "Delete even though …") was ticked (POST
 ``_force_failing_test_cases``): then the version and its ``published`` event name who forced it
 and which cases failed. (Saves of the test cases themselves are not gated.)
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
 
 from audit.config_changes import actor_of
 from routing.configuration import LOCK_WAIT_SECONDS
@@ -47,8 +49,11 @@ class VersionedConfigAdmin:
     # Whether a save runs the saved test cases first (refused when one fails, unless forced).
     versioned_test_cases = True
 
-    def versioned(self, request: HttpRequest, view: Callable[[], HttpResponse]) -> HttpResponse:
-        """Run ``view`` (a POST that may change the routed configuration) as a live change."""
+    def versioned(
+        self, request: HttpRequest, view: Callable[[], HttpResponse], *, deleting: bool = False
+    ) -> HttpResponse:
+        """Run ``view`` (a POST that may change the routed configuration) as a live change;
+        ``deleting``: it is a delete page's (or bulk delete's), for the refusal's words."""
         if request.method != "POST" or request.__dict__.get("_config_versioned"):
             return view()
         request.__dict__["_config_versioned"] = True
@@ -75,9 +80,16 @@ class VersionedConfigAdmin:
                 + "; ".join(
                     f"{result.case.name} ({', '.join(result.problems)})" for result in failing
                 )
-                + '. Fix the change or the cases; or tick "Save even though saved test cases '
-                'fail" on the change form and save again, or publish it through a configuration '
-                "draft with force (either is recorded with your name and the cases).",
+                + ". Fix the change or the cases; or "
+                + (
+                    'tick "Delete even though saved test cases fail" on the delete page and '
+                    "delete again"
+                    if deleting
+                    else 'tick "Save even though saved test cases fail" on the change form and '
+                    "save again"
+                )
+                + ", or publish it through a configuration draft with force (either is recorded "
+                "with your name and the cases).",
                 messages.ERROR,
             )
             return HttpResponseRedirect(request.get_full_path())
@@ -112,18 +124,27 @@ class VersionedConfigAdmin:
         self, request: HttpRequest, object_id: str, extra_context: Any = None
     ) -> HttpResponse:
         parent = super()
+        # The delete page's "Delete even though saved test cases fail" box
+        # (templates/admin/routing/delete_confirmation.html).
+        extra_context = {**(extra_context or {}), "versioned_test_cases": self.versioned_test_cases}
         return self.versioned(
             request,
             lambda: parent.delete_view(request, object_id, extra_context),  # type: ignore[attr-defined]
+            deleting=True,
         )
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         parent = super()
 
         def view() -> HttpResponse:
-            return parent.changelist_view(request, extra_context)  # type: ignore[attr-defined]
+            response: HttpResponse = parent.changelist_view(request, extra_context)  # type: ignore[attr-defined]
+            if isinstance(response, TemplateResponse) and response.context_data is not None:
+                # The bulk delete confirmation's box
+                # (templates/admin/routing/delete_selected_confirmation.html).
+                response.context_data["versioned_test_cases"] = self.versioned_test_cases
+            return response
 
         action = request.POST.get("action") if request.method == "POST" else None
         if request.method == "POST" and (action in VERSIONED_ACTIONS or "_save" in request.POST):
-            return self.versioned(request, view)
+            return self.versioned(request, view, deleting=action == "delete_selected")
         return view()

@@ -5,6 +5,11 @@ assignments due within ``SLA_WARNING_MINUTES``; for each one whose warning time 
 (``warning_due``) it stores an ``SlaWarning`` (one-to-one with the assignment: a second beat
 running at the same moment cannot warn twice) and schedules the rep's ``lead.sla_warning``
 notices through the delivery outbox, in one transaction.
+
+The warning follows the clock the SLA check breaches by: in a team that respects working hours,
+time off planned after the lead was assigned (leave, a holiday calendar's day) pauses the clock,
+so each candidate's due time is worked out again first (``sla_clocks_refresh``) and a clock that
+moved is warned about before its new due time, not the old one.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from routing.decisions import sla_clocks_refresh
 from routing.delivery.models import DeliveryEvent
 from routing.delivery.services import deliveries_schedule
 from routing.models import Assignment
@@ -61,10 +67,20 @@ def sla_warn(*, now: datetime | None = None, batch_size: int = 500, max_batches:
             candidates = candidates.filter(sla_due_at__gte=due).exclude(
                 sla_due_at=due, id__lte=last_id
             )
-        rows: list[tuple[int, datetime, datetime]] = list(
-            candidates.values_list("id", "assigned_at", "sla_due_at")[:batch_size]  # type: ignore[arg-type]
+        rows: list[tuple[int, datetime, datetime, int]] = list(
+            candidates.values_list("id", "assigned_at", "sla_due_at", "rep_id")[:batch_size]  # type: ignore[arg-type]
         )
-        for assignment_id, assigned_at, sla_due_at in rows:
+        refreshed: dict[int, datetime] = {}
+        if rows and sla_clocks_refresh(
+            rep_ids={row[3] for row in rows}, assignment_ids=[row[0] for row in rows], now=now
+        ):
+            refreshed = dict(
+                Assignment.objects.filter(pk__in=[row[0] for row in rows]).values_list(
+                    "id", "sla_due_at"
+                )  # type: ignore[arg-type]
+            )
+        for assignment_id, assigned_at, stored_due, _rep_id in rows:
+            sla_due_at = refreshed.get(assignment_id) or stored_due
             if warning_due(
                 assigned_at=assigned_at, sla_due_at=sla_due_at, now=now, lead_minutes=lead_minutes
             ):

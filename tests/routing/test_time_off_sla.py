@@ -166,3 +166,42 @@ def test_leave_planned_on_the_reps_admin_page_pauses_the_clock(rules, admin_clie
     assignment.refresh_from_db()
     elapsed = start - assignment.assigned_at
     assert assignment.sla_due_at == end + (timedelta(minutes=60) - elapsed)
+
+
+def test_a_holiday_added_while_the_clock_runs_moves_the_warning_too(rules, settings):
+    """The warning follows the clock the check breaches by: not before the old due time."""
+    from routing.monitoring.models import SlaWarning
+    from routing.monitoring.sla_warning import sla_warn
+
+    settings.SLA_WARNING_MINUTES = 15
+    day = (timezone.now() + timedelta(days=3)).astimezone(BERLIN).date()
+    midnight = datetime.combine(day, datetime.min.time(), tzinfo=BERLIN)
+    _lead, assignment = _running_clock(assigned_at=midnight - timedelta(minutes=30))
+    due = assignment.sla_due_at
+    calendar = HolidayCalendar.objects.create(name="Company")
+    calendar.reps.add(assignment.rep)
+    HolidayCalendarDay.objects.create(calendar=calendar, date=day, name="Offsite")
+
+    assert sla_warn(now=due - timedelta(minutes=10)) == 0  # the old due time warns nobody
+    assignment.refresh_from_db()
+    after = datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=BERLIN)
+    assert assignment.sla_due_at == after + timedelta(minutes=30)
+    assert not SlaWarning.objects.exists()
+    assert sla_warn(now=after + timedelta(minutes=20)) == 1  # 10 minutes before the new one
+    warning = SlaWarning.objects.get()
+    assert warning.sla_due_at == after + timedelta(minutes=30)
+
+
+def test_a_wall_clock_teams_warning_is_not_moved(rules, settings):
+    from routing.monitoring.sla_warning import sla_warn
+
+    settings.SLA_WARNING_MINUTES = 15
+    day = (timezone.now() + timedelta(days=3)).astimezone(BERLIN).date()
+    midnight = datetime.combine(day, datetime.min.time(), tzinfo=BERLIN)
+    _lead, assignment = _running_clock(
+        assigned_at=midnight - timedelta(minutes=30), respect_hours=False
+    )
+    calendar = HolidayCalendar.objects.create(name="Company")
+    calendar.reps.add(assignment.rep)
+    HolidayCalendarDay.objects.create(calendar=calendar, date=day, name="Offsite")
+    assert sla_warn(now=assignment.sla_due_at - timedelta(minutes=10)) == 1

@@ -291,7 +291,7 @@ def test_a_territory_csv_lands_in_the_draft_with_row_precise_errors(client, publ
     )
     assert error["fields"]["csv"] == [
         'row 2, column country: unknown country code "XX" (ISO 3166-1 alpha-2, e.g. DE)',
-        'row 3, column team: no team named "Ghost"',
+        'row 3, column team: no team named "Ghost" in the draft',
     ]
     assert ConfigDraft.objects.get().document["territories"] == []
     good = (
