@@ -88,7 +88,7 @@ def admin_job_start_draft_replay(
         params={"draft_id": draft.pk, "limit": limit},
         progress_total=limit,
     )
-    _enqueue(job)
+    job_enqueue(job)
     return job
 
 
@@ -194,23 +194,23 @@ def _run_replay(job: AdminJob) -> None:
 def _run_draft_replay(job: AdminJob) -> None:
     draft = ConfigDraft.objects.filter(pk=job.params.get("draft_id")).first()
     if draft is None:
-        _finish(job, status=AdminJobStatus.FAILED, error="The draft no longer exists.")
+        job_finish(job, status=AdminJobStatus.FAILED, error="The draft no longer exists.")
         return
     try:
         report = draft_check_report(
             draft=draft,
             leads=int(job.params.get("limit", 0)),
-            progress=_progress(job, "deciding leads"),
+            progress=job_progress(job, "deciding leads"),
         )
     except RulesFileErrors as exc:
         shown = "; ".join(str(error) for error in exc.errors[:20])
-        _finish(job, status=AdminJobStatus.FAILED, error=f"The draft is not valid now: {shown}")
+        job_finish(job, status=AdminJobStatus.FAILED, error=f"The draft is not valid now: {shown}")
         return
     except (ConfigurationBusy, RuleErrors) as exc:
-        _finish(job, status=AdminJobStatus.FAILED, error=str(exc))
+        job_finish(job, status=AdminJobStatus.FAILED, error=str(exc))
         return
     considered = (report["replay"] or {}).get("considered", 0)
-    _finish(
+    job_finish(
         job,
         status=AdminJobStatus.DONE,
         phase="",

@@ -16,11 +16,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
+from routing.admin_jobs import admin_job_run
 from routing.decisions import clear_live_config_cache
 from routing.drafts.models import ConfigDraft, ConfigSnapshot
 from routing.drafts.services import config_draft_create
 from routing.editor.permissions import revops_group_sync
-from routing.models import Territory
+from routing.models import AdminJob, AdminJobKind, Territory
 from routing.rules_io import rules_import
 from tests.routing.test_pipeline import RULES
 
@@ -147,7 +148,12 @@ def test_a_draft_from_the_admin_csv_bad_row_fixed_diff_in_words_published(
         page.check(f"input[name=_selected_action][value='{draft.pk}']")
         page.select_option("select[name=action]", "publish")
         page.click("button[name=index]")
-        expect(page.locator(".messagelist")).to_contain_text("published as configuration version 2")
+        # A publish is a background job: its progress page, then the worker runs it.
+        expect(page.locator("#job-status")).to_contain_text("Queued")
+        admin_job_run(job_id=AdminJob.objects.get(kind=AdminJobKind.CONFIG_PUBLISH).pk)
+        expect(page.locator("#config-published")).to_contain_text(
+            "Published as configuration version 2", timeout=15_000
+        )
         browser.close()
     assert set(Territory.objects.values_list("name", flat=True)) == {"Bavaria", "Austria"}
     assert ConfigSnapshot.objects.filter(number=2).exists()
