@@ -33,7 +33,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -62,12 +62,12 @@ from routing.decisions import (
     RoutingContention,
     RulesetNotFound,
     _decide,
+    _decision_snapshot,
+    _DecisionSnapshot,
     _default_sla,
     _domain_candidates,
     _rep_state,
     _sla_due,
-    _Snapshot,
-    _snapshot,
     decide_lock_shared_sql,
     lead_facts,
     lead_unreachable_reason,
@@ -451,7 +451,7 @@ def _accounts(leads: Iterable[Lead]) -> _Accounts:
     return _Accounts(facts=facts, ids=ids, domains=domains)
 
 
-def _advance(snap: _Snapshot, decision: Decision, at: datetime) -> None:
+def _advance(snap: _DecisionSnapshot, decision: Decision, at: datetime) -> None:
     """The state after ``decision`` was applied: its team's turn moved, its rep one lead more."""
     if decision.rotation_update is not None:
         snap.rotation[decision.rotation_update.team_id] = decision.rotation_update
@@ -465,22 +465,21 @@ def _advance(snap: _Snapshot, decision: Decision, at: datetime) -> None:
         )
 
 
-def _lock_teams(team_ids: Iterable[int], snap: _Snapshot) -> None:
-    """Lock the teams (one statement, id order) and take their turns as read under the lock."""
+def _lock_teams(team_ids: Iterable[int]) -> dict[int, RotationState]:
+    """Lock the teams (one statement, id order): their turns as read under the lock."""
     ids = sorted(set(team_ids))
     if not ids:
-        return
+        return {}
     rows = (
         Team.objects.select_for_update(no_key=True)
         .filter(pk__in=ids)
         .order_by("id")
         .values_list("id", "rotation_state")
     )
-    for team_id, state in rows:
-        snap.rotation[team_id] = RotationState.from_json(team_id, state)
+    return {team_id: RotationState.from_json(team_id, state) for team_id, state in rows}
 
 
-def _lock_reps(rep_ids: Iterable[int], snap: _Snapshot, now: datetime) -> dict[int, str]:
+def _lock_reps(rep_ids: Iterable[int], snap: _DecisionSnapshot, now: datetime) -> dict[int, str]:
     """Lock the reps' rows (one statement, id order), then read their counters in a second
     statement (after the lock: see ``_lock_rep``); the snapshot takes both. Returns each
     locked rep's time zone."""
@@ -501,26 +500,18 @@ def _lock_reps(rep_ids: Iterable[int], snap: _Snapshot, now: datetime) -> dict[i
     }
     zones: dict[int, str] = {}
     midnights: dict[str, datetime] = {}
+    time_off = snap.time_off
     for row in rows:
         zone_name = row["timezone"] or "UTC"
         load = load_from_row(loads.get(row["id"]) or {}, prefix="")
         open_count, today = load_counts(row["id"], zone_name, load, now, midnights)
         fresh = _rep_state(row, open_count, today)
-        seen = snap.reps.get(row["id"])
-        if seen is not None:  # time off is not locked: as the snapshot read it
-            fresh = replace(fresh, absences=seen.absences, holidays=seen.holidays)
+        off = time_off.get(row["id"])
+        if off is not None:  # time off is not locked: as the snapshot read it
+            fresh = replace(fresh, absences=off.absences, holidays=off.holidays)
         snap.reps[row["id"]] = fresh
         zones[row["id"]] = zone_name
     return zones
-
-
-def _team_reps(config: LiveConfig, team_ids: Iterable[int]) -> set[int]:
-    return {
-        rep_id
-        for team_id in team_ids
-        if (team := config.teams.get(team_id)) is not None
-        for rep_id, _weight in team.members
-    }
 
 
 def _route(batch: _Batch) -> None:
@@ -546,9 +537,12 @@ def _route(batch: _Batch) -> None:
     if config is None or not to_decide:
         _write(batch, config, {}, {})
         return
-    snap = _snapshot(config, now)
-    # A first pass on the snapshot, without locks: which teams and reps the batch goes to.
-    plan = _Snapshot(reps=dict(snap.reps), rotation=dict(snap.rotation))
+    # Only the reps the decisions look at are read (``_decision_snapshot``), a page as many
+    # reps longer as the batch has leads: a round robin's batch reads one page.
+    extra = len(to_decide)
+    plan = _decision_snapshot(config, now, extra=extra)
+    read = _DecisionSnapshot(reps={}, rotation=dict(plan.rotation), time_off=plan.time_off)
+    # A first pass, without locks: which teams and reps the batch goes to.
     teams: set[int] = set()
     reps: set[int] = set()
     for _item, facts in to_decide:
@@ -559,11 +553,16 @@ def _route(batch: _Batch) -> None:
             if decision.rep_id is not None:
                 reps.add(decision.rep_id)
             _advance(plan, decision, now)
-    # Teams first, then reps, each in id order (the order route_lead takes them in too). Every
-    # member of a locked team is locked: the decisions made again under the locks may choose
-    # any of them, and none can take a lead from elsewhere meanwhile.
-    _lock_teams(teams, snap)
-    zones = _lock_reps(reps | _team_reps(config, teams), snap, now)
+    # Teams first, then the reps the first pass chose, each in id order (the order route_lead
+    # takes them in too). The reps are read again once the teams are locked (as route_lead
+    # reads them again under a team's lock): nobody else can move those teams' turns or give
+    # their members a lead through them meanwhile. A rep the decisions under the locks choose
+    # that the first pass did not (another worker changed a rep between) is locked then, and
+    # the lead decided again.
+    turns = _lock_teams(teams)
+    snap = _decision_snapshot(config, now, extra=extra, again=read)  # the reps read anew
+    snap.rotation.update(turns)
+    zones = _lock_reps(reps, snap, now)
     locked_teams = set(teams)
     for item, facts in to_decide:
         for _attempt in range(_MAX_ATTEMPTS):
@@ -574,10 +573,8 @@ def _route(batch: _Batch) -> None:
             if decision.team_id is not None and decision.team_id not in locked_teams:
                 # Not foreseen by the first pass (another worker changed the state between):
                 # lock it and its members now, then decide again.
-                _lock_teams([decision.team_id], snap)
+                snap.rotation.update(_lock_teams([decision.team_id]))
                 locked_teams.add(decision.team_id)
-                new = _team_reps(config, [decision.team_id]) - zones.keys()
-                zones.update(_lock_reps(new, snap, now))
                 continue
             if decision.rep_id is not None and decision.rep_id not in zones:
                 zones.update(_lock_reps([decision.rep_id], snap, now))
@@ -595,7 +592,7 @@ def _route(batch: _Batch) -> None:
 def _write(
     batch: _Batch,
     config: LiveConfig | None,
-    reps: dict[int, Any],
+    reps: Mapping[int, Any],
     zones: dict[int, str],
 ) -> None:
     """The batch's outcomes in bulk: assignments, turns, reps, counters, statuses, events,
