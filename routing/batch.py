@@ -40,7 +40,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, F, Q, TextField, When
+from django.db.models import Case, F, Q, TextField, When, signals
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -293,11 +293,61 @@ def _batch_route(batch: _Batch, claimed: list[uuid.UUID], lease: datetime) -> No
         accounts_known.reset(known)
     if batch.routed:
         _route(batch)
+    _leads_save([item.lead for item in batch.routed])
+    batch.finished += [item.lead.pk for item in batch.routed]
+    # After the leads' statuses, as one by one records its event after the lead's status: a
+    # transaction takes the report counters of leads before those of events (audit.rollups).
     events_record_many(batch.events)
-    for item in batch.routed:
-        item.lead.claimed_until = None
-        item.lead.save()
-        batch.finished.append(item.lead.pk)
+
+
+def _leads_save(leads: list[Lead]) -> None:
+    """Save the routed leads, their leases ended. On PostgreSQL in one UPDATE of every column
+    (their stages, statuses, tags) from a VALUES list: one statement also moves their report
+    counters together (``audit.rollups``: the trigger takes a statement's counter rows in key
+    order, the order every claim takes them in, so a claim and a batch cannot deadlock on
+    them), and a lead costs no UPDATE of its own. (Django's ``bulk_update`` builds a CASE a
+    column a lead: 70 ms of Python a lead, measured.) SQLite, one writer at a time: a save
+    a lead."""
+    if not leads:
+        return
+    for lead in leads:
+        lead.claimed_until = None
+    if connection.vendor != "postgresql":
+        for lead in leads:
+            lead.save()
+        return
+    for lead in leads:  # as save() would (no receiver in the project; a test's fault hook)
+        signals.pre_save.send(sender=Lead, instance=lead, raw=False, using=connection.alias)
+
+    def quote(name: str | None) -> str:
+        return connection.ops.quote_name(name or "")
+
+    key = Lead._meta.pk
+    fields = [
+        each
+        for each in Lead._meta.concrete_fields
+        if not each.primary_key and each.db_type(connection) is not None
+    ]
+    columns = [key, *fields]
+    row = "(" + ", ".join(f"%s::{each.db_type(connection)}" for each in columns) + ")"
+    params: list[Any] = []
+    for lead in leads:
+        params.append(key.get_db_prep_save(lead.pk, connection))
+        for each in fields:
+            params.append(each.get_db_prep_save(each.pre_save(lead, False), connection))
+    names = ", ".join(quote(each.column) for each in columns)
+    sets = ", ".join(f"{quote(each.column)} = v.{quote(each.column)}" for each in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quote(Lead._meta.db_table)} AS l SET {sets} "  # noqa: S608 - the model's names
+            f"FROM (VALUES {', '.join([row] * len(leads))}) AS v({names}) "
+            f"WHERE l.{quote(key.column)} = v.{quote(key.column)}",
+            params,
+        )
+    for lead in leads:
+        signals.post_save.send(
+            sender=Lead, instance=lead, created=False, raw=False, using=connection.alias
+        )
 
 
 def _stages(batch: _Batch, lead: Lead) -> None:
