@@ -223,7 +223,91 @@ _LEAD_CHANGED = (
 _ROUTED = f"NEW.type IN ({_quoted(ROUTED_TYPES)})"
 
 
+def _slot_rows(vendor: str, rows: str, sign: int, where: str = "") -> str:
+    """A SELECT of (slot, measure, shard, n) for each lead of a transition table."""
+    return (
+        f"SELECT {_slot(vendor, 'r.received_at')} AS slot, 'lead:' || r.status AS measure, "
+        f"{_lead_shard(vendor, 'r.id')} AS shard, {sign} AS n FROM {rows} AS r{where}"
+    )
+
+
+def _slot_fold(changes: str) -> str:
+    """Upsert ``changes`` (a SELECT of slot, measure, shard, n) summed per counter row, in
+    the counters' key order: every statement takes its counter rows in that one order, so two
+    statements (a claim of 50 leads and a batch's outcomes) cannot take two rows in opposite
+    orders and deadlock."""
+    return f"""INSERT INTO {SLOT_TABLE} (slot, measure, shard, n)
+        SELECT c.slot, c.measure, c.shard, sum(c.n) FROM ({changes}) AS c
+        GROUP BY c.slot, c.measure, c.shard HAVING sum(c.n) <> 0
+        ORDER BY c.slot, c.measure, c.shard
+        ON CONFLICT (slot, measure, shard) DO UPDATE SET n = {SLOT_TABLE}.n + excluded.n"""
+
+
+_LEAD_MOVED = "o.status IS DISTINCT FROM n.status OR o.received_at IS DISTINCT FROM n.received_at"
+
+
 def _postgres_create() -> list[str]:
+    """The triggers on PostgreSQL. A lead's and an event's counters are kept by statement-level
+    triggers over the statement's transition tables (``_slot_fold``: one upsert a statement,
+    in key order); an assignment's day rows by row-level ones (an assignment is made, touched
+    or moved under its rep's row lock, so two writers of one rep's day rows take turns)."""
+    v = "postgresql"
+    moved = f"(SELECT o.* FROM old_rows o JOIN new_rows n ON n.id = o.id WHERE {_LEAD_MOVED})"
+    moved_new = f"(SELECT n.* FROM old_rows o JOIN new_rows n ON n.id = o.id WHERE {_LEAD_MOVED})"
+    lead_insert = _slot_fold(_slot_rows(v, "new_rows", 1))
+    lead_delete = _slot_fold(_slot_rows(v, "old_rows", -1))
+    lead_update = _slot_fold(f"{_slot_rows(v, moved, -1)} UNION ALL {_slot_rows(v, moved_new, 1)}")
+    events = _slot_fold(
+        f"SELECT {_slot(v, 'e.at')} AS slot, 'routed' AS measure, e.id % {SHARDS} AS shard, "
+        f"1 AS n FROM new_rows AS e WHERE e.type IN ({_quoted(ROUTED_TYPES)})"
+    )
+    return [
+        *_postgres_assignment_create(),
+        f"""CREATE OR REPLACE FUNCTION report_leads_change() RETURNS trigger AS $$
+        BEGIN
+            IF TG_OP = 'INSERT' THEN {lead_insert};
+            ELSIF TG_OP = 'DELETE' THEN {lead_delete};
+            ELSE {lead_update}; END IF;
+            RETURN NULL;
+        END $$ LANGUAGE plpgsql""",
+        """CREATE TRIGGER report_leads_insert AFTER INSERT ON leads_lead
+        REFERENCING NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION report_leads_change()""",
+        """CREATE TRIGGER report_leads_update AFTER UPDATE ON leads_lead
+        REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION report_leads_change()""",
+        """CREATE TRIGGER report_leads_delete AFTER DELETE ON leads_lead
+        REFERENCING OLD TABLE AS old_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION report_leads_change()""",
+        f"""CREATE OR REPLACE FUNCTION report_events_insert() RETURNS trigger AS $$
+        BEGIN {events}; RETURN NULL; END $$ LANGUAGE plpgsql""",
+        """CREATE TRIGGER report_events_insert AFTER INSERT ON audit_event
+        REFERENCING NEW TABLE AS new_rows
+        FOR EACH STATEMENT EXECUTE FUNCTION report_events_insert()""",
+    ]
+
+
+def _postgres_assignment_create() -> list[str]:
+    v = "postgresql"
+    return [
+        f"""CREATE OR REPLACE FUNCTION report_assignment_change() RETURNS trigger AS $$
+        BEGIN
+            IF TG_OP IN ('UPDATE', 'DELETE') THEN {_day_upsert(v, "OLD", -1)}; END IF;
+            IF TG_OP IN ('INSERT', 'UPDATE') THEN {_day_upsert(v, "NEW", 1)}; END IF;
+            RETURN NULL;
+        END $$ LANGUAGE plpgsql""",
+        """CREATE TRIGGER report_assignment_insert_delete AFTER INSERT OR DELETE
+        ON routing_assignment FOR EACH ROW EXECUTE FUNCTION report_assignment_change()""",
+        f"""CREATE TRIGGER report_assignment_update AFTER UPDATE ON routing_assignment
+        FOR EACH ROW WHEN ({_ASSIGNMENT_CHANGED})
+        EXECUTE FUNCTION report_assignment_change()""",
+    ]
+
+
+def postgres_row_triggers_create() -> list[str]:
+    """The row-level triggers of migration 0009, kept for its reverse (0010) and for the
+    test that shows why they went: each row's counters upserted in the order the statement
+    happens to change its rows, so two statements deadlock on the counter rows."""
     v = "postgresql"
     return [
         f"""CREATE OR REPLACE FUNCTION report_assignment_change() RETURNS trigger AS $$
@@ -255,6 +339,12 @@ def _postgres_create() -> list[str]:
 
 
 _POSTGRES_DROP = [
+    "DROP TRIGGER IF EXISTS report_leads_insert ON leads_lead",
+    "DROP TRIGGER IF EXISTS report_leads_update ON leads_lead",
+    "DROP TRIGGER IF EXISTS report_leads_delete ON leads_lead",
+    "DROP TRIGGER IF EXISTS report_events_insert ON audit_event",
+    "DROP FUNCTION IF EXISTS report_leads_change()",
+    "DROP FUNCTION IF EXISTS report_events_insert()",
     "DROP TRIGGER IF EXISTS report_assignment_insert_delete ON routing_assignment",
     "DROP TRIGGER IF EXISTS report_assignment_update ON routing_assignment",
     "DROP TRIGGER IF EXISTS report_lead_insert_delete ON leads_lead",
@@ -317,6 +407,14 @@ def rollup_triggers_create(connection: Any) -> None:
     rollup_triggers_drop(connection)
     with connection.cursor() as cursor:
         for sql in _statements(connection.vendor, create=True):
+            cursor.execute(sql)
+
+
+def rollup_row_triggers_create(connection: Any) -> None:
+    """PostgreSQL: the row-level triggers of migration 0009 instead (its reverse, a test)."""
+    rollup_triggers_drop(connection)
+    with connection.cursor() as cursor:
+        for sql in postgres_row_triggers_create():
             cursor.execute(sql)
 
 

@@ -540,6 +540,7 @@ class _DecisionSnapshot:
 
     reps: MutableMapping[int, RepState]
     rotation: dict[int, RotationState] = field(default_factory=dict)
+    time_off: Mapping[int, Any] = field(default_factory=dict)  # rep id -> RepTimeOff
 
 
 _AnySnapshot = _Snapshot | _DecisionSnapshot
@@ -604,18 +605,29 @@ class _Reps(MutableMapping[int, RepState]):
     loaded team's members come from the database sorted by the strategy's key
     (``least_loaded_order``, PostgreSQL), a page at a time, so the walk stops at the first
     eligible one. Time off was read for every rep (one query, as the whole snapshot reads it).
-    Iterating reads every rep. A rep set by the caller (its state under its lock) replaces the
-    one read; after that the least-loaded order is worked out from the reps in memory.
+    Iterating reads every rep. A rep set by the caller (its state under its lock, or after a
+    batch's lead) replaces the one read and is ranked in the least-loaded order on that state,
+    merged with the database's pages (``_least_loaded_merged``): still no read of every member.
     """
 
-    def __init__(self, config: LiveConfig, now: datetime, time_off: Mapping[int, Any]) -> None:
+    def __init__(
+        self,
+        config: LiveConfig,
+        now: datetime,
+        time_off: Mapping[int, Any],
+        extra: int = 0,
+    ) -> None:
         self._config = config
         self._now = now
         self._time_off = time_off
+        self._page_size = REP_PAGE + extra
         self._known: dict[int, RepState | None] = {}  # None: no such rep
         self._midnights: dict[str, datetime] = {}
-        self._changed = False
+        self._set: set[int] = set()  # reps the caller set (or deleted): ranked as set
         self._everyone = False
+        # Per least-loaded team: its members as the database sorted them, the pages read so
+        # far (a prefix of that order), and whether the last page was read.
+        self._sorted: dict[int, tuple[list[tuple[tuple[Any, ...], int]], list[bool]]] = {}
 
     def _state(self, row: Mapping[str, Any]) -> RepState:
         zone_name = row["timezone"] or "UTC"
@@ -645,7 +657,7 @@ class _Reps(MutableMapping[int, RepState]):
             count = len(members)
             ahead = [
                 members[(index + step) % count][0]
-                for step in range(1, min(REP_PAGE, count))
+                for step in range(1, min(self._page_size, count))
                 if members[(index + step) % count][0] not in self._known
             ]
             page += ahead
@@ -661,13 +673,13 @@ class _Reps(MutableMapping[int, RepState]):
 
     def __setitem__(self, rep_id: int, state: RepState) -> None:
         self._known[rep_id] = state
-        self._changed = True
+        self._set.add(rep_id)
 
     def __delitem__(self, rep_id: int) -> None:
         if self.get(rep_id) is None:
             raise KeyError(rep_id)
         self._known[rep_id] = None
-        self._changed = True
+        self._set.add(rep_id)
 
     def _read_everyone(self) -> None:
         if self._everyone:
@@ -687,27 +699,72 @@ class _Reps(MutableMapping[int, RepState]):
 
     def least_loaded_order(self, team: TeamSpec) -> Iterable[int] | None:
         """``team``'s member indexes from the least loaded up (``LoadOrdered``)."""
-        if connection.vendor != "postgresql" or self._changed:
+        if connection.vendor != "postgresql":
             return self._least_loaded_in_memory(team)
-        return self._least_loaded_pages(team)
+        return self._least_loaded_merged(team)
 
     def _least_loaded_in_memory(self, team: TeamSpec) -> list[int]:
         self._read(rep_id for rep_id, _weight in team.members)
-        never = datetime.min.replace(tzinfo=UTC)
+        return sorted(range(len(team.members)), key=lambda index: self._key(team, index))
 
-        def key(index: int) -> tuple[int, bool, datetime, int]:
-            rep = self._known.get(team.members[index][0])
-            if rep is None:  # unknown: ineligible wherever it is; last, as listed
-                return (2**62, True, datetime.max.replace(tzinfo=UTC), index)
-            last = rep.last_assigned_at
-            return (rep.open_count, last is not None, last or never, index)
+    def _key(self, team: TeamSpec, index: int) -> tuple[Any, ...]:
+        """The strategy's key of a member as known in memory."""
+        rep = self._known.get(team.members[index][0])
+        if rep is None:  # unknown: ineligible wherever it is; last, as listed
+            return (2**62, True, _LAST, index)
+        last = rep.last_assigned_at
+        return (rep.open_count, last is not None, last or _NEVER, index)
 
-        return sorted(range(len(team.members)), key=key)
+    def _least_loaded_merged(self, team: TeamSpec) -> Iterator[int]:
+        """The members sorted by the database (``_least_loaded_pages``, read a page at a time
+        and kept for the next decision), merged with the members the caller set (a batch's
+        reps after a lead, or as read under their locks), which are ranked on their state in
+        memory: the order ``_least_loaded_in_memory`` gives, without reading every member."""
+        places = self._config.rep_places
+        own = sorted(
+            self._key(team, index)
+            for rep_id in self._set
+            for team_id, index in places.get(rep_id, ())
+            if team_id == team.id
+        )
+        mine = {key[-1] for key in own}
+        rows, done = self._sorted.setdefault(team.id, ([], [False]))
+        pages = self._least_loaded_pages(team, rows, done)
+        given: set[int] = set()
+        at = 0
+        mine_at = 0
+        while True:
+            while at < len(rows) and rows[at][1] in mine:
+                at += 1
+            if at >= len(rows) and not done[0]:
+                next(pages, None)
+                continue
+            db_key = rows[at][0] if at < len(rows) else None
+            own_key = own[mine_at] if mine_at < len(own) else None
+            if db_key is None and own_key is None:
+                break
+            if own_key is None or (db_key is not None and db_key < own_key):
+                index = rows[at][1]
+                at += 1
+            else:
+                index = own_key[-1]
+                mine_at += 1
+            if index not in given:
+                given.add(index)
+                yield index
+        # Rows that moved between two pages (another worker changed them meanwhile) were
+        # missed: every member once, as listed.
+        for index in range(len(team.members)):
+            if index not in given:
+                yield index
 
-    def _least_loaded_pages(self, team: TeamSpec) -> Iterator[int]:
-        """Pages of ``REP_PAGE`` members sorted by the database on the strategy's key (the
-        members as the configuration lists them, so indexes are the engine's). A member
-        without a rep row comes last, as listed (the walk finds it unknown)."""
+    def _least_loaded_pages(
+        self, team: TeamSpec, rows: list[tuple[tuple[Any, ...], int]], done: list[bool]
+    ) -> Iterator[None]:
+        """Read the next page of ``team``'s members sorted by the database on the strategy's
+        key (the members as the configuration lists them, so indexes are the engine's) into
+        ``rows``, a page each step. A member without a rep row comes last, as listed (the walk
+        finds it unknown)."""
         ids = [rep_id for rep_id, _weight in team.members]
         columns = ", ".join(
             [f"r.{name}" for name in _REP_COLUMNS]
@@ -721,34 +778,60 @@ class _Reps(MutableMapping[int, RepState]):
             "ORDER BY r.id IS NULL, COALESCE(l.open_count, 0), r.last_assigned_at IS NOT NULL, "
             "r.last_assigned_at, m.idx LIMIT %s OFFSET %s"
         )
-        offset = 0
-        while offset < len(ids):
+        page = self._page_size
+        while not done[0]:
             with connection.cursor() as cursor:
-                cursor.execute(sql, [ids, REP_PAGE, offset])
+                cursor.execute(sql, [ids, page, len(rows)])
                 names = [column[0] for column in cursor.description]
-                rows = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
-            if not rows:
-                return
-            for row in rows:
-                rep_id = ids[row["idx"]]
+                found = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+            for row in found:
+                index = row["idx"]
+                rep_id = ids[index]
+                if row["id"] is None:
+                    key: tuple[Any, ...] = (2**62, True, _LAST, index)
+                else:
+                    last = row["last_assigned_at"]
+                    key = (row["load__open_count"] or 0, last is not None, last or _NEVER, index)
                 if rep_id not in self._known:
                     self._known[rep_id] = self._state(row) if row["id"] is not None else None
-            for row in rows:
-                yield row["idx"]
-            offset += REP_PAGE
+                rows.append((key, index))
+            if len(found) < page or len(rows) >= len(ids):
+                done[0] = True
+            yield
 
 
-def _decision_snapshot(config: LiveConfig, now: datetime) -> _DecisionSnapshot:
+_NEVER = datetime.min.replace(tzinfo=UTC)
+_LAST = datetime.max.replace(tzinfo=UTC)
+
+
+def _decision_snapshot(
+    config: LiveConfig,
+    now: datetime,
+    *,
+    extra: int = 0,
+    again: _DecisionSnapshot | None = None,
+) -> _DecisionSnapshot:
     """What one decision needs: the reps it looks at, read as it looks (``_Reps``: one query
     for a round robin whose turn or one of the next members is eligible, one for a least
     loaded team whose least loaded members include an eligible one), their time off (one
     query; two more when holiday calendars exist) and every team's turn (one query). Nothing
-    here is read per member of a team."""
+    here is read per member of a team. ``extra``: how many reps more than ``REP_PAGE`` a read
+    takes (a batch reads as many more as it has leads, so its round robins read one page).
+    ``again``: a snapshot whose time off and turns are taken as they are, the reps read anew."""
+    if again is not None:
+        time_off = again.time_off
+        return _DecisionSnapshot(
+            reps=_Reps(config, now, time_off, extra),
+            rotation=dict(again.rotation),
+            time_off=time_off,
+        )
     places = config.rep_places
     time_off = TimeOffByRep(
         now=now, rep_teams=lambda rep_id: [team_id for team_id, _i in places.get(rep_id, ())]
     )
-    return _DecisionSnapshot(reps=_Reps(config, now, time_off), rotation=_rotation())
+    return _DecisionSnapshot(
+        reps=_Reps(config, now, time_off, extra), rotation=_rotation(), time_off=time_off
+    )
 
 
 def _decide(facts: LeadFacts, config: LiveConfig, snap: _AnySnapshot, now: datetime) -> Decision:

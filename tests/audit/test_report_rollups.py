@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import random
 import threading
+import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -328,3 +330,123 @@ def test_two_writers_on_the_same_rollup_rows_lose_no_count() -> None:
     assert (day.assigned, day.first, in_histogram) == (2 * per_writer,) * 3
     received = ReportSlot.objects.filter(measure="lead:assigned").values_list("n", flat=True)
     assert sum(received) == 2 * per_writer
+
+
+def _statement_pair_deadlocks() -> bool:
+    """Two statements that take the same two counter rows, each in its rows' order, on real
+    connections: a claim (received -> processing) of leads in shards 1 then 2, and a batch's
+    outcomes (processing -> assigned) of leads in shards 2 then 1. A third connection holds
+    the claim's second counter until the batch's statement is under way, so the two meet
+    half-way. True if PostgreSQL cut one off as a deadlock."""
+    import psycopg
+    from psycopg import errors as pg_errors
+
+    at = datetime(2026, 11, 3, 10, 1, tzinfo=UTC)
+    # Leads in id order (the order the UPDATEs change them in); the shard is the id's last byte.
+    claimed = [uuid.UUID(int=(1 << 124) + 1), uuid.UUID(int=(2 << 124) + 2)]  # shards 1, 2
+    routed = [uuid.UUID(int=(3 << 124) + 2), uuid.UUID(int=(4 << 124) + 1)]  # shards 2, 1
+    for lead_id in claimed:
+        LeadFactory(id=lead_id, status=LeadStatus.RECEIVED, received_at=at, received_event=False)
+    for lead_id in routed:
+        LeadFactory(id=lead_id, status=LeadStatus.PROCESSING, received_at=at, received_event=False)
+    settings = connection.settings_dict
+    dsn = {
+        "dbname": settings["NAME"],
+        "host": settings["HOST"] or None,
+        "port": settings["PORT"] or None,
+        "user": settings["USER"] or None,
+        "password": settings["PASSWORD"] or None,
+    }
+
+    def connect() -> Any:
+        return psycopg.connect(**{k: v for k, v in dsn.items() if v is not None})
+
+    holder, claim, batch = connect(), connect(), connect()
+    try:
+        for each in (claim, batch):
+            each.execute("SET deadlock_timeout = '100ms'")
+            each.execute("SET lock_timeout = '20s'")
+        holder.execute(
+            "SELECT n FROM audit_reportslot WHERE measure = 'lead:received' AND shard = 2 "
+            "FOR UPDATE"
+        )
+        outcome: dict[str, BaseException | None] = {}
+
+        def run(name: str, conn: Any, sql: str, ids: list[uuid.UUID]) -> None:
+            try:
+                conn.execute(sql, [ids])
+                conn.commit()
+                outcome[name] = None
+            except BaseException as error:
+                conn.rollback()
+                outcome[name] = error
+
+        def waiting(conn: Any) -> bool:
+            row = holder.execute(
+                "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                [conn.info.backend_pid],
+            ).fetchone()
+            return row is not None and row[0] == "Lock"
+
+        def until(check: Any) -> None:
+            deadline = time.monotonic() + 10
+            while not check():
+                assert time.monotonic() < deadline, "a statement did not get as far as expected"
+                time.sleep(0.02)
+
+        first = threading.Thread(
+            target=run,
+            args=(
+                "claim",
+                claim,
+                "UPDATE leads_lead SET status = 'processing' WHERE id = ANY(%s)",
+                claimed,
+            ),
+        )
+        first.start()
+        until(lambda: waiting(claim))
+        second = threading.Thread(
+            target=run,
+            args=(
+                "batch",
+                batch,
+                "UPDATE leads_lead SET status = 'assigned' WHERE id = ANY(%s)",
+                routed,
+            ),
+        )
+        second.start()
+        until(lambda: waiting(batch) or "batch" in outcome)
+        holder.rollback()
+        first.join(30)
+        second.join(30)
+    finally:
+        for each in (holder, claim, batch):
+            each.close()
+    failures = [error for error in outcome.values() if error is not None]
+    assert all(isinstance(error, pg_errors.DeadlockDetected) for error in failures), failures
+    return bool(failures)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_row_triggers_deadlocked_two_statements_and_the_statement_triggers_do_not() -> None:
+    """Migration 0009's row-level triggers upserted each lead's counters in the order a
+    statement changed its leads: a claim and a batch's outcomes on leads of the same shards
+    in opposite orders deadlocked (CI: claims cut off, chunks failed). The statement-level
+    triggers (migration 0010) sum a statement's changes and take the counter rows in key
+    order: the same two statements wait for each other in turn, and every count is exact."""
+    try:
+        rollups.rollup_row_triggers_create(connection)
+        assert _statement_pair_deadlocks()
+    finally:
+        rollups.rollup_triggers_create(connection)
+    Lead.objects.all().delete()
+    with transaction.atomic():
+        rollups.rollups_rebuild(connection)
+    assert not _statement_pair_deadlocks()
+    statuses = dict(Lead.objects.values_list("id", "status"))
+    assert sorted(statuses.values()) == ["assigned", "assigned", "processing", "processing"]
+    kept = _rollup_rows()
+    with transaction.atomic():
+        rollups.rollups_rebuild(connection)
+    assert _rollup_rows() == kept

@@ -16,14 +16,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from leads import privacy
+from leads.models import Lead
 from routing import decisions
+from routing.batch import leads_process_batch
 from routing.engine import LeadFacts, RepState
-from routing.loads import local_midnight
-from routing.models import Rep, RepLoad, Team
+from routing.loads import local_midnight, rep_loads_reconcile
+from routing.models import Assignment, Rep, RepLoad, Team
+from routing.services import lead_process
 from routing.timeoff.models import HolidayCalendar, HolidayCalendarDay, RepAbsence
+from tests.leads.factories import LeadFactory
 from tests.routing.factories import make_rep, published_ruleset, team_with
 
 NOW = datetime(2026, 12, 7, 15, 0, tzinfo=UTC)
@@ -162,3 +167,58 @@ def test_a_decision_reads_one_page_of_reps_whatever_the_teams_size(strategy: str
     assert read == (40 if in_memory else decisions.REP_PAGE)
     # time off, the turns, one page of reps
     assert len(captured.captured_queries) == 4, [q["sql"] for q in captured.captured_queries]
+
+
+# --- A batch decides as one by one ----------------------------------------------------------
+
+
+def _outcomes(leads: list[Lead]) -> dict[str, Any]:
+    """What the routing decided: each lead's status and owner, the turns, the counters."""
+    ids = [lead.id for lead in leads]
+    status = dict(Lead.objects.filter(id__in=ids).values_list("id", "status"))
+    owners = {
+        lead_id: (rep_id, team_id, rule_name)
+        for lead_id, rep_id, team_id, rule_name in Assignment.objects.filter(
+            lead_id__in=ids, active=True
+        ).values_list("lead_id", "rep_id", "team_id", "rule_name")
+    }
+    return {
+        "leads": [(status[lead_id], owners.get(lead_id)) for lead_id in ids],
+        "turns": dict(Team.objects.values_list("id", "rotation_state")),
+        "counters": sorted(RepLoad.objects.values_list("rep_id", "open_count", "day_count")),
+    }
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("seed", range(30))
+def test_a_batch_decides_as_one_by_one_over_random_companies(
+    seed: int, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """The batch reads only the reps its decisions look at (``routing.batch``: a page as many
+    reps longer as it has leads, the least loaded merged with the reps it changed): its
+    leads end as routing them one by one, in the same order, would leave them, whatever the
+    company. The same leads go both ways from the same state (a savepoint rolled back)."""
+    settings.ROUTING_BATCH_SIZE = 50
+    settings.PRIVACY_KEY_CACHE_SECONDS = 0.0
+    rng = random.Random(1000 + seed)
+    monkeypatch.setattr(decisions, "REP_PAGE", 2 if seed % 2 else 16)
+    _random_company(rng)
+    # The counters as the assignments make them (none yet): one by one recounts a row it
+    # finds kept in another zone, and the random counters have no assignments behind them.
+    rep_loads_reconcile()
+    countries = ("Germany", "United States", "France")
+    leads = [
+        LeadFactory(
+            raw_payload={"email": f"p{seed}x{n}@acme{n}.example", "country": rng.choice(countries)}
+        )
+        for n in range(rng.randint(1, 30))
+    ]
+    before = transaction.savepoint()
+    assert leads_process_batch([lead.id for lead in leads]) == 0
+    batched = _outcomes(leads)
+    transaction.savepoint_rollback(before)
+    privacy.cache_clear()
+    decisions.clear_live_config_cache()
+    for lead in leads:
+        lead_process(lead_id=lead.id)
+    assert _outcomes(leads) == batched

@@ -11,6 +11,7 @@ captured) into one SAVEPOINT/RELEASE pair (captured): production sends the same 
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from leads.models import Lead, LeadStatus
-from routing.decisions import clear_live_config_cache
+from routing.decisions import REP_PAGE, clear_live_config_cache
 from routing.rules_io import rules_import
 from routing.services import lead_process, leads_process_chunk
 from tests.leads.factories import LeadFactory
@@ -125,8 +126,9 @@ def test_statements_per_lead_for_each_shape(published: Any, shape: str) -> None:
 
 # A chunk goes in batches (routing.batch): the assigned, excluded and unassigned leads of the
 # chunk route in one batch; its duplicates one by one after it (sticky: their original may be in
-# the batch), at a duplicate's cost each. Before batches: 1,598 (the sum of its leads).
-CHUNK_BOUND = 383
+# the batch), at a duplicate's cost each. Before batches: 1,598 (the sum of its leads); 383
+# before the batch's leads were saved in one UPDATE.
+CHUNK_BOUND = 347
 
 
 def test_statements_for_a_chunk_of_fifty(published: Any) -> None:
@@ -146,9 +148,10 @@ def test_statements_for_a_chunk_of_fifty(published: Any) -> None:
 # A batch of 50 new leads routed by round robin (the common case): what the batch shares (the
 # claim, the lock of its leads and the decide lock, the configuration check, the snapshot, the
 # team's and the reps' locks, the people's keys, the dedup lookups, the accounts, the assignments,
-# counters, turns, events and outbox rows) is paid once; each lead's own is its UPDATE. 42 a
-# lead one by one (2,100 for 50); 331 before the people's keys and accounts were read per batch.
-BATCH_BOUND = 84
+# counters, turns, events and outbox rows) is paid once, and so are the leads' own UPDATEs (one
+# statement for all of them). 42 a lead one by one (2,100 for 50); 331 before the people's keys
+# and accounts were read per batch; 84 before the leads were saved in one UPDATE.
+BATCH_BOUND = 35
 
 
 def _assigned_chunk(first: int, count: int = 50) -> int:
@@ -219,13 +222,56 @@ def test_a_batchs_statements_do_not_grow_with_reps_rules_territories_or_open_lea
 
 
 def test_a_batchs_own_statements_are_fixed_whatever_its_size(published: Any) -> None:
-    """Five times the leads in a batch cost at most one statement more a lead (its own UPDATE):
-    everything else a batch does (the claim, locks, configuration, snapshot, keys, dedup,
-    accounts, assignments, counters, turns, events, outbox rows) is a fixed number of
-    statements, not one per lead."""
+    """Five times the leads in a batch cost no statement more: everything a batch does (the
+    claim, locks, configuration, snapshot, keys, dedup, accounts, assignments, counters, turns,
+    events, outbox rows, the leads' UPDATE) is a fixed number of statements, not one per
+    lead (before the leads' UPDATE was one statement, one more a lead)."""
     _warm()
     _assigned_chunk(100, count=10)  # every rep has its counters' row: the two alike
     small = _assigned_chunk(200, count=10)
     large = _assigned_chunk(300, count=50)
     print(f"\nbatch of 10: {small} statements; batch of 50: {large}")
-    assert large - small <= 50 - 10
+    assert large <= small
+
+
+def _rep_rows_read(run: Any) -> tuple[int, int]:
+    """(statements, rows of reps read by SELECTs) while ``run()`` runs."""
+    rows = 0
+    statements = 0
+
+    def count(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        nonlocal rows, statements
+        result = execute(sql, params, many, context)
+        statements += 1
+        if sql.lstrip().upper().startswith("SELECT") and re.search(r"routing_rep\b", sql):
+            rows += max(context["cursor"].rowcount, 0)
+        return result
+
+    with connection.execute_wrapper(count):
+        run()
+    return statements, rows
+
+
+@pytest.mark.parametrize("strategy", ["round_robin", "least_loaded"])
+def test_a_batch_reads_the_reps_it_looks_at_not_its_teams(published: Any, strategy: str) -> None:
+    """A batch of 20 leads to a team of 60 members, then of 600 (every one with caps, so
+    their counters matter): the same statements and the same rows of reps read, a page of
+    them (``REP_PAGE`` + the batch's leads) before the team's lock and again after it, and
+    the reps it chose locked; before, every rep of the company was read and every member of
+    the team locked (the team's size, twice)."""
+    _warm()
+    measured = []
+    for size, first in ((60, 5000), (600, 6000)):
+        document = _grown(reps=size - 4, rules=0, territories=0)
+        document["teams"][0]["strategy"] = strategy
+        for rep in document["reps"]:
+            rep["max_open"] = 1000
+        rules_import(document, publish=True)
+        clear_live_config_cache()
+        _assigned_chunk(first, count=20)  # the new configuration compiled and cached
+        measured.append(_rep_rows_read(lambda first=first: _assigned_chunk(first + 100, count=20)))
+    (small_statements, small_rows), (large_statements, large_rows) = measured
+    print(f"\n{strategy}: 60 members {measured[0]}, 600 members {measured[1]} (statements, rows)")
+    assert large_statements <= small_statements
+    assert large_rows <= small_rows
+    assert large_rows <= 2 * (REP_PAGE + 20) + 20 + 20  # two pages, the locks, the chosen again
