@@ -27,7 +27,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -209,35 +209,39 @@ class _Heartbeat:
             own.close()
 
 
-_LONG = ("statement_timeout", "idle_in_transaction_session_timeout")
+# What a worker's session bounds (``config.celery``) that a publish must outlast: a statement, the
+# time idle in its transaction, and the wait for a lock (the decide lock a batch of leads holds
+# for its transaction, a team's or rep's row a decision holds).
+_LONG = ("statement_timeout", "idle_in_transaction_session_timeout", "lock_timeout")
+
+
+def _settings_set(cursor: Any, values: Sequence[str]) -> None:
+    cursor.execute(
+        "SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(_LONG)),
+        [item for pair in zip(_LONG, values, strict=True) for item in pair],
+    )
 
 
 @contextlib.contextmanager
 def _long_transaction() -> Iterator[None]:
-    """A worker's session bounds a statement and the time idle in a transaction (for the
-    pipeline: ``config.celery``), but a publish's one transaction legitimately runs for minutes,
-    much of it in Python between statements: for the job's length both are raised to its time
+    """A worker's session bounds a statement, the time idle in a transaction and the wait for a
+    lock (for the pipeline: ``config.celery``), but a publish's one transaction legitimately
+    runs for minutes, much of it in Python between statements, and may wait for the leads in
+    flight to let go of the decide lock: for the job's length all three are raised to its time
     limit, then put back as they were."""
     if connection.vendor != "postgresql":
         yield
         return
     with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting(%s), current_setting(%s)", list(_LONG))
-        before = cursor.fetchone() or ("0", "0")
-        limit = f"{settings.ADMIN_JOB_TIME_LIMIT_SECONDS}s"
-        cursor.execute(
-            "SELECT set_config(%s, %s, false), set_config(%s, %s, false)",
-            [_LONG[0], limit, _LONG[1], limit],
-        )
+        cursor.execute("SELECT " + ", ".join(["current_setting(%s)"] * len(_LONG)), list(_LONG))
+        before = cursor.fetchone() or ("0",) * len(_LONG)
+        _settings_set(cursor, [f"{settings.ADMIN_JOB_TIME_LIMIT_SECONDS}s"] * len(_LONG))
     try:
         yield
     finally:
         try:
             with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT set_config(%s, %s, false), set_config(%s, %s, false)",
-                    [_LONG[0], before[0], _LONG[1], before[1]],
-                )
+                _settings_set(cursor, list(before))
         except DatabaseError:  # the connection broke: closed, it is opened again anew
             connection.close()
 
