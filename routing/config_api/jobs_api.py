@@ -183,9 +183,9 @@ class ConfigJobView(APIView):
         operation_id="config_jobs_read",
         tags=["configuration"],
         parameters=[_JOB_ID],
-        description="A token with read, or with the scope that started the job (publish for "
-        "a publish or rollback, draft for a test), reads it. New sources' tokens of a publish "
-        "are shown once, to a token with publish.",
+        description="A publish or rollback job is read with read or publish; a test job "
+        "(lead-by-lead decisions) with draft only, as the test itself. New sources' tokens of a "
+        "publish are shown once, to a publish token of the user who asked for it.",
         responses={200: OpenApiResponse(JOB_SCHEMA), **_errors(401, 403, 404)},
     )
     def get(self, request: Request, job_id: int) -> Response:
@@ -198,12 +198,17 @@ class ConfigJobView(APIView):
             raise ApiError(code="not_found", message="No such job.", status_code=404)
         starter = _started_with(job.kind)
         may_start = starter.has_permission(request, self)
-        if not (may_start or _read().has_permission(request, self)):
+        # A test's result is lead-by-lead decisions, which the synchronous test gives only to
+        # the draft scope: so does its job. A publish's or rollback's is what read may see.
+        readable = job.kind != AdminJobKind.CONFIG_CHECK and _read().has_permission(request, self)
+        if not (may_start or readable):
             raise ApiError(code="forbidden", message=starter.message, status_code=403)
         tokens: dict[str, str] | None = None
         if (
             may_start
             and starter.scope == "publish"
+            and job.requested_by_id is not None
+            and job.requested_by_id == getattr(request.user, "pk", None)  # shown to who asked
             and job.status == AdminJobStatus.DONE
             and SEALED_TOKENS in (job.result or {})
         ):

@@ -121,11 +121,13 @@ def config_job_start_rollback(
     there is no such version."""
     if not ConfigSnapshot.objects.filter(number=number).exists():
         raise DraftRefused("not_found", f"No configuration version {number}.", status=404)
+    latest = ConfigSnapshot.objects.order_by("-number").values_list("number", flat=True).first()
     job = AdminJob.objects.create(
         kind=AdminJobKind.CONFIG_ROLLBACK,
         requested_by=_user(user),
         params={
             "number": number,
+            "latest": latest,  # what was live when it was asked for (see _publish)
             "force": force,
             "note": note,
             "actor": actor,
@@ -286,12 +288,37 @@ def _refused(job: AdminJob, exc: Exception) -> None:
     )
 
 
+def _still_latest(job: AdminJob, published: ConfigPublish) -> None:
+    """A rollback asked for while version N was live must not undo a version published after
+    it (a colleague's publish that ran first): refused, its own version rolled back with it.
+    Checked before the commit, under the configuration lock the rollback holds, so no publish
+    comes between the check and the commit."""
+    latest = job.params.get("latest")
+    if not isinstance(latest, int):
+        return  # asked for before there was any version, or by an older release: unguarded
+    newer = (
+        ConfigSnapshot.objects.filter(number__gt=latest)
+        .exclude(number=published.snapshot.number)
+        .order_by("number")
+        .values_list("number", flat=True)
+    )
+    if newer:
+        raise DraftRefused(
+            "configuration_changed",
+            f"Not rolled back: version {', '.join(map(str, newer))} was published after the "
+            f"rollback was asked for (version {latest} was live then). Look at what changed, "
+            "then ask again.",
+        )
+
+
 def _publish(job: AdminJob) -> None:
     params = job.params
     job_progress(job, "publishing")(0, 1)
     beat = _Heartbeat(job)
 
     def before_commit(published: ConfigPublish) -> None:
+        if job.kind == AdminJobKind.CONFIG_ROLLBACK:
+            _still_latest(job, published)
         beat.stop()
         if not job_finish(
             job,
