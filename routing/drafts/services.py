@@ -368,23 +368,37 @@ def _patched(document: Mapping[str, Any], changes: Any) -> dict[str, Any]:
 _POSITION = re.compile(r"(ruleset\.rules|[a-z_]+)\[(\d+)\]")
 
 
-def _keyed(error: RuleError, document: Mapping[str, Any]) -> RuleError:
-    """``error`` with the list position its path starts with (``teams[3]``) replaced by the
-    row's natural key (``teams[name=EMEA SDR]``), when the row has one."""
-    found = _POSITION.match(error.path)
-    if found is None:
-        return error
-    section = "rules" if found[1] == "ruleset.rules" else found[1]
+def _row_named(written: str, index: int, document: Mapping[str, Any]) -> str | None:
+    """``teams[name=EMEA SDR]`` for ``written`` (``teams``, ``ruleset.rules``, ``rules``) and a
+    position, when that row has a key; None otherwise."""
+    section = "rules" if written in ("ruleset.rules", "rules") else written
     if section not in KEYS:
-        return error
+        return None
     key_field = KEYS[section]
     rows = _section_rows(document, section)
-    index = int(found[2])
     row = rows[index] if index < len(rows) else None
     key = row.get(key_field) if isinstance(row, Mapping) else None
     if not isinstance(key, str) or not key:
+        return None
+    return f"{written}[{key_field}={key}]"
+
+
+def _keyed(error: RuleError, document: Mapping[str, Any]) -> RuleError:
+    """``error`` with the list position its path starts with (``teams[3]``) replaced by the
+    row's natural key (``teams[name=EMEA SDR]``), when the row has one; so are the positions
+    its message names (a duplicate's "also rules[0]")."""
+    path = error.path
+    found = _POSITION.match(path)
+    if found is not None:
+        named = _row_named(found[1], int(found[2]), document)
+        if named is not None:
+            path = named + path[found.end() :]
+    message = _POSITION.sub(
+        lambda seen: _row_named(seen[1], int(seen[2]), document) or seen[0], error.message
+    )
+    if (path, message) == (error.path, error.message):
         return error
-    return RuleError(f"{found[1]}[{key_field}={key}]{error.path[found.end() :]}", error.message)
+    return RuleError(path, message)
 
 
 def _section_rows(document: Mapping[str, Any], section: str) -> list[Any]:

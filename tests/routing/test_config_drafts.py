@@ -393,3 +393,18 @@ def test_a_patchs_error_path_names_any_rows_key(published, name):
     assert f"teams[name={name}].strategy" in paths or all(
         path.startswith(f"teams[name={name}]") for path in paths
     ), paths
+
+
+def test_a_duplicate_in_a_patch_names_the_other_row_by_its_key_too(published):
+    """Found by review: the path named the row by key, but the message still said "also
+    rules[0]", a position the client never sent."""
+    draft = config_draft_create(actor="t")
+    taken = draft.document["ruleset"]["rules"][0]
+    copy = {**draft.document["ruleset"]["rules"][-1], "name": "Copy", "priority": taken["priority"]}
+    with pytest.raises(RulesFileErrors) as caught:
+        config_draft_patch(draft_id=draft.pk, changes={"rules": {"Copy": copy}}, actor="t")
+    shown = [f"{error.path}: {error.message}" for error in caught.value.errors]
+    assert shown == [
+        f"ruleset.rules[name=Copy].priority: duplicate priority {taken['priority']} "
+        f"(also rules[name={taken['name']}])"
+    ]
