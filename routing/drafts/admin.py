@@ -13,6 +13,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
@@ -35,12 +36,32 @@ from routing.selectors import ruleset_published
 _SHOWN = 200
 
 
-def _words(changes: list[RowChange]) -> Any:
+def _words(changes: list[RowChange], every: str | None = None) -> Any:
+    """The changes in words, the first ``_SHOWN`` on the page; past that a link to ``every``
+    (all of them as text, ``_all_changes``), so that every changed row can be read."""
     if not changes:
         return "No change."
-    more = f" … and {len(changes) - _SHOWN} more" if len(changes) > _SHOWN else ""
     items = format_html_join("", "<li>{}</li>", ((c.words,) for c in changes[:_SHOWN]))
-    return format_html("<ul>{}</ul>{}", items, more)
+    if len(changes) <= _SHOWN:
+        return format_html("<ul>{}</ul>", items)
+    more = len(changes) - _SHOWN
+    if every is None:
+        return format_html("<ul>{}</ul> … and {} more", items, more)
+    return format_html(
+        '<ul>{}</ul> … and {} more: <a href="{}" class="all-changes">all {} changes, as text</a>',
+        items,
+        more,
+        every,
+        len(changes),
+    )
+
+
+def _all_changes(title: str, *sections: tuple[str, list[RowChange]]) -> HttpResponse:
+    """Every change in words, one a line, under a heading a section: ``changes.txt``."""
+    lines = [title, ""]
+    for heading, changes in sections:
+        lines += [f"{heading} ({len(changes)})", *(f"- {c.words}" for c in changes), ""]
+    return HttpResponse("\n".join(lines), content_type="text/plain; charset=utf-8")
 
 
 def _document(document: Any) -> Any:
@@ -125,7 +146,25 @@ class ConfigDraftAdmin(admin.ModelAdmin):
         def rebase(request: HttpRequest, pk: int) -> HttpResponse:
             return draft_rebase_view(self, request, pk)
 
+        def changes(request: HttpRequest, pk: int) -> HttpResponse:
+            draft = ConfigDraft.objects.filter(pk=pk).first()
+            if draft is None or not self.has_view_permission(request, draft):
+                raise PermissionDenied
+            try:
+                diff = services.draft_diff(draft=draft)
+            except RuleSet.DoesNotExist:
+                return _all_changes(f"Draft {draft.pk}: no configuration is published.")
+            sections = [("What publishing it would change", diff.changes)]
+            if diff.stale:
+                sections.insert(0, ("Published since it began", diff.stale_changes))
+            return _all_changes(f"Draft {draft.pk} ({draft.status})", *sections)
+
         return [
+            path(
+                "<int:pk>/changes.txt",
+                self.admin_site.admin_view(changes),
+                name="routing_configdraft_changes",
+            ),
             path(
                 "<int:pk>/import/",
                 self.admin_site.admin_view(import_csv),
@@ -170,13 +209,14 @@ class ConfigDraftAdmin(admin.ModelAdmin):
             diff = services.draft_diff(draft=obj)
         except RuleSet.DoesNotExist:
             return "No configuration is published."
+        every = reverse("admin:routing_configdraft_changes", args=[obj.pk])
         if not diff.stale:
-            return _words(diff.changes)
+            return _words(diff.changes, every)
         return format_html(
             "<p><strong>Stale: published since it began (publishing is refused):</strong></p>"
             "{}<p>Its changes against the published configuration:</p>{}",
-            _words(diff.stale_changes),
-            _words(diff.changes),
+            _words(diff.stale_changes, every),
+            _words(diff.changes, every),
         )
 
     @admin.display(description="Document")
@@ -281,7 +321,38 @@ class ConfigSnapshotAdmin(admin.ModelAdmin):
         before = ConfigSnapshot.objects.filter(number__lt=obj.number).order_by("-number").first()
         if before is None:
             return "The first version."
-        return _words(configuration_diff(before=before.document, after=obj.document))
+        every = reverse("admin:routing_configsnapshot_changes", args=[obj.pk])
+        return _words(configuration_diff(before=before.document, after=obj.document), every)
+
+    def get_urls(self) -> list[URLPattern]:
+        def changes(request: HttpRequest, pk: int) -> HttpResponse:
+            snapshot = ConfigSnapshot.objects.filter(pk=pk).first()
+            if snapshot is None or not self.has_view_permission(request, snapshot):
+                raise PermissionDenied
+            before = (
+                ConfigSnapshot.objects.filter(number__lt=snapshot.number)
+                .order_by("-number")
+                .first()
+            )
+            title = f"Configuration version {snapshot.number}"
+            if before is None:
+                return _all_changes(f"{title}: the first version.")
+            return _all_changes(
+                title,
+                (
+                    f"Changes from version {before.number}",
+                    configuration_diff(before=before.document, after=snapshot.document),
+                ),
+            )
+
+        return [
+            path(
+                "<int:pk>/changes.txt",
+                self.admin_site.admin_view(changes),
+                name="routing_configsnapshot_changes",
+            ),
+            *super().get_urls(),
+        ]
 
     @admin.display(description="Document")
     def document_shown(self, obj: ConfigSnapshot) -> Any:
