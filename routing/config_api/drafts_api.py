@@ -648,6 +648,12 @@ _TABLE_QUERY = [
 ]
 
 
+def _is_csv(request: Request) -> bool:
+    """A ``text/csv`` body (a JSON body that is a string is not a CSV file)."""
+    media = (request.content_type or "").split(";")[0].strip().lower()
+    return media == ConfigCSVParser.media_type and isinstance(request.data, str)
+
+
 def _csv_body(request: Request) -> dict[str, Any]:
     """A ``text/csv`` body: the file itself, ``table`` and ``delete_missing`` in the query."""
     fields: dict[str, list[str]] = {}
@@ -688,7 +694,7 @@ class DraftTableImportView(_DraftScoped):
         },
     )
     def post(self, request: Request, draft_id: int) -> Response:
-        body = _csv_body(request) if isinstance(request.data, str) else _body(request, _TABLE_KEYS)
+        body = _csv_body(request) if _is_csv(request) else _body(request, _TABLE_KEYS)
         table = body.get("table")
         if table not in ("territories", "accounts") or "csv" not in body:
             raise ApiError(

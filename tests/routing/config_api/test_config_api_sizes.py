@@ -140,3 +140,15 @@ def test_nesting_stays_bounded_by_the_intakes_depth(client, ci):
     )
     assert response.status_code == 400
     assert "nested deeper than 32 levels" in response.json()["error"]["message"]
+
+
+def test_a_json_body_that_is_a_string_is_not_taken_for_a_csv_file(client, ci):
+    draft_id = _draft(client, ci)
+    response = client.post(
+        f"{BASE}drafts/{draft_id}/tables/?table=territories",
+        json.dumps(_csv(3)),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {ci}",
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "The body must be a JSON object."
