@@ -498,6 +498,11 @@ INTAKE_MAX_BATCH_BODY_BYTES = env.int("INTAKE_MAX_BATCH_BODY_BYTES", default=16 
 INTAKE_MAX_JSON_DEPTH = env.int("INTAKE_MAX_JSON_DEPTH", default=32)
 INTAKE_MAX_KEYS = env.int("INTAKE_MAX_KEYS", default=1000)
 INTAKE_MAX_STRING_CHARS = env.int("INTAKE_MAX_STRING_CHARS", default=64 * 1024)
+# Configuration API bodies (api.md, "Body limits"): a whole configuration of 20,000+
+# territories and its CSV imports, so larger than one lead's; nesting stays INTAKE_MAX_JSON_DEPTH.
+CONFIG_API_MAX_BODY_BYTES = env.int("CONFIG_API_MAX_BODY_BYTES", default=16 * 1024 * 1024)
+CONFIG_API_MAX_STRING_CHARS = env.int("CONFIG_API_MAX_STRING_CHARS", default=16 * 1024 * 1024)
+CONFIG_API_MAX_ITEMS = env.int("CONFIG_API_MAX_ITEMS", default=100_000)
 SOURCE_TOKEN_OVERLAP_HOURS = env.int("SOURCE_TOKEN_OVERLAP_HOURS", default=48)
 # Web processes keep a source's settings this long; a rotation or deactivation takes effect
 # everywhere within it.
@@ -531,7 +536,10 @@ STATUS_LISTENER_BACKOFF_MAX_SECONDS = max(
     0.5, env.float("STATUS_LISTENER_BACKOFF_MAX_SECONDS", default=10.0)
 )
 
-DATA_UPLOAD_MAX_MEMORY_SIZE = max(INTAKE_MAX_BODY_BYTES, INTAKE_MAX_BATCH_BODY_BYTES)
+# Django refuses (400) a body past this before any parser reads it: the largest of our limits.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(
+    INTAKE_MAX_BODY_BYTES, INTAKE_MAX_BATCH_BODY_BYTES, CONFIG_API_MAX_BODY_BYTES
+)
 FILE_UPLOAD_MAX_MEMORY_SIZE = INTAKE_MAX_BATCH_BODY_BYTES
 DATA_UPLOAD_MAX_NUMBER_FIELDS = INTAKE_MAX_KEYS
 # The refused inbox (leads.inbox): refusals kept per source, and the alert when a source's

@@ -17,9 +17,9 @@ from rest_framework.views import APIView
 
 from config.errors import ApiError
 from leads.api import _error_responses as _errors
-from leads.parsing import StrictJSONParser
 from routing.config_api import roster
 from routing.config_api.auth import HasScope, request_actor
+from routing.config_api.parsing import ConfigJSONParser
 from routing.engine.availability import zone_named
 from routing.models import Rep
 from routing.rules_io import RulesFileErrors, absence_fields_check, rep_fields_check
@@ -182,7 +182,7 @@ def _refused(error: roster.RosterError) -> ApiError:
 
 class _RosterView(APIView):
     accepts_api_tokens = True  # routing.config_api.auth: scoped tokens are taken here
-    parser_classes = [StrictJSONParser]
+    parser_classes = [ConfigJSONParser]
 
     def get_permissions(self) -> list[BasePermission]:
         if self.request.method in SAFE_METHODS:

@@ -21,9 +21,9 @@ from rest_framework.views import APIView
 
 from config.errors import ApiError
 from leads.api import _error_responses as _errors
-from leads.parsing import StrictJSONParser
 from routing.config_api.auth import HasScope, request_actor
 from routing.config_api.jobs_api import JOB_SCHEMA, accepted
+from routing.config_api.parsing import BODY_LIMITS, ConfigCSVParser, ConfigJSONParser
 from routing.drafts import services
 from routing.drafts.documents import (
     REFUSALS,
@@ -261,7 +261,7 @@ _REFUSALS = REFUSALS
 
 class _ConfigView(APIView):
     accepts_api_tokens = True  # routing.config_api.auth: scoped tokens are taken here
-    parser_classes = [StrictJSONParser]
+    parser_classes = [ConfigJSONParser]
     scope = "read"
     user_perm = "routing.view_configdraft"
 
@@ -462,9 +462,13 @@ class DraftDetailView(_ConfigView):
         operation_id="config_drafts_replace",
         tags=["configuration"],
         parameters=[_ID],
-        description="Replace the whole document; refused with every error's path when invalid.",
+        description="Replace the whole document; refused with every error's path when invalid. "
+        + BODY_LIMITS,
         request={"application/json": DOCUMENT_SCHEMA},
-        responses={200: OpenApiResponse(DRAFT_SCHEMA), **_errors(400, 401, 403, 404, 409, 415)},
+        responses={
+            200: OpenApiResponse(DRAFT_SCHEMA),
+            **_errors(400, 401, 403, 404, 409, 413, 415),
+        },
     )
     def put(self, request: Request, draft_id: int) -> Response:
         draft = _draft_or_404(draft_id)
@@ -622,20 +626,75 @@ _TABLE_RESULT = {
 }
 
 
+_TABLE_KEYS: dict[str, type | tuple[type, ...]] = {
+    "table": str,
+    "csv": str,
+    "delete_missing": bool,
+}
+_TABLE_QUERY = [
+    OpenApiParameter(
+        "table",
+        str,
+        OpenApiParameter.QUERY,
+        enum=["territories", "accounts"],
+        description="With a text/csv body: the table the file is for.",
+    ),
+    OpenApiParameter(
+        "delete_missing",
+        bool,
+        OpenApiParameter.QUERY,
+        description="With a text/csv body: remove the draft's rows the file does not name.",
+    ),
+]
+
+
+def _is_csv(request: Request) -> bool:
+    """A ``text/csv`` body (a JSON body that is a string is not a CSV file)."""
+    media = (request.content_type or "").split(";")[0].strip().lower()
+    return media == ConfigCSVParser.media_type and isinstance(request.data, str)
+
+
+def _csv_body(request: Request) -> dict[str, Any]:
+    """A ``text/csv`` body: the file itself, ``table`` and ``delete_missing`` in the query."""
+    fields: dict[str, list[str]] = {}
+    unknown = sorted(set(request.query_params) - {"table", "delete_missing"})
+    for key in unknown:
+        fields[key[:100]] = [f'unknown query parameter "{key[:100]}"']
+    flag = request.query_params.get("delete_missing", "false").lower()
+    if flag not in ("true", "false", "1", "0"):
+        fields["delete_missing"] = ["true or false"]
+    if fields:
+        raise ApiError(code="invalid_body", message="The request is invalid.", fields=fields)
+    body: dict[str, Any] = {"csv": request.data, "delete_missing": flag in ("true", "1")}
+    if "table" in request.query_params:
+        body["table"] = request.query_params["table"]
+    return body
+
+
 class DraftTableImportView(_DraftScoped):
     """A territories or accounts CSV into the draft, with the CSV import's row-precise errors."""
+
+    parser_classes = [ConfigJSONParser, ConfigCSVParser]
 
     @extend_schema(
         operation_id="config_drafts_import_table",
         tags=["configuration"],
-        parameters=[_ID],
         description="400 invalid_csv lists every problem as 'row 17, column team: ...'; "
-        "400 invalid_document when the draft it would make is invalid. Nothing is written then.",
-        request={"application/json": _TABLE_INPUT},
-        responses={200: OpenApiResponse(_TABLE_RESULT), **_errors(400, 401, 403, 404, 409, 415)},
+        "400 invalid_document when the draft it would make is invalid. Nothing is written then. "
+        "The CSV comes as the csv string of a JSON body, or as a text/csv body (UTF-8) with "
+        "?table= and ?delete_missing= in the query. " + BODY_LIMITS,
+        parameters=[_ID, *_TABLE_QUERY],
+        request={
+            "application/json": _TABLE_INPUT,
+            "text/csv": {"type": "string", "description": "The CSV file (UTF-8)."},
+        },
+        responses={
+            200: OpenApiResponse(_TABLE_RESULT),
+            **_errors(400, 401, 403, 404, 409, 413, 415),
+        },
     )
     def post(self, request: Request, draft_id: int) -> Response:
-        body = _body(request, {"table": str, "csv": str, "delete_missing": bool})
+        body = _csv_body(request) if _is_csv(request) else _body(request, _TABLE_KEYS)
         table = body.get("table")
         if table not in ("territories", "accounts") or "csv" not in body:
             raise ApiError(
