@@ -4,9 +4,12 @@ draft's large test run through the API (``routing.drafts.jobs``), run by a worke
 
 ``admin_job_start_*`` create the job and enqueue ``maintenance.admin_job`` after commit;
 ``admin_job_run`` (the task's one service) claims it, runs it reporting progress in batches, and
-ends it done or failed. It is safe to deliver twice (the task acks late): a finished job, or one
-another worker is visibly running, is left alone; a job whose worker went silent for
-``ADMIN_JOB_STALE_SECONDS`` is claimed again, and only the latest claim may finish it. A replay
+ends it done or failed. It is safe to deliver twice (the task acks late): a finished job is left
+alone; a job whose worker went silent for ``ADMIN_JOB_STALE_SECONDS`` is claimed again, and only
+the latest claim may finish it. A delivery that finds the job running with a fresh heartbeat does
+not drop its message (it may be the redelivery of a worker killed a moment ago, whose heartbeat
+is not stale yet): it sends it again for when the heartbeat would be stale (``job_recheck``), and
+so on until the job has ended. A replay
 writes nothing but its job row; an import writes its data and ends its job in one transaction.
 """
 
@@ -117,6 +120,25 @@ def admin_job_start_import(
     )
     job_enqueue(job)
     return job
+
+
+RECHECK_MARGIN_SECONDS = 5
+
+
+def job_recheck(job: AdminJob) -> float | None:
+    """Send ``job`` to a worker again for when its heartbeat would be stale, while it is running
+    (its worker may have died a moment ago): then the job is claimed again, or, if it has ended
+    meanwhile, that delivery does nothing. The delay in seconds, or None (nothing sent)."""
+    from routing.tasks import admin_job
+
+    if job.status != AdminJobStatus.RUNNING:
+        return None
+    age = (timezone.now() - job.updated_at).total_seconds()
+    countdown = max(1.0, settings.ADMIN_JOB_STALE_SECONDS - age) + RECHECK_MARGIN_SECONDS
+    # Redis redelivers a message held past its visibility timeout: stay well inside it.
+    countdown = min(countdown, max(1.0, settings.CELERY_VISIBILITY_TIMEOUT / 2))
+    admin_job.apply_async((job.pk,), countdown=countdown)
+    return countdown
 
 
 def _claim(job_id: int) -> AdminJob | None:
@@ -295,10 +317,18 @@ def _run_reroute_away(job: AdminJob) -> None:
 
 
 def admin_job_run(*, job_id: int) -> None:
-    """Claim and run one admin job; a job finished or running elsewhere is left alone."""
+    """Claim and run one admin job; a finished job is left alone, one running elsewhere is
+    looked at again once its heartbeat would be stale (``job_recheck``)."""
     job = _claim(job_id)
     if job is None:
-        logger.info("admin job %s is finished or running elsewhere: nothing to do", job_id)
+        current = AdminJob.objects.filter(pk=job_id).first()
+        countdown = job_recheck(current) if current is not None else None
+        if countdown is None:
+            logger.info("admin job %s is finished: nothing to do", job_id)
+        else:
+            logger.info(
+                "admin job %s is running elsewhere: looked at again in %.0f s", job_id, countdown
+            )
         return
     try:
         if job.kind in CONFIG_KINDS:
