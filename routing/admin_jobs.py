@@ -320,6 +320,18 @@ def admin_job_run(*, job_id: int) -> None:
     """Claim and run one admin job; a finished job is left alone, one running elsewhere is
     looked at again once its heartbeat would be stale (``job_recheck``)."""
     job = _claim(job_id)
+    if job is not None and job.attempt > settings.ADMIN_JOB_MAX_ATTEMPTS:
+        # Each claim after the first follows a worker that stopped while running it (killed,
+        # out of memory): a job that kills its worker every time is not tried for ever.
+        job_finish(
+            job,
+            status=AdminJobStatus.FAILED,
+            error=f"Its worker stopped {job.attempt - 1} times while running it (killed, or out "
+            "of memory): not tried again. A publish, an import or a replay wrote nothing; "
+            "start it again once the cause is fixed.",
+        )
+        logger.error("admin job %s: given up after %s attempts", job.pk, job.attempt - 1)
+        return
     if job is None:
         current = AdminJob.objects.filter(pk=job_id).first()
         countdown = job_recheck(current) if current is not None else None

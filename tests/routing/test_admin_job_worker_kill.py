@@ -53,6 +53,26 @@ def test_a_delivery_finding_the_job_running_looks_again_when_it_would_be_stale(s
     assert job_recheck(job) is None  # an ended job is never sent again
 
 
+@pytest.mark.django_db
+def test_a_job_whose_worker_keeps_dying_is_given_up_after_the_attempts(settings):
+    """A job that kills its worker every time (out of memory, say) would be claimed again once
+    stale, for ever: after ADMIN_JOB_MAX_ATTEMPTS claims it ends failed, saying why, and its
+    work is not done (nothing published)."""
+    settings.ADMIN_JOB_MAX_ATTEMPTS = 3
+    rules_import(RULES, publish=True)
+    job = AdminJob.objects.get(pk=_publish(_changed_draft(["a.io"]), _secret())["id"])
+    versions = ConfigSnapshot.objects.count()
+    stale = timezone.now() - timedelta(seconds=settings.ADMIN_JOB_STALE_SECONDS + 1)
+    # Its third claim died too: the fourth delivery finds it stale.
+    AdminJob.objects.filter(pk=job.pk).update(status="running", attempt=3, updated_at=stale)
+    admin_job_run(job_id=job.pk)
+    job.refresh_from_db()
+    assert (job.status, job.attempt) == ("failed", 4)
+    assert "Its worker stopped 3 times while running it" in job.error
+    assert ConfigSnapshot.objects.count() == versions
+    assert job_recheck(job) is None  # and it is not sent again
+
+
 @pytest.mark.worker
 @pytest.mark.postgres
 @pytest.mark.redis
