@@ -310,17 +310,7 @@ def postgres_row_triggers_create() -> list[str]:
     happens to change its rows, so two statements deadlock on the counter rows."""
     v = "postgresql"
     return [
-        f"""CREATE OR REPLACE FUNCTION report_assignment_change() RETURNS trigger AS $$
-        BEGIN
-            IF TG_OP IN ('UPDATE', 'DELETE') THEN {_day_upsert(v, "OLD", -1)}; END IF;
-            IF TG_OP IN ('INSERT', 'UPDATE') THEN {_day_upsert(v, "NEW", 1)}; END IF;
-            RETURN NULL;
-        END $$ LANGUAGE plpgsql""",
-        """CREATE TRIGGER report_assignment_insert_delete AFTER INSERT OR DELETE
-        ON routing_assignment FOR EACH ROW EXECUTE FUNCTION report_assignment_change()""",
-        f"""CREATE TRIGGER report_assignment_update AFTER UPDATE ON routing_assignment
-        FOR EACH ROW WHEN ({_ASSIGNMENT_CHANGED})
-        EXECUTE FUNCTION report_assignment_change()""",
+        *_postgres_assignment_create(),
         f"""CREATE OR REPLACE FUNCTION report_lead_change() RETURNS trigger AS $$
         BEGIN
             IF TG_OP IN ('UPDATE', 'DELETE') THEN {_lead_upsert(v, "OLD", -1)}; END IF;

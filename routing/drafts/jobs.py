@@ -72,6 +72,17 @@ def _revision(draft: ConfigDraft) -> str:
     return draft.updated_at.isoformat()
 
 
+def _job_queue(
+    kind: str, user: AbstractBaseUser | AnonymousUser | None, params: dict[str, Any], total: int
+) -> AdminJob:
+    """Create the job and hand it to a worker once the caller's transaction commits."""
+    job = AdminJob.objects.create(
+        kind=kind, requested_by=_user(user), params=params, progress_total=total
+    )
+    job_enqueue(job)
+    return job
+
+
 @transaction.atomic
 def config_job_start_publish(
     *,
@@ -90,21 +101,9 @@ def config_job_start_publish(
         raise DraftRefused("not_found", "No such draft.", status=404)
     if draft.status != ConfigDraftStatus.OPEN:
         raise DraftRefused("draft_closed", f"The draft is {draft.status}: start a new one.")
-    job = AdminJob.objects.create(
-        kind=AdminJobKind.CONFIG_PUBLISH,
-        requested_by=_user(user),
-        params={
-            "draft_id": draft.pk,
-            "revision": _revision(draft),
-            "force": force,
-            "note": note,
-            "actor": actor,
-            "show_tokens": show_tokens,
-        },
-        progress_total=1,
-    )
-    job_enqueue(job)
-    return job
+    asked = {"force": force, "note": note, "actor": actor, "show_tokens": show_tokens}
+    params = {"draft_id": draft.pk, "revision": _revision(draft), **asked}
+    return _job_queue(AdminJobKind.CONFIG_PUBLISH, user, params, 1)
 
 
 @transaction.atomic
@@ -122,21 +121,10 @@ def config_job_start_rollback(
     if not ConfigSnapshot.objects.filter(number=number).exists():
         raise DraftRefused("not_found", f"No configuration version {number}.", status=404)
     latest = ConfigSnapshot.objects.order_by("-number").values_list("number", flat=True).first()
-    job = AdminJob.objects.create(
-        kind=AdminJobKind.CONFIG_ROLLBACK,
-        requested_by=_user(user),
-        params={
-            "number": number,
-            "latest": latest,  # what was live when it was asked for (see _publish)
-            "force": force,
-            "note": note,
-            "actor": actor,
-            "show_tokens": show_tokens,
-        },
-        progress_total=1,
-    )
-    job_enqueue(job)
-    return job
+    asked = {"force": force, "note": note, "actor": actor, "show_tokens": show_tokens}
+    # "latest": what was live when it was asked for (see _publish)
+    params = {"number": number, "latest": latest, **asked}
+    return _job_queue(AdminJobKind.CONFIG_ROLLBACK, user, params, 1)
 
 
 @transaction.atomic
@@ -153,14 +141,8 @@ def config_job_start_check(
     if draft is None:
         raise DraftRefused("not_found", "No such draft.", status=404)
     leads = max(0, min(leads, settings.REPLAY_MAX_LEADS))
-    job = AdminJob.objects.create(
-        kind=AdminJobKind.CONFIG_CHECK,
-        requested_by=_user(user),
-        params={"draft_id": draft.pk, "revision": _revision(draft), "leads": leads, "actor": actor},
-        progress_total=leads,
-    )
-    job_enqueue(job)
-    return job
+    params = {"draft_id": draft.pk, "revision": _revision(draft), "leads": leads, "actor": actor}
+    return _job_queue(AdminJobKind.CONFIG_CHECK, user, params, leads)
 
 
 # --- Running ------------------------------------------------------------------------------------
