@@ -246,6 +246,22 @@ class _Superseded(Exception):
     """Another claim of the job took over: this run's writes are rolled back."""
 
 
+def _given_up(job: AdminJob) -> str:
+    """Why a job was given up, and what of its work stands: every kind writes its work in one
+    transaction (nothing of a killed run is kept) except the re-route of an away rep's leads,
+    which moves each lead in a transaction of its own."""
+    stopped = (
+        f"Its worker stopped {job.attempt - 1} times while running it (killed, or out of "
+        "memory): not tried again."
+    )
+    if job.kind == AdminJobKind.REROUTE_AWAY:
+        return (
+            f"{stopped} The leads it had moved before stay moved; the others stay with their "
+            "rep. Start it again once the cause is fixed: it takes up the leads still there."
+        )
+    return f"{stopped} It wrote nothing; start it again once the cause is fixed."
+
+
 def _run_import(job: AdminJob) -> None:
     table = job.params["table"]
     try:
@@ -323,13 +339,7 @@ def admin_job_run(*, job_id: int) -> None:
     if job is not None and job.attempt > settings.ADMIN_JOB_MAX_ATTEMPTS:
         # Each claim after the first follows a worker that stopped while running it (killed,
         # out of memory): a job that kills its worker every time is not tried for ever.
-        job_finish(
-            job,
-            status=AdminJobStatus.FAILED,
-            error=f"Its worker stopped {job.attempt - 1} times while running it (killed, or out "
-            "of memory): not tried again. A publish, an import or a replay wrote nothing; "
-            "start it again once the cause is fixed.",
-        )
+        job_finish(job, status=AdminJobStatus.FAILED, error=_given_up(job))
         logger.error("admin job %s: given up after %s attempts", job.pk, job.attempt - 1)
         return
     if job is None:

@@ -67,10 +67,27 @@ def test_a_job_whose_worker_keeps_dying_is_given_up_after_the_attempts(settings)
     AdminJob.objects.filter(pk=job.pk).update(status="running", attempt=3, updated_at=stale)
     admin_job_run(job_id=job.pk)
     job.refresh_from_db()
+    assert ConfigSnapshot.objects.count() == versions  # the publish did not run
     assert (job.status, job.attempt) == ("failed", 4)
     assert "Its worker stopped 3 times while running it" in job.error
-    assert ConfigSnapshot.objects.count() == versions
     assert job_recheck(job) is None  # and it is not sent again
+
+
+@pytest.mark.django_db
+def test_a_given_up_re_route_says_the_leads_it_moved_stay_moved(settings):
+    """Unlike a publish or an import, a re-route moves each lead in a transaction of its own: a
+    given-up one must not claim it wrote nothing."""
+    settings.ADMIN_JOB_MAX_ATTEMPTS = 3
+    stale = timezone.now() - timedelta(seconds=settings.ADMIN_JOB_STALE_SECONDS + 1)
+    job = AdminJob.objects.create(
+        kind="reroute_away", params={"rep_ids": [], "actor": "t"}, status="running", attempt=3
+    )
+    AdminJob.objects.filter(pk=job.pk).update(updated_at=stale)
+    admin_job_run(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.status == "failed"
+    assert "The leads it had moved before stay moved" in job.error
+    assert "wrote nothing" not in job.error
 
 
 @pytest.mark.worker
