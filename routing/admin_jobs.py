@@ -246,20 +246,23 @@ class _Superseded(Exception):
     """Another claim of the job took over: this run's writes are rolled back."""
 
 
-def _given_up(job: AdminJob) -> str:
-    """Why a job was given up, and what of its work stands: every kind writes its work in one
-    transaction (nothing of a killed run is kept) except the re-route of an away rep's leads,
-    which moves each lead in a transaction of its own."""
-    stopped = (
-        f"Its worker stopped {job.attempt - 1} times while running it (killed, or out of "
-        "memory): not tried again."
-    )
+def _what_stands(job: AdminJob) -> str:
+    """What of a stopped run's work stands: every kind writes its work in one transaction
+    (nothing of a stopped run is kept) except the re-route of an away rep's leads, which moves
+    each lead in a transaction of its own."""
     if job.kind == AdminJobKind.REROUTE_AWAY:
         return (
-            f"{stopped} The leads it had moved before stay moved; the others stay with their "
-            "rep. Start it again once the cause is fixed: it takes up the leads still there."
+            "The leads it had moved stay moved; the others stay with their rep (started again, "
+            "it takes up the leads still there)."
         )
-    return f"{stopped} It wrote nothing; start it again once the cause is fixed."
+    return "It wrote nothing."
+
+
+def _given_up(job: AdminJob) -> str:
+    return (
+        f"Its worker stopped {job.attempt - 1} times while running it (killed, or out of "
+        f"memory): not tried again. {_what_stands(job)} Start it again once the cause is fixed."
+    )
 
 
 def _run_import(job: AdminJob) -> None:
@@ -370,7 +373,7 @@ def admin_job_run(*, job_id: int) -> None:
             job,
             status=AdminJobStatus.FAILED,
             error="It took longer than the time limit "
-            f"({settings.ADMIN_JOB_TIME_LIMIT_SECONDS} s); nothing was written. "
+            f"({settings.ADMIN_JOB_TIME_LIMIT_SECONDS} s). {_what_stands(job)} "
             "Try fewer leads or rows.",
         )
     except Exception as exc:

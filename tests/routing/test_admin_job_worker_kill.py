@@ -86,7 +86,7 @@ def test_a_given_up_re_route_says_the_leads_it_moved_stay_moved(settings):
     admin_job_run(job_id=job.pk)
     job.refresh_from_db()
     assert job.status == "failed"
-    assert "The leads it had moved before stay moved" in job.error
+    assert "The leads it had moved stay moved" in job.error
     assert "wrote nothing" not in job.error
 
 
