@@ -733,6 +733,10 @@ ENRICHMENT_STORE_DOWN_RETRY_SECONDS = env.float("ENRICHMENT_STORE_DOWN_RETRY_SEC
 ENRICHMENT_LEASE_SECONDS = env.int(
     "ENRICHMENT_LEASE_SECONDS", default=int(ENRICHMENT_HTTP_TIMEOUT_SECONDS) + 30
 )
+# One enrichment task claims its lead and up to BATCH_SIZE - 1 other due ones, and calls the
+# provider for them with up to HTTP_CONCURRENCY calls in flight in its process.
+ENRICHMENT_BATCH_SIZE = env.int("ENRICHMENT_BATCH_SIZE", default=32)
+ENRICHMENT_HTTP_CONCURRENCY = env.int("ENRICHMENT_HTTP_CONCURRENCY", default=16)
 ENRICHMENT_SWEEP_INTERVAL_SECONDS = env.float("ENRICHMENT_SWEEP_INTERVAL_SECONDS", default=10.0)
 ENRICHMENT_SWEEP_BATCH_SIZE = env.int("ENRICHMENT_SWEEP_BATCH_SIZE", default=200)
 # A finished lead that routing has not taken this long after is handed back again.

@@ -38,7 +38,8 @@ from routing.enrichment.store import redis_client
 
 KEY_PREFIX = "leadrouter:enrichment:http"
 
-_BUCKET_SCRIPT = """
+# The refill both scripts start with: Redis's clock, the pause, then the tokens as of now.
+_REFILL = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local paused = redis.call('PTTL', KEYS[2])
@@ -56,6 +57,11 @@ if now > ts then
   tokens = math.min(burst, tokens + (now - ts) * rate)
   ts = now
 end
+"""
+
+_BUCKET_SCRIPT = (
+    _REFILL
+    + """
 if ARGV[3] == '0' then return {0, '0', tostring(tokens)} end
 local keep = math.max(0, math.min(tonumber(ARGV[5] or '0'), burst - 1))
 local want = math.min(burst - keep, math.max(1, tonumber(ARGV[4] or '1')))
@@ -71,6 +77,31 @@ redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(ts))
 redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 60)
 return {granted, tostring(wait), tostring(tokens)}
 """
+)
+
+# Up to ARGV[4] tokens for realtime calls (down to 0), then up to ARGV[5] for the others (down
+# to ``keep``, ARGV[6]); whole tokens only, so the bucket never goes below what it may.
+_BATCH_SCRIPT = (
+    _REFILL
+    + """
+local want_rt = math.max(0, tonumber(ARGV[4]))
+local want_other = math.max(0, tonumber(ARGV[5]))
+local keep = math.max(0, math.min(tonumber(ARGV[6]), burst - 1))
+local rt = math.min(want_rt, math.max(0, math.floor(tokens)))
+tokens = tokens - rt
+local other = math.min(want_other, math.max(0, math.floor(tokens - keep)))
+tokens = tokens - other
+local wait = 0
+if other < want_other then
+  wait = math.max(0, (1 + keep - tokens) / rate)
+elseif rt < want_rt then
+  wait = math.max(0, (1 - tokens) / rate)
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(ts))
+redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 60)
+return {rt, other, tostring(wait)}
+"""
+)
 
 # A pause keeps the later expiry: a worker told a shorter Retry-After must not cut short the
 # longer pause another worker was told (PTTL is -2 without the key).
@@ -92,8 +123,20 @@ class Grant:
     wait_seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class BatchGrant:
+    """The answer to a batch's request: how many realtime and other calls may go now, and
+    how long until the next token frees up when not all of them may."""
+
+    realtime: int
+    other: int
+    wait_seconds: float = 0.0
+
+
 class RateLimiter(Protocol):
     def take(self, n: int = 1, *, keep: int = 0) -> Grant: ...
+
+    def take_batch(self, *, realtime: int, other: int, keep: int) -> BatchGrant: ...
 
     @property
     def capacity(self) -> int: ...
@@ -154,6 +197,28 @@ class RedisTokenBucket:
         granted, wait, _ = self._run(take=True, n=n, keep=keep)
         return Grant(granted=bool(granted), wait_seconds=wait)
 
+    def take_batch(self, *, realtime: int, other: int, keep: int) -> BatchGrant:
+        """As many tokens as are free, in one round trip: up to ``realtime`` for realtime calls
+        (which may take the reserve), then up to ``other`` for the rest, leaving ``keep``.
+        Unlike ``take`` it grants part of what was asked: each token is one call of its own."""
+        if realtime <= 0 and other <= 0:
+            return BatchGrant(0, 0)
+        rt, rest, wait = self.client.eval(
+            _BATCH_SCRIPT,
+            2,
+            self.bucket_key,
+            self.pause_key,
+            repr(self.rate_per_second),
+            self.burst + self.reserve,
+            "1",
+            str(max(0, int(realtime))),
+            str(max(0, int(other))),
+            str(max(0, int(keep))),
+        )
+        if isinstance(rest, bytes):  # paused: the refill answered {0, seconds, '0'}
+            return BatchGrant(0, 0, float(rest))
+        return BatchGrant(int(rt), int(rest), float(wait))
+
     def available(self) -> int:
         """Tokens any lane could take right now, the realtime reserve left out (0 while
         paused); takes none."""
@@ -201,6 +266,27 @@ class CacheWindowLimiter:
             return Grant(granted=True)
         cache.decr(key, want)  # all or nothing: give back what this call could not use
         return Grant(granted=False, wait_seconds=left)
+
+    def take_batch(self, *, realtime: int, other: int, keep: int) -> BatchGrant:
+        """As on Redis: realtime first (down to 0), then the others (down to ``keep``); one
+        ``incr`` for all, then what could not be granted is given back (meanwhile another taker
+        may be refused for it, never granted too much)."""
+        realtime, other = max(0, int(realtime)), max(0, int(other))
+        if not realtime and not other:
+            return BatchGrant(0, 0)
+        paused = self._paused_for()
+        if paused > 0:
+            return BatchGrant(0, 0, paused)
+        keep = max(0, min(int(keep), self.rate_per_minute - 1))
+        key, left = self._window()
+        cache.add(key, 0, timeout=120)
+        before = int(cache.incr(key, realtime + other)) - realtime - other
+        rt = min(realtime, max(0, self.rate_per_minute - before))
+        rest = min(other, max(0, self.rate_per_minute - keep - before - rt))
+        if rt + rest < realtime + other:
+            cache.decr(key, realtime + other - rt - rest)
+            return BatchGrant(rt, rest, left)
+        return BatchGrant(rt, rest)
 
     def available(self) -> int:
         if self._paused_for() > 0:

@@ -11,33 +11,35 @@ routing) or sets ``enrichment_next_at`` for the next try. Waiting is never done 
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 import random
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from audit.models import EventType
 from audit.services import event_record
 from config.celery import app as celery_app
-from config.logging import log_context, log_context_add
-from leads.lanes import stage_queue
+from config.logging import log_context
+from leads.lanes import REALTIME, stage_queue
 from leads.models import EnrichmentStatus, Lead, LeadStatus
 from leads.services import broker_breaker, lead_erased_close, lead_lanes, leads_enqueue
 from routing.enrichment.breaker import Breaker, BreakerCheck, http_breaker
 from routing.enrichment.builtin import HTTP_PROVIDER
 from routing.enrichment.merge import fill_empty, provider_values
 from routing.enrichment.provider_http import CallOutcome, http_call
-from routing.enrichment.ratelimit import Grant, RateLimiter, http_rate_limiter, realtime_keep
+from routing.enrichment.ratelimit import BatchGrant, RateLimiter, http_rate_limiter, realtime_keep
 
 logger = logging.getLogger(__name__)
 
@@ -210,8 +212,10 @@ def _finish(
     values: dict[str, Any] | None = None,
     ignored: Sequence[str] = (),
     http_status: str = "done",
+    batch: _Batch,
 ) -> str | None:
-    """Write the outcome (done when ``values`` is given, else failed), its event, hand back."""
+    """Write the outcome (done when ``values`` is given, else failed) and its event; once
+    committed, the lead joins the batch's hand-back to routing."""
     done = values is not None
     with transaction.atomic(durable=True):
         lead = claim.locked_lead()
@@ -272,8 +276,7 @@ def _finish(
                 lead=lead,
                 data={"provider": HTTP_PROVIDER, "reason": reason, "attempts": claim.attempt},
             )
-        lead_id = lead.id
-        transaction.on_commit(lambda: leads_enqueue([lead_id]), robust=True)
+    batch.handback.append(lead.id)
     if not done:
         logger.warning(
             "enrichment of lead %s failed: %s; routing without it", claim.lead_id, reason
@@ -296,6 +299,46 @@ def _claim(lead_uuid: uuid.UUID, now: datetime) -> _Claim | None:
     return _Claim(lead_uuid, lease, attempt or 1, lane)
 
 
+def _batch_size() -> int:
+    """How many leads one task takes: ``ENRICHMENT_BATCH_SIZE``, but no more than its calls
+    can finish within the lease (``ENRICHMENT_HTTP_CONCURRENCY`` at a time, each bounded by
+    the timeout): an answer that came after the lease would be dropped."""
+    concurrency = max(1, settings.ENRICHMENT_HTTP_CONCURRENCY)
+    timeout = max(0.001, settings.ENRICHMENT_HTTP_TIMEOUT_SECONDS)
+    waves = max(1, math.floor((settings.ENRICHMENT_LEASE_SECONDS - 5) / timeout))
+    return max(1, min(settings.ENRICHMENT_BATCH_SIZE, concurrency * waves))
+
+
+def _claim_others(own: _Claim, now: datetime, limit: int) -> list[_Claim]:
+    """Claim up to ``limit`` other parked leads that are due, realtime first, with the same
+    lease as ``own`` (the same test as ``_claim``; rows another worker holds are skipped)."""
+    due = Lead.objects.filter(
+        _PARKED, enrichment_status=EnrichmentStatus.PENDING, enrichment_next_at__lte=now
+    ).exclude(id=own.lead_id)
+    realtime_first = Case(When(lane=REALTIME, then=Value(0)), default=Value(1))
+    with transaction.atomic():
+        pick = due.order_by(realtime_first, "enrichment_next_at")
+        if connection.features.has_select_for_update_skip_locked:
+            pick = pick.select_for_update(skip_locked=True, no_key=True)
+        ids = list(pick.values_list("id", flat=True)[:limit])
+        if not ids:
+            return []
+        due.filter(id__in=ids).update(
+            enrichment_next_at=own.lease, enrichment_attempts=F("enrichment_attempts") + 1
+        )
+        # Read back by the lease: on a database without SKIP LOCKED, a lead another worker
+        # claimed between the SELECT and the UPDATE is not due any more and is not ours.
+        rows = Lead.objects.filter(
+            _PARKED,
+            id__in=ids,
+            enrichment_status=EnrichmentStatus.PENDING,
+            enrichment_next_at=own.lease,
+        ).values_list("id", "enrichment_attempts", "lane")
+        claims = [_Claim(lead_id, own.lease, attempt or 1, lane) for lead_id, attempt, lane in rows]
+    claims.sort(key=lambda claim: claim.lane != REALTIME)
+    return claims
+
+
 def _breaker_check(breaker: Breaker) -> BreakerCheck:
     try:
         return breaker.before_call()
@@ -304,13 +347,14 @@ def _breaker_check(breaker: Breaker) -> BreakerCheck:
         return BreakerCheck("closed")
 
 
-def _take_token(limiter: RateLimiter, lane: str | None) -> Grant:
-    """One token, leaving the realtime share unless the lead is realtime (leads.lanes)."""
+def _take_tokens(limiter: RateLimiter, *, realtime: int, other: int) -> BatchGrant:
+    """Tokens for a batch's calls in one round trip: realtime leads' first (they may take the
+    realtime share), then the others', leaving that share (leads.lanes)."""
     try:
-        return limiter.take(keep=realtime_keep(limiter, lane))
+        return limiter.take_batch(realtime=realtime, other=other, keep=realtime_keep(limiter, None))
     except Exception as exc:  # no shared budget, no call: the vendor's quota is not ours to risk
         logger.error("enrichment rate limit unavailable (%s: %s)", type(exc).__name__, exc)
-        return Grant(granted=False, wait_seconds=settings.ENRICHMENT_STORE_DOWN_RETRY_SECONDS)
+        return BatchGrant(0, 0, wait_seconds=settings.ENRICHMENT_STORE_DOWN_RETRY_SECONDS)
 
 
 def _quietly(action: Any, what: str) -> Any:
@@ -322,11 +366,14 @@ def _quietly(action: Any, what: str) -> Any:
 
 
 def lead_enrich(*, lead_id: uuid.UUID | str) -> str | None:
-    """One try at the HTTP provider for a parked lead; a no-op unless this call claims it.
+    """A try at the HTTP provider for a parked lead and, in the same task, for up to
+    ``ENRICHMENT_BATCH_SIZE`` - 1 other due ones (their calls in flight together); a no-op
+    unless this call claims its own lead (so the other leads' own messages find nothing).
 
-    Returns ``done`` / ``failed`` (finished and handed back to routing), ``retry`` (a try failed
-    and the next is scheduled), ``waiting`` (no token, or the breaker's probe is out: tried again
-    without counting an attempt), or None (not due, not parked, or the claim was lost).
+    Returns what became of its own lead: ``done`` / ``failed`` (finished and handed back to
+    routing), ``retry`` (a try failed and the next is scheduled), ``waiting`` (no token, or the
+    breaker's probe is out: tried again without counting an attempt), or None (not due, not
+    parked, or the claim was lost).
     """
     try:
         lead_uuid = uuid.UUID(str(lead_id))
@@ -337,31 +384,168 @@ def lead_enrich(*, lead_id: uuid.UUID | str) -> str | None:
         return _lead_enrich(lead_uuid)
 
 
+_CALL = "call"  # a claimed lead that passed its own checks and waits for the breaker and a token
+
+
+class _Batch:
+    """The leads one task claimed, what became of each, and the finished ones to hand back."""
+
+    def __init__(self, claims: list[_Claim]) -> None:
+        self.claims = claims
+        self.results: dict[uuid.UUID, str | None] = {}
+        self.handback: list[uuid.UUID] = []
+        self.error: Exception | None = None  # what writing the task's own lead raised
+
+
 def _lead_enrich(lead_uuid: uuid.UUID) -> str | None:
     now = timezone.now()
-    claim = _claim(lead_uuid, now)
-    if claim is None:
+    own = _claim(lead_uuid, now)
+    if own is None:
         return None
-    lead = (
-        Lead.objects.select_related("source")
+    size = _batch_size()
+    batch = _Batch([own, *(_claim_others(own, now, size - 1) if size > 1 else [])])
+    try:
+        _enrich_batch(batch, now)
+    finally:
+        handback = list(batch.handback)
+        if handback:  # one publish for the group: routing's batch path takes them together
+            transaction.on_commit(lambda: leads_enqueue(handback), robust=True)
+    if batch.error is not None:
+        raise batch.error
+    return batch.results.get(lead_uuid)
+
+
+def _enrich_batch(batch: _Batch, now: datetime) -> None:
+    leads = {
+        lead.id: lead
+        for lead in Lead.objects.select_related("source")
         .only(
             "id", "email", "domain", "company", "country", "enrichment", "erased_at", "source__slug"
         )
-        .get(id=lead_uuid)
-    )
-    log_context_add(source=lead.source.slug)
+        .filter(id__in=[claim.lead_id for claim in batch.claims])
+    }
+    max_attempts = settings.ENRICHMENT_HTTP_MAX_ATTEMPTS
+    enabled = enrichment_http_enabled()
+    to_call: list[tuple[_Claim, Lead]] = []
+    for claim in batch.claims:
+        lead = leads.get(claim.lead_id)
+        if lead is None:  # deleted meanwhile: nothing to write
+            continue
+        with log_context(lead_id=claim.lead_id, source=lead.source.slug):
+            verdict = _before_call(claim, lead, now, batch, enabled, max_attempts)
+        if verdict == _CALL:
+            to_call.append((claim, lead))
+        else:
+            batch.results[claim.lead_id] = verdict
+    if not to_call:
+        return
+
+    breaker = http_breaker()
+    check = _breaker_check(breaker)
+    if check.verdict == "open":
+        reason = (
+            f"breaker open (the provider kept failing; retried in "
+            f"{math.ceil(check.open_for_seconds)} s)"
+        )
+        for claim, lead in to_call:
+            _each(batch, claim, lead, _finish, now=now, reason=reason, batch=batch)
+        return
+    if check.verdict in ("busy", "probe"):
+        # Half-open: one call is the probe (realtime first), the others wait for its answer.
+        waiting = to_call if check.verdict == "busy" else to_call[1:]
+        to_call = [] if check.verdict == "busy" else to_call[:1]
+        for claim, lead in waiting:
+            _each(
+                batch,
+                claim,
+                lead,
+                _reschedule,
+                at=now + timedelta(seconds=random.uniform(1, 3)),  # noqa: S311
+                note="breaker half-open: waiting for its probe",
+                counts_as_attempt=False,
+                now=now,
+            )
+        if not to_call:
+            return
+
+    realtime = [pair for pair in to_call if pair[0].lane == REALTIME]
+    other = [pair for pair in to_call if pair[0].lane != REALTIME]
+    grant = _take_tokens(http_rate_limiter(), realtime=len(realtime), other=len(other))
+    granted = realtime[: grant.realtime] + other[: grant.other]
+    refused = realtime[grant.realtime :] + other[grant.other :]
+    if check.verdict == "probe" and not granted:
+        _quietly(breaker.release_probe, "probe release")
+    for claim, lead in refused:
+        wait = grant.wait_seconds + random.uniform(0, 1)  # noqa: S311
+        _each(
+            batch,
+            claim,
+            lead,
+            _reschedule,
+            at=now + timedelta(seconds=wait),
+            note="waiting for the rate limit",
+            counts_as_attempt=False,
+            now=now,
+        )
+    if not granted:
+        return
+
+    outcomes = _call_all([lead for _, lead in granted])
+    for (claim, lead), outcome in zip(granted, outcomes, strict=True):
+        _each(
+            batch,
+            claim,
+            lead,
+            _apply_outcome,
+            outcome,
+            breaker=breaker,
+            lead=lead,
+            max_attempts=max_attempts,
+            batch=batch,
+        )
+
+
+def _each(
+    batch: _Batch,
+    claim: _Claim,
+    lead: Lead,
+    write: Callable[..., str | None],
+    /,
+    *args: Any,
+    **kw: Any,
+) -> None:
+    """One lead's write, logged under its id. A failure there fails no other lead of the batch
+    (that lead's claim runs out and the sweeper sends it again); one on the task's own lead is
+    raised once the others are written, so the task fails as it did before batches."""
+    with log_context(lead_id=claim.lead_id, source=lead.source.slug):
+        try:
+            batch.results[claim.lead_id] = write(claim, *args, **kw)
+        except Exception as exc:
+            batch.results[claim.lead_id] = None
+            if claim is batch.claims[0]:
+                batch.error = exc
+            else:
+                logger.exception("enrichment of lead %s could not be written", claim.lead_id)
+
+
+def _before_call(
+    claim: _Claim, lead: Lead, now: datetime, batch: _Batch, enabled: bool, max_attempts: int
+) -> str | None:
+    """The checks of one claimed lead before any call: ``_CALL``, or what was written."""
     if lead.erased_at is not None:  # erased while parked: the provider is not asked about it
         return _erased_end(claim, now)
     record = _http_record(lead)
-    max_attempts = settings.ENRICHMENT_HTTP_MAX_ATTEMPTS
     last_error = record.get("error") or "none finished (worker crash or time limit)"
-    if not enrichment_http_enabled():
-        return _finish(claim, now=now, reason="the HTTP provider is not configured any more")
+    if not enabled:
+        return _finish(
+            claim, now=now, reason="the HTTP provider is not configured any more", batch=batch
+        )
     if claim.attempt > max_attempts:
         return _finish(
             claim,
             now=now,
             reason=f"gave up after {claim.attempt - 1} attempts; last error: {last_error}",
+            batch=batch,
         )
     since = parse_datetime(str(record.get("since") or "")) or now
     waited = (now - since).total_seconds()
@@ -371,51 +555,44 @@ def _lead_enrich(lead_uuid: uuid.UUID) -> str | None:
             now=now,
             reason=f"no answer within {settings.ENRICHMENT_HTTP_MAX_WAIT_SECONDS:g} s "
             f"(rate limit or outage); last error: {record.get('error') or 'none'}",
+            batch=batch,
         )
+    return _CALL
 
-    breaker = http_breaker()
-    check = _breaker_check(breaker)
-    if check.verdict == "open":
-        return _finish(
-            claim,
-            now=now,
-            reason=f"breaker open (the provider kept failing; retried in "
-            f"{math.ceil(check.open_for_seconds)} s)",
-        )
-    if check.verdict == "busy":
-        at = now + timedelta(seconds=random.uniform(1, 3))  # noqa: S311
-        return _reschedule(
-            claim,
-            at=at,
-            note="breaker half-open: waiting for its probe",
-            counts_as_attempt=False,
-            now=now,
-        )
-    grant = _take_token(http_rate_limiter(), claim.lane)
-    if not grant.granted:
-        if check.verdict == "probe":
-            _quietly(breaker.release_probe, "probe release")
-        wait = grant.wait_seconds + random.uniform(0, 1)  # noqa: S311
-        return _reschedule(
-            claim,
-            at=now + timedelta(seconds=wait),
-            note="waiting for the rate limit",
-            counts_as_attempt=False,
-            now=now,
-        )
 
-    outcome = http_call(
+def _call_one(lead: Lead) -> CallOutcome:
+    return http_call(
         url=settings.ENRICHMENT_HTTP_URL,
         headers=dict(settings.ENRICHMENT_HTTP_HEADERS),
         payload={"email": lead.email, "domain": lead.domain, "company": lead.company},
         timeout=settings.ENRICHMENT_HTTP_TIMEOUT_SECONDS,
         max_body_bytes=settings.ENRICHMENT_HTTP_MAX_BODY_BYTES,
     )
-    return _apply_outcome(claim, outcome, breaker=breaker, lead=lead, max_attempts=max_attempts)
+
+
+def _call_all(leads: list[Lead]) -> list[CallOutcome]:
+    """Every lead's call, up to ``ENRICHMENT_HTTP_CONCURRENCY`` in flight at once on a thread
+    pool of this task (``http_call`` never raises and touches no database); in order."""
+    workers = min(max(1, settings.ENRICHMENT_HTTP_CONCURRENCY), len(leads))
+    if workers == 1:
+        return [_call_one(lead) for lead in leads]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="enrich") as pool:
+        futures = []
+        for lead in leads:
+            with log_context(lead_id=lead.id, source=lead.source.slug):
+                # The thread logs (httpx's request line) under this lead's context.
+                futures.append(pool.submit(contextvars.copy_context().run, _call_one, lead))
+        return [future.result() for future in futures]
 
 
 def _apply_outcome(
-    claim: _Claim, outcome: CallOutcome, *, breaker: Breaker, lead: Lead, max_attempts: int
+    claim: _Claim,
+    outcome: CallOutcome,
+    *,
+    breaker: Breaker,
+    lead: Lead,
+    max_attempts: int,
+    batch: _Batch,
 ) -> str | None:
     now = timezone.now()
     last_try = claim.attempt >= max_attempts
@@ -423,14 +600,16 @@ def _apply_outcome(
         if _quietly(breaker.record_success, "breaker success"):
             logger.warning("enrichment breaker closed: the provider answered again")
         values, ignored = provider_values(outcome.body, country=lead.country)
-        return _finish(claim, now=now, values=values, ignored=ignored)
+        return _finish(claim, now=now, values=values, ignored=ignored, batch=batch)
     if outcome.kind == "rejected":
         # The provider is up (breaker closed), it just refuses this request. 404 is the usual
         # way for an enrichment API to say "we know nothing about this one".
         _quietly(breaker.record_success, "breaker success")
         if outcome.status_code == 404:
-            return _finish(claim, now=now, values={}, http_status="no_match")
-        return _finish(claim, now=now, reason=f"provider refused the request ({outcome.error})")
+            return _finish(claim, now=now, values={}, http_status="no_match", batch=batch)
+        return _finish(
+            claim, now=now, reason=f"provider refused the request ({outcome.error})", batch=batch
+        )
     if outcome.kind == "rate_limited":
         _quietly(breaker.release_probe, "probe release")
         pause = outcome.retry_after if outcome.retry_after is not None else None
@@ -438,7 +617,10 @@ def _apply_outcome(
         _quietly(lambda: http_rate_limiter().pause(delay), "rate limit pause")
         if last_try:
             return _finish(
-                claim, now=now, reason=f"rate limited (HTTP 429) on all {claim.attempt} attempts"
+                claim,
+                now=now,
+                reason=f"rate limited (HTTP 429) on all {claim.attempt} attempts",
+                batch=batch,
             )
         return _reschedule(
             claim,
@@ -457,10 +639,13 @@ def _apply_outcome(
             settings.ENRICHMENT_BREAKER_COOLDOWN_SECONDS,
         )
     if outcome.kind == "malformed":
-        return _finish(claim, now=now, reason=f"unusable response: {outcome.error}")
+        return _finish(claim, now=now, reason=f"unusable response: {outcome.error}", batch=batch)
     if last_try:
         return _finish(
-            claim, now=now, reason=f"{outcome.error} (attempt {claim.attempt} of {max_attempts})"
+            claim,
+            now=now,
+            reason=f"{outcome.error} (attempt {claim.attempt} of {max_attempts})",
+            batch=batch,
         )
     return _reschedule(
         claim,

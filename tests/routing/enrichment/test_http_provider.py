@@ -186,9 +186,9 @@ def test_429_honours_retry_after_and_pauses_the_shared_budget(http, settings):
     )
     http.expect_request("/enrich").respond_with_json({"industry": "Retail"})
     lead = parked_lead()
-    other = parked_lead()
     before = timezone.now()
     assert lead_enrich(lead_id=lead.id) == "retry"
+    other = parked_lead()  # parked after: the first task's batch did not take it
     lead.refresh_from_db()
     assert 29.5 <= (lead.enrichment_next_at - before).total_seconds() <= 31
     # Every worker backs off: the next lead waits for the pause, without a call or an attempt.
@@ -203,8 +203,9 @@ def test_the_rate_limit_makes_a_lead_wait_without_counting_an_attempt(http, sett
     settings.ENRICHMENT_HTTP_RATE_PER_MINUTE = 1
     settings.ENRICHMENT_HTTP_BURST = 1
     http.expect_request("/enrich").respond_with_json({})
-    first, second = parked_lead(), parked_lead()
+    first = parked_lead()
     assert lead_enrich(lead_id=first.id) == "done"
+    second = parked_lead()
     assert lead_enrich(lead_id=second.id) == "waiting"
     second.refresh_from_db()
     assert second.enrichment_attempts == 0
@@ -219,14 +220,13 @@ def test_the_breaker_opens_after_n_failures_and_a_half_open_probe_closes_it(http
     settings.ENRICHMENT_HTTP_MAX_ATTEMPTS = 1
     settings.ENRICHMENT_BREAKER_COOLDOWN_SECONDS = 1.0
     http.expect_request("/enrich").respond_with_data("oops", status=500)
-    failing = [parked_lead() for _ in range(3)]
-    for lead in failing:
-        assert lead_enrich(lead_id=lead.id) == "failed"
+    for _ in range(3):  # one at a time (a batch would call them together)
+        assert lead_enrich(lead_id=parked_lead().id) == "failed"
     assert len(http.log) == 3
 
     # Open: leads are routed without the provider, and no call is made.
-    while_open = [parked_lead() for _ in range(3)]
-    for lead in while_open:
+    for _ in range(3):
+        lead = parked_lead()
         assert lead_enrich(lead_id=lead.id) == "failed"
         lead.refresh_from_db()
         assert lead.enrichment["http"]["reason"].startswith("breaker open")
@@ -237,10 +237,30 @@ def test_the_breaker_opens_after_n_failures_and_a_half_open_probe_closes_it(http
     time.sleep(1.1)
     http.clear()
     http.expect_request("/enrich").respond_with_json({"industry": "Retail"})
-    probe, after = parked_lead(), parked_lead()
+    probe = parked_lead()
     assert lead_enrich(lead_id=probe.id) == "done"
+    after = parked_lead()
     assert lead_enrich(lead_id=after.id) == "done"
     assert len(http.log) == 2
+
+
+def test_a_half_open_batch_makes_one_probe_call_and_the_rest_wait_for_it(http, settings):
+    settings.ENRICHMENT_HTTP_MAX_ATTEMPTS = 1
+    settings.ENRICHMENT_BREAKER_COOLDOWN_SECONDS = 1.0
+    http.expect_request("/enrich").respond_with_data("oops", status=500)
+    for _ in range(3):
+        lead_enrich(lead_id=parked_lead().id)
+    time.sleep(1.1)
+    http.clear()
+    http.expect_request("/enrich").respond_with_json({"industry": "Retail"})
+    probe, *others = [parked_lead() for _ in range(4)]
+    assert lead_enrich(lead_id=probe.id) == "done"
+    assert len(http.log) == 1  # the probe alone, though the task took all four
+    for lead in others:
+        lead.refresh_from_db()
+        assert lead.enrichment_status == "pending"
+        assert lead.enrichment["http"]["note"] == "breaker half-open: waiting for its probe"
+        assert lead.enrichment_attempts == 0
 
 
 def test_a_failed_half_open_probe_opens_the_breaker_again(http, settings):
@@ -325,8 +345,9 @@ def test_a_body_over_the_size_cap_is_refused(http, settings):
 def test_404_means_no_match_and_other_4xx_fail_at_once(http):
     http.expect_oneshot_request("/enrich").respond_with_data("unknown", status=404)
     http.expect_oneshot_request("/enrich").respond_with_data("bad key", status=401)
-    unknown, refused = parked_lead(), parked_lead()
+    unknown = parked_lead()
     assert lead_enrich(lead_id=unknown.id) == "done"
+    refused = parked_lead()
     assert lead_enrich(lead_id=refused.id) == "failed"
     unknown.refresh_from_db()
     refused.refresh_from_db()
