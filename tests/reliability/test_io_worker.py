@@ -135,17 +135,18 @@ def _enriched_events_per_lead() -> Counter[str]:
 
 
 @pytest.mark.parametrize(
-    ("pool", "concurrency", "leads"),
-    [("threads", 12, 24), ("prefork", 1, 4)],
-    ids=["io-worker-threads", "negative-control-prefork-1"],
+    ("pool", "concurrency", "leads", "batch"),
+    [("threads", 12, 24, 1), ("prefork", 1, 24, 32), ("prefork", 1, 4, 1)],
+    ids=["io-worker-threads", "prefork-1-batches", "negative-control-prefork-1-no-batch"],
 )
-def test_one_io_worker_process_has_many_calls_in_flight(provider, pool, concurrency, leads):
+def test_one_io_worker_process_has_many_calls_in_flight(provider, pool, concurrency, leads, batch):
     provider.delay = 0.5
     parked = [
         parked_lead(industry="", employees=None, email=f"p{i}@acme.com") for i in range(leads)
     ]
+    env = _env(provider, ENRICHMENT_BATCH_SIZE=str(batch), ENRICHMENT_HTTP_CONCURRENCY="12")
     with celery_worker(
-        concurrency=concurrency, queues=["enrichment"], pool=pool, extra_env=_env(provider)
+        concurrency=concurrency, queues=["enrichment"], pool=pool, extra_env=env
     ) as worker:
         started = time.monotonic()
         assert enrichment_enqueue([lead.id for lead in parked]) == leads
@@ -159,13 +160,15 @@ def test_one_io_worker_process_has_many_calls_in_flight(provider, pool, concurre
     assert sum(provider.emails.values()) == leads  # one call per lead, none repeated
     assert set(_enriched_events_per_lead().values()) == {1}
     print(f"{pool} x{concurrency}: {leads} leads in {took:.1f} s, {provider.max_in_flight} at once")
-    if pool == "threads":
-        # Twelve threads of one process, half a second an answer: far more than one call at
-        # once (not all twelve: on a loaded machine the first messages may be taken one by one).
+    if pool == "threads" or batch > 1:
+        # Twelve threads of one process, or one task's batch with twelve calls at once, half a
+        # second an answer: far more than one call at once (not all twelve: on a loaded machine
+        # the first messages may be taken one by one).
         assert provider.max_in_flight >= 6, provider.max_in_flight
+        assert provider.max_in_flight <= 12, provider.max_in_flight
         assert took < leads * provider.delay / 2, took
     else:
-        assert provider.max_in_flight == 1  # what the I/O worker replaces: one call a process
+        assert provider.max_in_flight == 1  # what batches replace: one call a process
 
 
 RATE_PER_MINUTE = 120  # two a second
