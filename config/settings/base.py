@@ -737,6 +737,9 @@ ENRICHMENT_LEASE_SECONDS = env.int(
 # provider for them with up to HTTP_CONCURRENCY calls in flight in its process.
 ENRICHMENT_BATCH_SIZE = env.int("ENRICHMENT_BATCH_SIZE", default=32)
 ENRICHMENT_HTTP_CONCURRENCY = env.int("ENRICHMENT_HTTP_CONCURRENCY", default=16)
+# A parked lead outside the realtime lane is sent to the enrichment queue this late, so that
+# leads parked one at a time meanwhile are called together by one task (0: at once).
+ENRICHMENT_GATHER_SECONDS = env.float("ENRICHMENT_GATHER_SECONDS", default=0.3)
 ENRICHMENT_SWEEP_INTERVAL_SECONDS = env.float("ENRICHMENT_SWEEP_INTERVAL_SECONDS", default=10.0)
 ENRICHMENT_SWEEP_BATCH_SIZE = env.int("ENRICHMENT_SWEEP_BATCH_SIZE", default=200)
 # A finished lead that routing has not taken this long after is handed back again.

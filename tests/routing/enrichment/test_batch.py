@@ -218,3 +218,27 @@ def test_the_cache_window_grants_part_of_a_batch_exactly(settings):
     window = CacheWindowLimiter(f"leadrouter:test:{uuid.uuid4().hex}", rate_per_minute=10)
     _check_take_batch(window, capacity=10, reserve=2)
     assert window.available() == 0
+
+
+def test_a_parked_lead_is_sent_after_the_gathering_time_unless_realtime(
+    sent, settings, django_capture_on_commit_callbacks
+):
+    """Single posts are parked one at a time: a normal or bulk lead's task waits
+    ENRICHMENT_GATHER_SECONDS so that the leads parked meanwhile are due together when it claims
+    its batch; a realtime lead's is sent at once."""
+    from routing.enrichment import enrichment_enqueue_after_commit
+
+    settings.ENRICHMENT_GATHER_SECONDS = 0.3
+    normal = parked_lead(email="n@acme.com")
+    bulk = parked_lead(email="b@acme.com", lane=lanes.BULK)
+    realtime = parked_lead(email="r@acme.com", lane=lanes.REALTIME)
+    with django_capture_on_commit_callbacks(execute=True):
+        for lead in (normal, bulk, realtime):
+            enrichment_enqueue_after_commit(lead.pk)
+    countdowns = {args[0]: options.get("countdown") for _name, args, options in sent}
+    assert countdowns == {str(normal.pk): 0.3, str(bulk.pk): 0.3, str(realtime.pk): None}
+    settings.ENRICHMENT_GATHER_SECONDS = 0
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        enrichment_enqueue_after_commit(normal.pk)
+    assert [options.get("countdown") for _name, _args, options in sent] == [None]
