@@ -474,6 +474,8 @@ def decision_retry_fields(
                 lead.pk,
                 lead.unassigned_retries,
                 lead.unassigned_retry_at.isoformat(),
+                # Named here: a batch (routing.batch) routes it outside the lead's log context.
+                extra={"lead_id": str(lead.pk), "source": lead.source.slug},
             )
             return False, None, ["unassigned_retry_at"]
         lead.unassigned_retries = 0  # became unassigned: the first retry after one interval
