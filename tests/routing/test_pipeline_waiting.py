@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 from audit.verify import audit_verify
 from leads import lanes
-from leads.models import Lead, LeadStatus
+from leads.models import EnrichmentStatus, Lead, LeadStatus
 from routing.batch import lead_process_batched
 from routing.decisions import clear_live_config_cache
 from routing.loads import rep_loads_reconcile
@@ -217,3 +217,15 @@ def test_a_lead_locked_by_another_worker_is_skipped_not_waited_for(settings: Any
         LeadStatus.ASSIGNED,
         LeadStatus.RECEIVED,
     )
+
+
+def test_a_lead_back_from_enrichment_joins_the_batch_without_another_attempt() -> None:
+    back = _lead(
+        1, status=LeadStatus.PROCESSING, enrichment_status=EnrichmentStatus.DONE, attempts=1
+    )
+    parked = _lead(2, status=LeadStatus.PROCESSING, enrichment_status=EnrichmentStatus.PENDING)
+    own = _lead(3)
+    lead_process_batched(lead_id=str(own.pk))
+    assert (_status(own), _status(back)) == (LeadStatus.ASSIGNED, LeadStatus.ASSIGNED)
+    assert Lead.objects.get(pk=back.pk).attempts == 1
+    assert _status(parked) == LeadStatus.PROCESSING  # still waiting for its enrichment
