@@ -33,19 +33,22 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, F, Q, TextField, When, signals
+from django.db.models import Case, F, Q, Subquery, TextField, Value, When, signals
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce, Lower, NullIf, Trim
+from django.db.models.lookups import In
 from django.utils import timezone
 
 from audit.models import EventType
 from audit.services import events_record_many
+from config.logging import log_context
 from leads import privacy
 from leads.models import EnrichmentStatus, Lead, LeadStatus
 from leads.priority import priority_clean, tags_clean
@@ -98,6 +101,8 @@ from routing.services import (
 )
 
 logger = logging.getLogger(__name__)
+
+_Claimed = TypeVar("_Claimed")
 
 
 @dataclass(slots=True)
@@ -168,18 +173,24 @@ def _claim(lead_ids: Sequence[uuid.UUID]) -> tuple[list[uuid.UUID], datetime | N
     deadlock (PostgreSQL cuts one off), or wait past the worker's ``lock_timeout``. A claim
     that raised before this was not caught: it failed the whole chunk's task, and every lead of
     the chunk not yet routed waited for the stale sweeper."""
+    claimed = _claim_tried(lambda: leads_claim(lead_ids), f"a batch of {len(lead_ids)} leads")
+    return claimed if claimed is not None else ([], None)
+
+
+def _claim_tried(claim: Callable[[], _Claimed], what: str) -> _Claimed | None:
+    """``claim()``, tried again after lock contention (``_claim``); None if it cannot be had."""
     from celery.exceptions import SoftTimeLimitExceeded
 
     for attempt in range(1, CLAIM_TRIES + 1):
         try:
-            return leads_claim(lead_ids)
+            return claim()
         except SoftTimeLimitExceeded:
             raise
         except Exception as exc:
             again = is_contention(exc) and attempt < CLAIM_TRIES
             logger.warning(
-                "claiming a batch of %d leads failed (%s: %s); %s",
-                len(lead_ids),
+                "claiming %s failed (%s: %s); %s",
+                what,
                 type(exc).__name__,
                 str(exc).splitlines()[0] if str(exc) else "",
                 "trying again" if again else "routing them one by one",
@@ -187,7 +198,116 @@ def _claim(lead_ids: Sequence[uuid.UUID]) -> tuple[list[uuid.UUID], datetime | N
             if not again:
                 break
             time.sleep(0.05 * attempt * random.uniform(0.5, 1.5))  # noqa: S311 - jitter only
-    return [], None
+    return None
+
+
+# --- One lead's message, routed with the leads waiting beside it ------------------------------
+
+
+def _queue_order() -> list[Any]:
+    """The order a lane's waiting leads are taken in: its high-priority leads first (the lead's
+    own priority, else its source's intake priority, one of ``HIGH_PRIORITIES`` in any case:
+    ``leads.services.lead_queue_facts``), then the oldest in the queue first."""
+    high = sorted({name.strip().casefold() for name in settings.HIGH_PRIORITIES} - {""})
+    if not high:
+        return [F("queued_at").asc(), F("id").asc()]
+    known = Lower(Coalesce(NullIf(Trim("priority"), Value("")), Trim("source__intake_priority")))
+    later = Case(When(In(known, high), then=Value(0)), default=Value(1))
+    return [later.asc(), F("queued_at").asc(), F("id").asc()]
+
+
+def leads_claim_waiting(
+    lead_id: uuid.UUID, lease: datetime, limit: int
+) -> tuple[list[uuid.UUID], int | None]:
+    """Beside ``lead_id``, which this worker has just claimed until ``lease``: claim until the
+    same lease up to ``limit`` other leads waiting in its lane, in the lane's order
+    (``_queue_order``). (The ids held until ``lease``, ``lead_id`` first then in that order;
+    ``lead_id``'s attempts, None if it could not be read locked.) Two statements, in one
+    transaction, whatever ``limit``: the rows locked and read, then the others claimed.
+
+    Only leads a batch may claim (``leads_claim``: never tried, or back from a stage that
+    parked them; a lead that was claimed before and whose lease expired has been tried), and
+    none that was put off (``deferrals``: it waits for its own delayed message, not to be
+    taken again at once). On PostgreSQL they are locked ``FOR NO KEY UPDATE SKIP LOCKED``: two
+    workers claiming at once take different leads and neither waits for the other; a lead's
+    own message that meets a lead claimed here finds it taken and returns."""
+    fresh = Q(attempts=0) | BACK_FROM_ENRICHMENT
+    waiting = (Q(status=LeadStatus.RECEIVED, attempts=0) | BACK_FROM_ENRICHMENT) & Q(deferrals=0)
+    lane = Lead.objects.filter(id=lead_id).values("lane")[:1]
+    rows = (
+        Lead.objects.filter(
+            Q(id=lead_id, status=LeadStatus.PROCESSING, claimed_until=lease)
+            | (waiting & Q(lane=Subquery(lane)) & ~Q(id=lead_id))
+        )
+        .alias(_other=Case(When(id=lead_id, then=Value(0)), default=Value(1)))
+        .order_by("_other", *_queue_order())
+    )
+    if connection.features.has_select_for_update_skip_locked:
+        # Only the lead rows: the join to the source (its intake priority) must lock nothing.
+        rows = rows.select_for_update(skip_locked=True, no_key=True, of=("self",))
+    with transaction.atomic(savepoint=False):
+        found = dict(rows.values_list("id", "attempts")[: limit + 1])
+        own = found.pop(lead_id, None)
+        others = list(found)
+        if others:
+            claimed = Lead.objects.filter(lead_claimable(), fresh, id__in=others).update(
+                status=LeadStatus.PROCESSING,
+                claimed_until=lease,
+                attempts=Case(
+                    When(BACK_FROM_ENRICHMENT, then=F("attempts")), default=F("attempts") + 1
+                ),
+            )
+            if claimed != len(others):  # no row locks (SQLite): which ones this claim won
+                won = set(
+                    Lead.objects.filter(
+                        id__in=others, status=LeadStatus.PROCESSING, claimed_until=lease
+                    ).values_list("id", flat=True)
+                )
+                others = [other for other in others if other in won]
+    return [lead_id, *others], own
+
+
+def lead_process_batched(*, lead_id: uuid.UUID | str) -> int:
+    """Run the pipeline for one lead's message (``routing.process_lead``), with up to
+    ``ROUTING_BATCH_SIZE`` - 1 other leads waiting in its lane, as one batch
+    (``leads_claim_waiting``, then as ``leads_process_batch``): at low traffic a batch of one,
+    under a spike batches as large as the backlog allows. The other leads' own messages then
+    find their lead taken or done and return after one statement (``lead_claim``).
+
+    A no-op when the lead is not waiting (taken, done). The lead itself, when it was tried
+    before, goes one by one after the batch, as ``lead_process`` would route it (its failure
+    raised as there); so does everything when the others cannot be claimed (lock contention).
+    ``ROUTING_BATCH_WAITING`` off, or ``ROUTING_BATCH_SIZE`` 1: ``lead_process``. Returns how
+    many of the batch's other leads failed (each recorded on its lead)."""
+    size = settings.ROUTING_BATCH_SIZE
+    if not settings.ROUTING_BATCH_WAITING or size <= 1:
+        pipeline.lead_process(lead_id=lead_id)
+        return 0
+    try:
+        lead_uuid = uuid.UUID(str(lead_id))
+    except ValueError:
+        logger.error("process_lead: %r is not a lead id", lead_id)
+        return 0
+    with log_context(lead_id=lead_uuid):
+        lease = pipeline.lead_claim(lead_uuid)
+    if lease is None:
+        return 0
+    claimed = _claim_tried(
+        lambda: leads_claim_waiting(lead_uuid, lease, size - 1), "the leads waiting beside one"
+    )
+    batch, own_attempts = claimed if claimed is not None else ([], None)
+    # Tried before (a worker died on it, an attempt failed): alone, so that only the lead that
+    # kills its worker reaches the attempt bound (``leads_claim``).
+    alone = own_attempts is None or own_attempts > 1
+    if alone:
+        batch = batch[1:]
+    failures = _batch_process(batch, lease) if batch else 0
+    if alone:
+        with log_context(lead_id=lead_uuid):
+            status = lead_process_leased(lead_uuid, lease)
+        if status is not None and status not in (LeadStatus.RECEIVED, LeadStatus.PROCESSING):
+            lead_status_announce(lead_ids=[lead_uuid])
+    return failures
 
 
 def leads_process_batch(lead_ids: Sequence[uuid.UUID]) -> int:

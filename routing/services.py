@@ -178,6 +178,15 @@ def lead_process(*, lead_id: uuid.UUID | str) -> str | None:
 
 
 def _lead_process(lead_uuid: uuid.UUID) -> str | None:
+    lease = lead_claim(lead_uuid)
+    if lease is None:
+        return None
+    return lead_process_leased(lead_uuid, lease)
+
+
+def lead_claim(lead_uuid: uuid.UUID) -> datetime | None:
+    """Claim one lead until a new lease, in one UPDATE (``lead_process``'s claim): the lease,
+    or None (logged) when the lead is not waiting, is leased or is done."""
     now = timezone.now()
     lease = now + timedelta(seconds=settings.LEAD_LEASE_SECONDS)
     claimable = (
@@ -194,7 +203,7 @@ def _lead_process(lead_uuid: uuid.UUID) -> str | None:
     if not claimed:
         logger.info("process_lead: lead %s is not waiting or is leased; nothing to do", lead_uuid)
         return None
-    return lead_process_leased(lead_uuid, lease)
+    return lease
 
 
 def lead_claimable() -> Q:
@@ -465,6 +474,8 @@ def decision_retry_fields(
                 lead.pk,
                 lead.unassigned_retries,
                 lead.unassigned_retry_at.isoformat(),
+                # Named here: a batch (routing.batch) routes it outside the lead's log context.
+                extra={"lead_id": str(lead.pk), "source": lead.source.slug},
             )
             return False, None, ["unassigned_retry_at"]
         lead.unassigned_retries = 0  # became unassigned: the first retry after one interval

@@ -8,7 +8,8 @@ from celery import Task, shared_task
 from django.conf import settings
 
 from routing.admin_jobs import admin_job_run
-from routing.services import heartbeat_record, lead_process, leads_process_chunk
+from routing.batch import lead_process_batched
+from routing.services import heartbeat_record, leads_process_chunk
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +33,11 @@ def admin_job(job_id: int) -> None:
 
 @shared_task(name="routing.process_lead")
 def process_lead(lead_id: str) -> None:
-    """Run the pipeline for one lead (idempotent: a redelivered message is a no-op)."""
-    lead_process(lead_id=lead_id)
+    """Run the pipeline for one lead, with the leads waiting beside it in its lane
+    (``lead_process_batched``; idempotent: a redelivered message is a no-op)."""
+    failures = lead_process_batched(lead_id=lead_id)
+    if failures:
+        logger.warning("%d lead(s) routed beside lead %s failed", failures, lead_id)
 
 
 @shared_task(name="routing.process_leads")

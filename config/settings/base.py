@@ -564,6 +564,10 @@ ROUTING_CHUNK_PEEK_SECONDS = env.float("ROUTING_CHUNK_PEEK_SECONDS", default=0.1
 # A chunk's leads are routed in batches of this many, one routing transaction each, with
 # what they share read and written once (routing.batch; docs/benchmarks.md). 1: one by one.
 ROUTING_BATCH_SIZE = env.int("ROUTING_BATCH_SIZE", default=50)
+# A worker taking one lead's message routes it together with up to ROUTING_BATCH_SIZE - 1 other
+# leads waiting in its lane (routing.batch.lead_process_batched): a batch of one at low traffic,
+# growing by itself under a spike. False: one lead a message.
+ROUTING_BATCH_WAITING = env.bool("ROUTING_BATCH_WAITING", default=True)
 # The kickoff hands committed lead ids to a publisher thread and answers at once, so a down,
 # hung or slow broker never delays a request. False publishes inline, after commit.
 ENQUEUE_IN_BACKGROUND = env.bool("ENQUEUE_IN_BACKGROUND", default=True)
