@@ -83,7 +83,7 @@ def main() -> None:
     measure(
         "publish one task, raw LPUSH",
         lambda: raw_publisher.publish(
-            [(services.PROCESS_LEAD_TASK, [str(uuid.uuid4())], "bench.parts")]
+            [(services.PROCESS_LEAD_TASK, [str(uuid.uuid4())], "bench.parts", 0)]
         ),
     )
     measure("map + lead check + fingerprint", lambda: services._prepare(source, record, None, 0))
