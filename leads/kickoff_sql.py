@@ -48,6 +48,20 @@ LEAD_VARYING = (
 EVENT_VARYING = ("chain", "lead", "at", "actor", "hash")
 
 
+# The Python types each column type's get_db_prep_save passes through unchanged (PostgreSQL).
+_PLAIN: dict[str, tuple[type, ...]] = {
+    "CharField": (str,),
+    "TextField": (str,),
+    "UUIDField": (uuid.UUID,),
+    "DateTimeField": (datetime,),
+    "ForeignKey": (int,),
+    "BigAutoField": (int,),
+    "BigIntegerField": (int,),
+    "IntegerField": (int,),
+    "PositiveIntegerField": (int,),
+}
+
+
 class _Columns:
     """One table's INSERT: its columns, the varying ones as placeholders, the rest literals."""
 
@@ -74,15 +88,25 @@ class _Columns:
             columns.append(quote(str(field.column)))
             values.append(connection.ops.compose_sql("%s", [prepared]))  # type: ignore[attr-defined]
         self.columns = [quote(str(field.column)) for field in self.varying] + columns
+        self._plain = [(field, _PLAIN.get(field.get_internal_type(), ())) for field in self.varying]
         self.values = ["%s"] * len(self.varying) + values
 
     def params(self, values: dict[str, Any], skip: str = "") -> list[Any]:
-        """The varying columns' parameters from ``values`` (by attname), ``skip`` left out."""
-        return [
-            field.get_db_prep_save(values[field.attname], connection)
-            for field in self.varying
-            if field.attname != skip
-        ]
+        """The varying columns' parameters from ``values`` (by attname), ``skip`` left out.
+
+        A value the field's ``get_db_prep_save`` would hand to the driver unchanged on
+        PostgreSQL (a string, an int, a UUID for a uuid column, an aware datetime for a
+        timestamp, None) is passed as it is; anything else (the JSON payload) goes through it."""
+        params = []
+        for field, plain in self._plain:
+            if field.attname == skip:
+                continue
+            value = values[field.attname]
+            if value is None or (type(value) in plain and getattr(value, "tzinfo", True)):
+                params.append(value)
+            else:
+                params.append(field.get_db_prep_save(value, connection))
+        return params
 
 
 class KickoffStatement:
