@@ -105,7 +105,7 @@ class RawRedisPublisher:
                     import redis
 
                     options = settings.CELERY_BROKER_TRANSPORT_OPTIONS or {}
-                    # The minimal client for a plain redis:// URL (leads.redis_wire).
+                    # redis-py's connection used directly (leads.redis_wire).
                     self._client = wire_for(
                         settings.CELERY_BROKER_URL,
                         socket_timeout=options.get("socket_timeout", 2.0),

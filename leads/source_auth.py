@@ -110,7 +110,7 @@ def _cache_url() -> str | None:
 
 def _redis() -> Any:
     """One client per process for the rate limit, when the cache is Redis; else None: the
-    minimal client (leads.redis_wire) for a plain ``redis://`` URL, else redis-py's.
+    redis-py connection used directly (leads.redis_wire), else redis-py's client.
 
     Django's Redis cache builds a new client object on every call and needs two round trips
     (add, incr); the kickoff pays this on every request, so it counts with one INCRBY +
