@@ -40,6 +40,8 @@ def plain_json(value: Any) -> Any:
     PostgreSQL's jsonb keeps numbers as numerics (``1e20`` comes back as an integer) and both
     backends refuse NaN; normalising before storing makes what is hashed equal to what is read.
     """
+    if (type(value) is dict or type(value) is list) and not value:
+        return type(value)()  # an empty one reads back as itself
     loaded = json.loads(json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False))
     return _integral(loaded)
 

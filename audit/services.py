@@ -31,7 +31,7 @@ def _chain_lock(chain: str) -> None:
 _EVENT_TYPES = frozenset(EventType.values)  # .values builds a new list on every call
 
 
-def _build(
+def _values(
     *,
     chain: str,
     seq: int,
@@ -50,7 +50,8 @@ def _build(
     data: Mapping[str, Any] | None,
     trace: Sequence[Any] | None,
     person_key_id: int | None = None,
-) -> Event:
+) -> dict[str, Any]:
+    """An event's column values, sealed and hashed (what ``_build`` makes an Event of)."""
     if type not in _EVENT_TYPES:
         raise ValueError(f"unknown audit event type {type!r}")
     values: dict[str, Any] = {
@@ -72,7 +73,12 @@ def _build(
         "prev_hash": prev_hash,
     }
     event_seal(values, person_key_id)
-    return Event(**values, hash=event_hash(values))
+    values["hash"] = event_hash(values)
+    return values
+
+
+def _build(**fields: Any) -> Event:
+    return Event(**_values(**fields))
 
 
 def _person_key_id(lead: Lead | None, lead_id: uuid.UUID | None) -> int | None:
@@ -252,26 +258,32 @@ def events_record_received(*, leads: Iterable[Lead], actor: str) -> None:
 
 def received_events_build(*, leads: Iterable[Lead], actor: str) -> list[Event]:
     """The ``received`` events of new leads, built (hashed) but not stored: what
-    ``events_record_received`` inserts, and what the kickoff's single statement writes on
-    PostgreSQL (leads.kickoff_sql)."""
+    ``events_record_received`` inserts."""
     return [
-        _build(
-            chain=str(lead.pk),
-            seq=1,
-            prev_hash="",
-            type=EventType.RECEIVED,
-            lead_id=lead.pk,
-            at=lead.received_at,
-            actor=actor,
-            rep_id=None,
-            team_id=None,
-            rule_id=None,
-            rep_name="",
-            team_name="",
-            rule_name="",
-            ruleset_version=None,
-            data={},
-            trace=[],
-        )
+        Event(**received_event_values(lead_id=lead.pk, at=lead.received_at, actor=actor))
         for lead in leads
     ]
+
+
+def received_event_values(*, lead_id: uuid.UUID, at: datetime, actor: str) -> dict[str, Any]:
+    """The column values (hash included) of a new lead's ``received`` event, the first of its
+    chain, without building an Event: what the kickoff's single statement writes on PostgreSQL
+    (leads.kickoff_sql) and what ``received_events_build`` makes its Events of."""
+    return _values(
+        chain=str(lead_id),
+        seq=1,
+        prev_hash="",
+        type=EventType.RECEIVED,
+        lead_id=lead_id,
+        at=at,
+        actor=actor,
+        rep_id=None,
+        team_id=None,
+        rule_id=None,
+        rep_name="",
+        team_name="",
+        rule_name="",
+        ruleset_version=None,
+        data={},
+        trace=[],
+    )

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -157,6 +158,12 @@ def _reply(reply: Reply) -> HttpResponse:
     return HttpResponse(reply.body, status=reply.status, content_type=reply.content_type)
 
 
+def _json_error(error: IntakeError) -> HttpResponse:
+    return _json_response(
+        error_body(error.code, error.message), status=error.status, headers=error.headers
+    )
+
+
 def _handshake(request: HttpRequest, source: Source) -> HttpResponse | None:
     """The kind's answer to a vendor's verification request (a GET challenge), if this is one."""
     kind = kind_get(source.kind)
@@ -247,17 +254,40 @@ def _accepted_body(lead_id: Any, link: StatusLink) -> dict[str, Any]:
     }
 
 
-def _allow_origin(request: HttpRequest, source: Source, response: Response) -> None:
+def _allow_origin(request: HttpRequest, source: Source, response: HttpResponse) -> None:
     """CORS for the pages the source names: their script may read the 202 (a form post from
     such a page is a simple request, so no preflight reaches the intake)."""
-    origin = request.headers.get("Origin")
+    origin = request.META.get("HTTP_ORIGIN")
     if origin and source.cors_origins and origin in source.cors_origin_list:
         response["Access-Control-Allow-Origin"] = origin
         response["Vary"] = "Origin"
 
 
+# What DRF's dispatch sets on every answer of the intake view (its allowed methods).
+_INTAKE_ALLOW = "GET, POST, HEAD, OPTIONS"
+
+
+def _json_response(
+    data: dict[str, Any], *, status: int, headers: dict[str, str] | None = None
+) -> HttpResponse:
+    """``data`` as DRF's JSONRenderer writes it (compact, UTF-8, U+2028/U+2029 escaped), in a
+    plain Django response: the intake's POST answers without DRF's Response and rendering."""
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    response = HttpResponse(text.encode("utf-8"), status=status, content_type="application/json")
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
 class IntakeView(APIView):
     """POST one lead (JSON object, form-encoded or multipart) from a source."""
+
+    # A POST is answered by a lean dispatch (``dispatch``), not DRF's: no Request wrapper,
+    # content negotiation, authentication, permission or throttle classes (the intake has none
+    # of them) and no Response rendering, for the same answers (status, JSON body, headers;
+    # a database outage is the same 503, from config.errors' middleware). Every other method
+    # goes through DRF as before. It stays an APIView for the OpenAPI schema.
 
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
@@ -265,6 +295,14 @@ class IntakeView(APIView):
     parser_classes: list[Any] = []
     renderer_classes = [JSONRenderer]
     content_negotiation_class = IgnoreClientContentNegotiation
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        if request.method != "POST":
+            return super().dispatch(request, *args, **kwargs)
+        self.args, self.kwargs, self.request = args, kwargs, request  # type: ignore[assignment]
+        response = self._post(request, **kwargs)
+        response["Allow"] = _INTAKE_ALLOW
+        return response
 
     @extend_schema(
         operation_id="intake_create",
@@ -295,8 +333,11 @@ class IntakeView(APIView):
             )
         ],
     )
-    def post(self, request: Request, slug: str) -> Response | HttpResponse:
-        django_request = request._request
+    def post(self, request: Request, slug: str) -> HttpResponse:
+        """Not called: ``dispatch`` answers a POST (``_post``); here for the schema."""
+        return self._post(request._request, slug)
+
+    def _post(self, django_request: HttpRequest, slug: str) -> HttpResponse:
         source: Source | None = None
         body = b""
         try:
@@ -305,11 +346,11 @@ class IntakeView(APIView):
             if handshake is not None:
                 return handshake
             check_token(django_request, source, now=timezone.now())
-            header_key = self._idempotency_key(request)
+            header_key = self._idempotency_key(django_request)
             body = _authenticated_body(django_request, source)
             check_rate_limit(source, now=timezone.now())
         except IntakeError as error:
-            return _error_response(error)
+            return _json_error(error)
         # Authenticated from here on: what is refused is kept in the refused inbox.
         try:
             records = records_read(source, django_request, body)
@@ -330,11 +371,11 @@ class IntakeView(APIView):
                 )
                 accepted = [outcome for outcome in outcomes if isinstance(outcome, Accepted)]
                 if not accepted:  # each record is in the inbox already: not the body again
-                    return _error_response(next(o for o in outcomes if isinstance(o, IntakeError)))
+                    return _json_error(next(o for o in outcomes if isinstance(o, IntakeError)))
         except IntakeError as error:
             if len(body) <= settings.INTAKE_MAX_BODY_BYTES:
                 refused_record(source=source, meta=django_request.META, body=body, error=error)
-            return _error_response(error)
+            return _json_error(error)
         kind = kind_get(source.kind)
         if kind.acknowledge is not None and read_by_kind(source, django_request):
             return _reply(kind.acknowledge([str(item.lead_id) for item in accepted]))
@@ -346,7 +387,7 @@ class IntakeView(APIView):
         headers = {"Location": link.url}
         if first.replayed:
             headers["Idempotent-Replayed"] = "true"
-        response = Response(_accepted_body(first.lead_id, link), status=202, headers=headers)
+        response = _json_response(_accepted_body(first.lead_id, link), status=202, headers=headers)
         _allow_origin(django_request, source, response)
         return response
 
@@ -367,7 +408,7 @@ class IntakeView(APIView):
         )
 
     @staticmethod
-    def _idempotency_key(request: Request) -> str | None:
+    def _idempotency_key(request: HttpRequest) -> str | None:
         key = request.META.get("HTTP_IDEMPOTENCY_KEY")
         if key is None:
             return None

@@ -20,7 +20,9 @@ default is picked up, and one the kickoff must set is noticed.
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, models, transaction
@@ -30,7 +32,7 @@ from django.utils import timezone
 from audit.models import Event
 from leads.models import Lead
 
-# Set per lead by the kickoff (leads.services._new_lead); the rest are the fields' defaults.
+# Set per lead by the kickoff (leads.services); the rest are the fields' defaults.
 LEAD_VARYING = (
     "id",
     "source",
@@ -41,9 +43,23 @@ LEAD_VARYING = (
     "received_at",
     "queued_at",
 )
-# Set per event for a `received` event (audit.services.received_events_build); the rest are
-# the same for every received event of a source's kickoff (checked on each use).
+# Set per event for a `received` event (audit.services.received_event_values); the rest are
+# the same for every received event (the function's constants).
 EVENT_VARYING = ("chain", "lead", "at", "actor", "hash")
+
+
+# The Python types each column type's get_db_prep_save passes through unchanged (PostgreSQL).
+_PLAIN: dict[str, tuple[type, ...]] = {
+    "CharField": (str,),
+    "TextField": (str,),
+    "UUIDField": (uuid.UUID,),
+    "DateTimeField": (datetime,),
+    "ForeignKey": (int,),
+    "BigAutoField": (int,),
+    "BigIntegerField": (int,),
+    "IntegerField": (int,),
+    "PositiveIntegerField": (int,),
+}
 
 
 class _Columns:
@@ -56,7 +72,6 @@ class _Columns:
             if not isinstance(field, models.Field):
                 raise TypeError(f"{model.__name__}.{name} is not a column")
             self.varying.append(field)
-        self.constant: list[tuple[models.Field[Any, Any], Any]] = []
         columns: list[str] = []
         values: list[str] = []
         quote = connection.ops.quote_name
@@ -67,24 +82,31 @@ class _Columns:
             if field.primary_key and isinstance(field, AutoFieldMixin):
                 continue  # the sequence's
             value = getattr(prototype, field.attname)
-            self.constant.append((field, value))
             prepared = field.get_db_prep_save(value, connection)
             if prepared is None:
                 continue  # NULL: the column's own default
             columns.append(quote(str(field.column)))
             values.append(connection.ops.compose_sql("%s", [prepared]))  # type: ignore[attr-defined]
         self.columns = [quote(str(field.column)) for field in self.varying] + columns
+        self._plain = [(field, _PLAIN.get(field.get_internal_type(), ())) for field in self.varying]
         self.values = ["%s"] * len(self.varying) + values
 
-    def params(self, obj: models.Model) -> list[Any]:
-        return [
-            field.get_db_prep_save(getattr(obj, field.attname), connection)
-            for field in self.varying
-        ]
+    def params(self, values: dict[str, Any], skip: str = "") -> list[Any]:
+        """The varying columns' parameters from ``values`` (by attname), ``skip`` left out.
 
-    def matches(self, obj: models.Model) -> bool:
-        """Whether ``obj`` holds the constants this statement writes."""
-        return all(getattr(obj, field.attname) == value for field, value in self.constant)
+        A value the field's ``get_db_prep_save`` would hand to the driver unchanged on
+        PostgreSQL (a string, an int, a UUID for a uuid column, an aware datetime for a
+        timestamp, None) is passed as it is; anything else (the JSON payload) goes through it."""
+        params = []
+        for field, plain in self._plain:
+            if field.attname == skip:
+                continue
+            value = values[field.attname]
+            if value is None or (type(value) in plain and getattr(value, "tzinfo", True)):
+                params.append(value)
+            else:
+                params.append(field.get_db_prep_save(value, connection))
+        return params
 
 
 class KickoffStatement:
@@ -124,33 +146,52 @@ class KickoffStatement:
                     self._built = (sql, lead, event)
         return self._built
 
-    def usable(self, lead: Lead, event: Event) -> bool:
-        """Whether this statement can write ``lead`` and ``event``: on PostgreSQL, a new lead
-        that sets no column beyond the kickoff's and a plain received event (else the ORM)."""
-        if connection.vendor != "postgresql":
-            return False
-        _sql, lead_columns, event_columns = self._build()
-        return lead_columns.matches(lead) and event_columns.matches(event)
+    @staticmethod
+    def available() -> bool:
+        """Whether the kickoff can use the statement (PostgreSQL; else the ORM writes)."""
+        return connection.vendor == "postgresql"
 
-    def execute(self, lead: Lead, event: Event) -> None:
-        """Insert both rows in one statement (committed by it, outside a transaction)."""
+    def insert(
+        self,
+        *,
+        lead_id: uuid.UUID,
+        source_id: int,
+        lane: str,
+        raw_payload: Any,
+        idempotency_key: str | None,
+        request_fingerprint: str,
+        received_at: datetime,
+        actor: str,
+    ) -> None:
+        """Insert a new lead and its ``received`` event in one statement (committed by it,
+        outside a transaction).
+
+        No model instance is built: the lead's values are the kickoff's, its event's those of
+        ``audit.services.received_event_values`` (hashed as every received event is); every
+        other column is the statement's constant."""
+        from audit.services import received_event_values
+
         sql, lead_columns, event_columns = self._build()
-        params = lead_columns.params(lead) + [
-            value
-            for field, value in zip(event_columns.varying, event_columns.params(event), strict=True)
-            if field.name != "lead"
-        ]
+        lead_values = {
+            "id": lead_id,
+            "source_id": source_id,
+            "lane": lane,
+            "raw_payload": raw_payload,
+            "idempotency_key": idempotency_key,
+            "request_fingerprint": request_fingerprint,
+            "received_at": received_at,
+            "queued_at": received_at,
+        }
+        event_values = received_event_values(lead_id=lead_id, at=received_at, actor=actor)
+        params = lead_columns.params(lead_values) + event_columns.params(
+            event_values, skip="lead_id"
+        )
         if connection.in_atomic_block:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(sql, params)
         else:
             with connection.cursor() as cursor:
                 cursor.execute(sql, params)
-        # As save() and bulk_create leave them: stored.
-        lead._state.adding = False
-        lead._state.db = connection.alias
-        event._state.adding = False
-        event._state.db = connection.alias
 
     def reset(self) -> None:
         with self._lock:

@@ -340,13 +340,24 @@ def _lead_ingest(
     try:
         # The lead and its `received` audit event in one transaction; the enqueue runs once it
         # is committed (at the outer commit if a caller wraps this in a transaction).
-        lead = _new_lead(source, item, timezone.now(), lane)
-        received = None
-        if actor is None:
-            [received] = received_events_build(leads=[lead], actor=f"source:{source.slug}")
-        if received is not None and kickoff_statement.usable(lead, received):
-            kickoff_statement.execute(lead, received)  # one statement, one commit (PostgreSQL)
+        now = timezone.now()
+        if actor is None and kickoff_statement.available():
+            # One statement, one commit (PostgreSQL), and no model instance built.
+            kickoff_statement.insert(
+                lead_id=item.lead_id,
+                source_id=source.pk,
+                lane=lane,
+                raw_payload=item.record,
+                idempotency_key=item.key,
+                request_fingerprint=item.fingerprint,
+                received_at=now,
+                actor=f"source:{source.slug}",
+            )
         else:
+            lead = _new_lead(source, item, now, lane)
+            received = None
+            if actor is None:
+                [received] = received_events_build(leads=[lead], actor=f"source:{source.slug}")
             with transaction.atomic():
                 lead.save(force_insert=True)
                 if received is not None:
@@ -371,7 +382,7 @@ def _lead_ingest(
         if winner is None:
             raise
         return _replay(item, *winner[:3], source=source, received_at=winner[3])
-    return Accepted(lead_id=item.lead_id, received_at=lead.received_at)
+    return Accepted(lead_id=item.lead_id, received_at=now)
 
 
 def lead_ingest_batch(
