@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,13 +43,14 @@ def main() -> int:
         "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/leadrouter_batch_cpu_bench"
     )
     redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/6")
+    var_dir = tempfile.mkdtemp(prefix="leadrouter-batch-cpu-")
     os.environ.update(
         {
             "DJANGO_SETTINGS_MODULE": "config.settings.base",
             "DATABASE_URL": database_url,
             "REDIS_URL": redis_url,
             "CELERY_BROKER_URL": redis_url,
-            "LEADROUTER_VAR_DIR": tempfile.mkdtemp(prefix="leadrouter-batch-cpu-"),
+            "LEADROUTER_VAR_DIR": var_dir,
             "SECRET_KEY": "bench-only-secret-key-not-for-production-0123456789",
             "LOG_LEVEL": "WARNING",
             "EMAIL_URL": "dummymail://",
@@ -145,6 +147,7 @@ def main() -> int:
         one_round(f"{run}-profile", profile)
         profile.dump_stats(args.profile)
         print(f"profile written to {args.profile}")
+    shutil.rmtree(var_dir, ignore_errors=True)
     return 0
 
 
