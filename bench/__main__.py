@@ -10,6 +10,7 @@ BENCHMARKS = [
     "bench.engine_pure",
     "bench.route_lead",
     "bench.pipeline",
+    "bench.batch_cpu",
     "bench.crm",
     "bench.io_pool",
     "bench.intake",

@@ -313,3 +313,71 @@ def test_a_batch_claim_cut_off_by_lock_contention_does_not_drop_its_chunk() -> N
         )
     ) == {0}
     assert Assignment.objects.count() == len(others)
+
+
+# Columns a batch and one by one set differently by design (ids, times, the lead's own keys).
+_OWN = {
+    "id",
+    "source_id",
+    "raw_payload",
+    "email",
+    "request_fingerprint",
+    "idempotency_key",
+    "received_at",
+    "normalized_at",
+    "processed_at",
+    "deduped_at",
+    "dedup_key",
+    "person_key_id",
+    "queued_at",
+}
+
+
+def _row(lead: Lead) -> dict[str, Any]:
+    values = Lead.objects.filter(pk=lead.pk).values().get()
+    return {name: value for name, value in values.items() if name not in _OWN}
+
+
+def test_a_batch_saves_the_lead_row_one_by_one_saves(settings: Any) -> None:
+    """The batch writes only the columns its stages changed (``_leads_save``): every column of
+    a lead routed in a batch equals the one of the same lead routed one by one (a full save)."""
+    _publish()
+    payload = {
+        "first_name": "Ada",
+        "last_name": "Lovelace",
+        "company": "Analytical Engines GmbH",
+        "title": "Head of Engineering",
+        "country": "Germany",
+        "city": "Berlin",
+        "postal_code": "10115",
+        "utm_source": "webinar",
+        "employees": "250",
+        "favourite_colour": "green",
+    }
+    alone = LeadFactory(raw_payload={**payload, "email": "ada1@engines.de"})
+    in_batch = LeadFactory(raw_payload={**payload, "email": "ada2@engines.de"})
+    settings.ROUTING_BATCH_SIZE = 1
+    assert _run([alone]).failures == 0
+    settings.ROUTING_BATCH_SIZE = 50
+    assert _run([in_batch, _lead("other@acme.de")]).failures == 0
+    assert _statuses([alone, in_batch]) == [LeadStatus.ASSIGNED] * 2
+    assert _row(in_batch) == _row(alone)
+    assert _row(in_batch)["custom"]  # the payload's own field was kept
+
+
+@pytest.mark.postgres
+def test_the_batchs_update_writes_a_json_column_changed_in_place() -> None:
+    """A JSON column changed in place (the same dict) is written; a replaced column too; the
+    payload, which nothing changes after intake, is written only when replaced."""
+    from routing.batch import _leads_save
+
+    first, second = _lead("one@acme.de"), _lead("two@acme.de")
+    leads = list(Lead.objects.filter(pk__in=[first.pk, second.pk]).order_by("id"))
+    loaded = {lead.pk: dict(lead.__dict__) for lead in leads}
+    leads[0].custom["added"] = "in place"
+    leads[1].city = "Hamburg"
+    _leads_save(leads, loaded)
+    saved = {lead.pk: lead for lead in Lead.objects.filter(pk__in=[first.pk, second.pk])}
+    assert saved[leads[0].pk].custom == {**leads[1].custom, "added": "in place"}
+    assert saved[leads[1].pk].city == "Hamburg"
+    assert saved[leads[0].pk].claimed_until is None
