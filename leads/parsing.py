@@ -85,11 +85,13 @@ def check_value(value: Any, limits: Limits, where: str = "body", depth: int = 0)
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise _bad(f"Duplicate key {key[:100]!r} in a JSON object.")
-        obj[key] = value
+    obj = dict(pairs)  # in C; only an object that lost a key is looked at key by key
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _bad(f"Duplicate key {key[:100]!r} in a JSON object.")
+            seen.add(key)
     return obj
 
 
