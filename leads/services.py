@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import json
 import logging
@@ -52,7 +53,7 @@ from leads.models import (
 from leads.normalize import is_a_lead, map_fields, normalize
 from leads.parsing import IntakeError, Limits, check_value
 from leads.priority import priority_clean, priority_is_high, tags_clean
-from leads.sources import kind_get, kinds, source_flatten
+from leads.sources import SourceKind, kind_get, kinds, source_flatten
 
 logger = logging.getLogger(__name__)
 
@@ -186,10 +187,7 @@ def _idempotency_key(canonical: dict[str, Any], header_key: str | None) -> str |
 def record_redact(source: Source, record: dict[str, Any]) -> dict[str, Any]:
     """The record without what any kind says must never be stored (a secret in the body), the
     source's own kind first: a Google Ads lead at a generic source keeps no ``google_key``."""
-    own = kind_get(source.kind)
-    for kind in (own, *(other for other in kinds().values() if other is not own)):
-        if kind.redact is None:
-            continue
+    for kind in _redacting_kinds(source.kind):
         try:
             cleaned = kind.redact(dict(record))
         except Exception:  # a redactor that cannot read the record: store it, not lose it
@@ -198,6 +196,14 @@ def record_redact(source: Source, record: dict[str, Any]) -> dict[str, Any]:
         if isinstance(cleaned, dict):
             record = cleaned
     return record
+
+
+@functools.cache
+def _redacting_kinds(name: str | None) -> tuple[SourceKind, ...]:
+    """The kinds with a redactor, the kind called ``name`` first."""
+    own = kind_get(name)
+    ordered = (own, *(other for other in kinds().values() if other is not own))
+    return tuple(kind for kind in ordered if kind.redact is not None)
 
 
 def _fetch_notice(source: Source, record: dict[str, Any]) -> str | None:
@@ -239,7 +245,7 @@ def _prepare(
     canonical = flat.canonical
     if canonical is None:
         canonical, _custom = map_fields(flat.record, source.field_map or None)
-    if not is_a_lead(canonical):
+    if not (flat.lead or is_a_lead(canonical)):
         notice = _fetch_notice(source, record)
         if notice != "":  # not a notice of a lead the worker fetches (or one it cannot fetch)
             message = NOT_A_LEAD_MESSAGE + (notice or "")

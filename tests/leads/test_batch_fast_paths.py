@@ -60,3 +60,88 @@ def test_strict_json_refuses_and_accepts_as_the_key_by_key_hook(value: Any) -> N
     assert _outcome(lambda: parse_json(text.encode(), Limits(), check=False)) == _outcome(
         by_the_loop
     )
+
+
+# Text that reaches the slow paths: controls, whitespace, NUL, a lone surrogate, the BOM.
+ODD_TEXT = st.text(
+    alphabet=st.sampled_from(["a", "Z", "7", "²", " ", "\t", "\x00", "\x85", "\ufeff", "\ud800"])
+    | st.characters(),
+    max_size=6,
+)
+PLAIN = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**25), max_value=10**25)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | ODD_TEXT
+)
+RECORDS = st.recursive(
+    PLAIN,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(ODD_TEXT, inner, max_size=4),
+    max_leaves=10,
+)
+SMALL_LIMITS = st.builds(
+    Limits,
+    max_depth=st.integers(0, 3),
+    max_keys=st.integers(0, 4),
+    max_string=st.integers(0, 5),
+    max_key=st.integers(0, 5),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(RECORDS, SMALL_LIMITS, st.integers(0, 2))
+def test_the_flat_check_refuses_and_accepts_as_the_walk(
+    value: Any, limits: Limits, depth: int
+) -> None:
+    from leads.parsing import _check_walk, check_value
+
+    assert _outcome(lambda: check_value(value, limits, "record", depth)) == _outcome(
+        lambda: _check_walk(value, limits, "record", depth)
+    )
+
+
+@settings(max_examples=600, deadline=None)
+@given(PLAIN | st.lists(PLAIN, max_size=3) | st.dictionaries(ODD_TEXT, PLAIN, max_size=2))
+def test_blank_fast_path_is_normalize_text(value: Any) -> None:
+    from leads.normalize import _is_blank, normalize_text
+
+    assert _is_blank(value) == (normalize_text(value) is None)
+
+
+FIELD_MAPS = st.dictionaries(
+    st.sampled_from(["Company", "E-mail", "Org", "name", "Vorname", "x.y", "email"]),
+    st.sampled_from(["company", "email", "first_name", "full_name", "custom", "Firma", ""]),
+    max_size=4,
+)
+FLAT = st.dictionaries(
+    st.sampled_from(["Company", "E-mail", "Org", "name", "email", "Email Address", "phone", "k"]),
+    PLAIN,
+    max_size=6,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(FLAT, FIELD_MAPS, FIELD_MAPS)
+def test_a_compiled_field_map_maps_as_a_fresh_one(record: Any, field_map: Any, edit: Any) -> None:
+    from leads.normalize import map_fields
+
+    # The same map object, compiled once, used again, then edited in place: each call maps
+    # as a copy of the map would (a new object, never seen before).
+    assert map_fields(record, field_map) == map_fields(record, dict(field_map))
+    assert map_fields(record, field_map) == map_fields(record, dict(field_map))
+    field_map.update(edit)
+    assert map_fields(record, field_map) == map_fields(record, dict(field_map))
+
+
+@settings(max_examples=400, deadline=None)
+@given(RECORDS, st.sampled_from(["generic", "hubspot", "typeform", "meta_lead_ads", "zoom"]))
+def test_flatten_says_lead_only_of_a_lead(record: Any, kind: str) -> None:
+    from leads.normalize import is_a_lead, map_fields
+    from leads.sources import flatten
+
+    flat = flatten(record, kind=kind, field_map={"Org": "company"})
+    if flat.lead is not None:
+        assert flat.lead is True
+        assert flat.canonical == map_fields(flat.record, {"Org": "company"})[0]
+        assert is_a_lead(flat.canonical)
