@@ -13,7 +13,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -53,7 +53,8 @@ from leads.models import (
 from leads.normalize import is_a_lead, map_fields, normalize
 from leads.parsing import IntakeError, Limits, check_value
 from leads.priority import priority_clean, priority_is_high, tags_clean
-from leads.sources import SourceKind, kind_get, kinds, source_flatten
+from leads.sources import kind_get, kinds, source_flatten
+from leads.sources.base import Record
 
 logger = logging.getLogger(__name__)
 
@@ -187,11 +188,11 @@ def _idempotency_key(canonical: dict[str, Any], header_key: str | None) -> str |
 def record_redact(source: Source, record: dict[str, Any]) -> dict[str, Any]:
     """The record without what any kind says must never be stored (a secret in the body), the
     source's own kind first: a Google Ads lead at a generic source keeps no ``google_key``."""
-    for kind in _redacting_kinds(source.kind):
+    for name, redact in _redactors(source.kind):
         try:
-            cleaned = kind.redact(dict(record))
+            cleaned = redact(dict(record))
         except Exception:  # a redactor that cannot read the record: store it, not lose it
-            logger.exception("the %s kind could not redact a record", kind.name)
+            logger.exception("the %s kind could not redact a record", name)
             continue
         if isinstance(cleaned, dict):
             record = cleaned
@@ -199,11 +200,11 @@ def record_redact(source: Source, record: dict[str, Any]) -> dict[str, Any]:
 
 
 @functools.cache
-def _redacting_kinds(name: str | None) -> tuple[SourceKind, ...]:
-    """The kinds with a redactor, the kind called ``name`` first."""
+def _redactors(name: str | None) -> tuple[tuple[str, Callable[[Record], Record]], ...]:
+    """The kinds' redactors (kind name, redact), the kind called ``name`` first."""
     own = kind_get(name)
     ordered = (own, *(other for other in kinds().values() if other is not own))
-    return tuple(kind for kind in ordered if kind.redact is not None)
+    return tuple((kind.name, kind.redact) for kind in ordered if kind.redact is not None)
 
 
 def _fetch_notice(source: Source, record: dict[str, Any]) -> str | None:
