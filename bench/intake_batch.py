@@ -109,10 +109,24 @@ def main() -> None:
     limits = _limits()
     cases: list[tuple[str, Source, Any]] = [
         (
+            "flat, each with an external id (bench.intake's batches)",
+            source_for("batch-flat", "generic"),
+            lambda r: [
+                {
+                    "email": f"b{r}.{i}.{rng.randrange(10**9)}@acme-{i % 300}.com",
+                    "company": f"Acme {i % 300}",
+                    "country": "US",
+                    "state": "CA",
+                    "external_id": f"r{r}-{i}-{rng.randrange(10**9)}",
+                }
+                for i in range(args.size)
+            ],
+        ),
+        (
             "generic, varied shapes",
             source_for("batch-generic", "generic"),
             lambda r: [generic_record(rng, r, i) for i in range(args.size)],
-        )
+        ),
     ]
     for kind in [k for k in args.kinds.split(",") if k]:
         samples = fixture_records(kind)
