@@ -432,7 +432,9 @@ def _mapping_resolver(field_map: Mapping[str, str] | None) -> Callable[[Any], st
     A field-map entry whose target is not a canonical field keeps the key out of the canonical
     lead (it goes to custom), so an admin can also switch an alias off.
     """
-    if not isinstance(field_map, dict) or not field_map:
+    if not field_map:  # None or empty: the aliases alone
+        return _ALIASES_ONLY
+    if not isinstance(field_map, dict):
         return _compile_resolver(field_map)
     cached = _RESOLVERS.get(id(field_map))
     if cached is not None and cached[0] == field_map:
@@ -455,7 +457,18 @@ def _compile_resolver(field_map: Mapping[str, str] | None) -> Callable[[Any], st
             exact.setdefault(key, resolved)
             loose.setdefault(_fold_key(str(key)), resolved)
 
+    # Text keys already resolved by this resolver (bounded: keys are the client's to choose).
+    memo: dict[str, str | None] = {}
+
     def resolve(raw_key: Any) -> str | None:
+        if type(raw_key) is str and raw_key in memo:
+            return memo[raw_key]
+        target = _resolve(raw_key)
+        if type(raw_key) is str and len(memo) < _MEMO_MAX:
+            memo[raw_key] = target
+        return target
+
+    def _resolve(raw_key: Any) -> str | None:
         if raw_key in exact:
             return exact[raw_key]
         text_key = raw_key if isinstance(raw_key, str) else str(raw_key)
@@ -465,6 +478,10 @@ def _compile_resolver(field_map: Mapping[str, str] | None) -> Callable[[Any], st
         return _ALIAS_INDEX.get(folded)
 
     return resolve
+
+
+_MEMO_MAX = 4096
+_ALIASES_ONLY = _compile_resolver(None)
 
 
 def _collect(
