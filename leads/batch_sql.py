@@ -137,18 +137,3 @@ def _json_string(text: str) -> str:
 
 
 batch_statement = BatchStatement()
-
-
-def keys_known(*, source_id: int, keys: Sequence[str]) -> dict[str, tuple[uuid.UUID, str]]:
-    """The leads holding any of ``keys`` at this source (key -> (id, fingerprint)), in one
-    query whose keys are one JSON parameter: the ORM's ``__in`` handles each of 1,000 keys as
-    an expression of its own."""
-    table = connection.ops.quote_name(Lead._meta.db_table)
-    sql = (
-        'SELECT "idempotency_key", "id", "request_fingerprint" '  # noqa: S608 (the model's table)
-        f'FROM {table} WHERE "source_id" = %s AND "idempotency_key" IN '
-        "(SELECT jsonb_array_elements_text(%s::jsonb))"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [source_id, json.dumps(list(keys), ensure_ascii=False)])
-        return {key: (lead_id, fingerprint) for key, lead_id, fingerprint in cursor.fetchall()}

@@ -35,7 +35,7 @@ from config.broker_filesystem import queue_has_message
 from config.celery import app as celery_app
 from config.logging import log_context, log_context_add
 from leads import lanes, privacy
-from leads.batch_sql import batch_statement, keys_known
+from leads.batch_sql import batch_statement
 from leads.breaker import CircuitBreaker
 from leads.broker_publish import broker_priority_steps, raw_publish_possible, raw_publisher
 from leads.kickoff_sql import kickoff_statement
@@ -430,9 +430,7 @@ def _lead_ingest_batch(
 
     keys = {item.key for item in prepared if item.key is not None}
     known: dict[str, tuple[uuid.UUID, str]] = {}
-    if keys and batch_statement.usable():
-        known = keys_known(source_id=source.pk, keys=sorted(keys))
-    elif keys:
+    if keys:
         for key, lead_id, fingerprint in Lead.objects.filter(
             source=source, idempotency_key__in=keys
         ).values_list("idempotency_key", "id", "request_fingerprint"):
