@@ -62,6 +62,11 @@ def _at(value: datetime) -> str:
 
 def event_hash(values: dict[str, Any]) -> str:
     """SHA-256 over the canonical JSON of the hashed columns of one event."""
+    return hashlib.sha256(event_hash_text(values).encode("utf-8")).hexdigest()
+
+
+def event_hash_text(values: dict[str, Any]) -> str:
+    """The canonical JSON of the hashed columns of one event: what ``event_hash`` hashes."""
     canonical: dict[str, Any] = {}
     for name in HASHED:
         value = values.get(name)
@@ -75,5 +80,4 @@ def event_hash(values: dict[str, Any]) -> str:
     if values.get("sealed") or values.get("person_key_id") is not None:
         for name in SEALED:
             canonical[name] = values.get(name)
-    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -128,27 +128,61 @@ def refused_record_batch(
     meta: Mapping[str, Any],
     refusals: Iterable[tuple[int, Any, IntakeError]],
 ) -> int:
-    """Keep the refused records of a batch, each as a JSON record of its own."""
+    """Keep the refused records of a batch, each as a JSON record of its own: one INSERT and
+    one prune for the batch (one by one, each on its own, if that INSERT fails)."""
+    kept = [
+        (index, _refused_record_body(source, record), error)
+        for index, record, error in refusals
+        if error.status in KEPT_STATUSES
+    ]
+    if not kept:
+        return 0
+    headers = safe_headers(meta)
+    try:
+        with transaction.atomic():
+            RefusedPayload.objects.bulk_create(
+                [
+                    RefusedPayload(
+                        source=source,
+                        content_type="application/json",
+                        headers=headers,
+                        body=_body_redacted(source, body),
+                        batch_index=index,
+                        batch=False,
+                        status_code=error.status,
+                        reason=error.code[:64],
+                        message=error.message[:2000],
+                    )
+                    for index, body, error in kept
+                ]
+            )
+        refused_prune(source=source)
+    except DatabaseError:
+        logger.exception("could not keep a batch's refusals of source %s at once", source.slug)
+        return sum(
+            1
+            for index, body, error in kept
+            if refused_record(
+                source=source,
+                meta=meta,
+                body=body,
+                error=error,
+                batch_index=index,
+                content_type="application/json",
+            )
+        )
+    return len(kept)
+
+
+def _refused_record_body(source: Source, record: Any) -> bytes:
     from leads.services import record_redact
 
-    kept = 0
-    for index, record, error in refusals:
-        if isinstance(record, dict):
-            record = record_redact(source, record)
-        try:
-            body = json.dumps(record, ensure_ascii=False).encode("utf-8")
-        except (TypeError, ValueError):
-            body = repr(record).encode("utf-8", "replace")
-        if refused_record(
-            source=source,
-            meta=meta,
-            body=body,
-            error=error,
-            batch_index=index,
-            content_type="application/json",
-        ):
-            kept += 1
-    return kept
+    if isinstance(record, dict):
+        record = record_redact(source, record)
+    try:
+        return json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError):
+        return repr(record).encode("utf-8", "replace")
 
 
 def refused_prune(*, source: Source, keep: int | None = None) -> int:

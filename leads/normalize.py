@@ -371,7 +371,18 @@ def normalize_text(value: Any, max_length: int = TEXT_MAX_LENGTH) -> str | None:
 
 
 def _is_blank(value: Any) -> bool:
+    # Fast paths: text starting with a letter or digit keeps it after cleaning (no invisible
+    # character or whitespace is alphanumeric); an int of a sane size prints digits.
+    kind = type(value)
+    if kind is str:
+        if value[:1].isalnum():
+            return False
+    elif kind is int and -_SMALL_INT < value < _SMALL_INT:
+        return False
     return normalize_text(value) is None
+
+
+_SMALL_INT = 10**18
 
 
 def _fold(text: str) -> str:
@@ -409,12 +420,33 @@ def canonical_key(raw_key: str) -> str | None:
 _Pair = tuple[Any, Any]  # (raw key, raw value)
 
 
+# Resolvers compiled per field map, by the map's id, each beside a copy of the map it was built
+# from (a hit is used only while the map still equals it): a batch compiles its source's map once.
+_RESOLVERS: dict[int, tuple[dict[Any, Any], Callable[[Any], str | None]]] = {}
+_RESOLVERS_MAX = 256
+
+
 def _mapping_resolver(field_map: Mapping[str, str] | None) -> Callable[[Any], str | None]:
     """raw key → mapping target: the source's field map (exact, then loose), then the aliases.
 
     A field-map entry whose target is not a canonical field keeps the key out of the canonical
     lead (it goes to custom), so an admin can also switch an alias off.
     """
+    if not field_map:  # None or empty: the aliases alone
+        return _ALIASES_ONLY
+    if not isinstance(field_map, dict):
+        return _compile_resolver(field_map)
+    cached = _RESOLVERS.get(id(field_map))
+    if cached is not None and cached[0] == field_map:
+        return cached[1]
+    resolver = _compile_resolver(field_map)
+    if len(_RESOLVERS) >= _RESOLVERS_MAX:
+        _RESOLVERS.clear()
+    _RESOLVERS[id(field_map)] = (dict(field_map), resolver)
+    return resolver
+
+
+def _compile_resolver(field_map: Mapping[str, str] | None) -> Callable[[Any], str | None]:
     exact: dict[Any, str | None] = {}
     loose: dict[str, str | None] = {}
     if isinstance(field_map, Mapping):
@@ -425,7 +457,18 @@ def _mapping_resolver(field_map: Mapping[str, str] | None) -> Callable[[Any], st
             exact.setdefault(key, resolved)
             loose.setdefault(_fold_key(str(key)), resolved)
 
+    # Text keys already resolved by this resolver (bounded: keys are the client's to choose).
+    memo: dict[str, str | None] = {}
+
     def resolve(raw_key: Any) -> str | None:
+        if type(raw_key) is str and raw_key in memo:
+            return memo[raw_key]
+        target = _resolve(raw_key)
+        if type(raw_key) is str and len(memo) < _MEMO_MAX:
+            memo[raw_key] = target
+        return target
+
+    def _resolve(raw_key: Any) -> str | None:
         if raw_key in exact:
             return exact[raw_key]
         text_key = raw_key if isinstance(raw_key, str) else str(raw_key)
@@ -435,6 +478,10 @@ def _mapping_resolver(field_map: Mapping[str, str] | None) -> Callable[[Any], st
         return _ALIAS_INDEX.get(folded)
 
     return resolve
+
+
+_MEMO_MAX = 4096
+_ALIASES_ONLY = _compile_resolver(None)
 
 
 def _collect(
@@ -499,13 +546,17 @@ def map_fields(
     for target, pairs in candidates.items():
         if target == FULL_NAME:
             continue
-        winner = next(
-            (
-                i
-                for i, (_, value) in enumerate(pairs)
-                if not _is_blank(value) and not _is_structured(value)
-            ),
-            0,
+        winner = (
+            0  # the only candidate wins, blank or not
+            if len(pairs) == 1
+            else next(
+                (
+                    i
+                    for i, (_, value) in enumerate(pairs)
+                    if not _is_blank(value) and not _is_structured(value)
+                ),
+                0,
+            )
         )
         for i, (key, value) in enumerate(pairs):
             if i == winner:

@@ -53,6 +53,8 @@ def _check_text(value: str, limits: Limits, where: str) -> None:
         raise _bad(f"{where}: a string is longer than {limits.max_string} characters.")
     if "\x00" in value:
         raise _bad(f"{where}: NUL characters are not allowed.")
+    if value.isascii():  # ASCII always encodes
+        return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -61,6 +63,28 @@ def _check_text(value: str, limits: Limits, where: str) -> None:
 
 def check_value(value: Any, limits: Limits, where: str = "body", depth: int = 0) -> None:
     """Raise ``IntakeError`` unless ``value`` is within the limits, iteratively bounded."""
+    if type(value) is dict and depth < limits.max_depth and len(value) <= limits.max_keys:
+        # A flat object (most leads): the same checks in the same order as the walk below
+        # (every key in order, then the values from the last), without its stack.
+        for key in value:
+            if len(key) > limits.max_key:
+                raise _bad(f"{where}: a key is longer than {limits.max_key} characters.")
+            _check_text(key, limits, where)
+        for item in reversed(value.values()):
+            kind = type(item)
+            if kind is str:
+                _check_text(item, limits, where)
+            elif kind is float:
+                if item != item or item in (float("inf"), float("-inf")):
+                    raise _bad(f"{where}: NaN and Infinity are not JSON numbers.")
+            elif kind is not int and kind is not bool and item is not None:
+                break  # a container (or anything else): the walk checks it all
+        else:
+            return
+    _check_walk(value, limits, where, depth)
+
+
+def _check_walk(value: Any, limits: Limits, where: str, depth: int) -> None:
     stack: list[tuple[Any, int]] = [(value, depth)]
     while stack:
         item, level = stack.pop()
@@ -85,11 +109,13 @@ def check_value(value: Any, limits: Limits, where: str = "body", depth: int = 0)
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise _bad(f"Duplicate key {key[:100]!r} in a JSON object.")
-        obj[key] = value
+    obj = dict(pairs)  # in C; only an object that lost a key is looked at key by key
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _bad(f"Duplicate key {key[:100]!r} in a JSON object.")
+            seen.add(key)
     return obj
 
 

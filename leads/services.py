@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import json
 import logging
@@ -12,7 +13,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -24,11 +25,17 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.models import Event, EventType
-from audit.services import event_record, events_record_received, received_events_build
+from audit.services import (
+    event_record,
+    events_record_received,
+    received_event_hashes,
+    received_events_build,
+)
 from config.broker_filesystem import queue_has_message
 from config.celery import app as celery_app
 from config.logging import log_context, log_context_add
 from leads import lanes, privacy
+from leads.batch_sql import batch_statement
 from leads.breaker import CircuitBreaker
 from leads.broker_publish import broker_priority_steps, raw_publish_possible, raw_publisher
 from leads.kickoff_sql import kickoff_statement
@@ -47,6 +54,7 @@ from leads.normalize import is_a_lead, map_fields, normalize
 from leads.parsing import IntakeError, Limits, check_value
 from leads.priority import priority_clean, priority_is_high, tags_clean
 from leads.sources import kind_get, kinds, source_flatten
+from leads.sources.base import Record
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +152,8 @@ class _Prepared:
     key: str | None
     fingerprint: str
     lead_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    # The record's canonical JSON (what the fingerprint hashes): the stored payload's text.
+    canonical_json: str = ""
     # The key is the tool's own id of the submission, read by the source's kind: the tool's
     # retry may differ in its envelope (a delivery attempt counter) and is still a replay.
     vendor_key: bool = False
@@ -151,8 +161,15 @@ class _Prepared:
 
 def record_fingerprint(record: dict[str, Any]) -> str:
     """SHA-256 of the record's canonical JSON: the same body always gives the same print."""
-    canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return _fingerprint(_canonical_json(record))
+
+
+def _canonical_json(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _fingerprint(canonical_json: str) -> str:
+    return hashlib.sha256(canonical_json.encode("utf-8")).hexdigest()
 
 
 def _idempotency_key(canonical: dict[str, Any], header_key: str | None) -> str | None:
@@ -171,18 +188,23 @@ def _idempotency_key(canonical: dict[str, Any], header_key: str | None) -> str |
 def record_redact(source: Source, record: dict[str, Any]) -> dict[str, Any]:
     """The record without what any kind says must never be stored (a secret in the body), the
     source's own kind first: a Google Ads lead at a generic source keeps no ``google_key``."""
-    own = kind_get(source.kind)
-    for kind in (own, *(other for other in kinds().values() if other is not own)):
-        if kind.redact is None:
-            continue
+    for name, redact in _redactors(source.kind):
         try:
-            cleaned = kind.redact(dict(record))
+            cleaned = redact(dict(record))
         except Exception:  # a redactor that cannot read the record: store it, not lose it
-            logger.exception("the %s kind could not redact a record", kind.name)
+            logger.exception("the %s kind could not redact a record", name)
             continue
         if isinstance(cleaned, dict):
             record = cleaned
     return record
+
+
+@functools.cache
+def _redactors(name: str | None) -> tuple[tuple[str, Callable[[Record], Record]], ...]:
+    """The kinds' redactors (kind name, redact), the kind called ``name`` first."""
+    own = kind_get(name)
+    ordered = (own, *(other for other in kinds().values() if other is not own))
+    return tuple((kind.name, kind.redact) for kind in ordered if kind.redact is not None)
 
 
 def _fetch_notice(source: Source, record: dict[str, Any]) -> str | None:
@@ -224,7 +246,7 @@ def _prepare(
     canonical = flat.canonical
     if canonical is None:
         canonical, _custom = map_fields(flat.record, source.field_map or None)
-    if not is_a_lead(canonical):
+    if not (flat.lead or is_a_lead(canonical)):
         notice = _fetch_notice(source, record)
         if notice != "":  # not a notice of a lead the worker fetches (or one it cannot fetch)
             message = NOT_A_LEAD_MESSAGE + (notice or "")
@@ -232,12 +254,14 @@ def _prepare(
                 message += f" (The {source.kind} decoder failed: {flat.decoder_error})"
             raise IntakeError(422, "not_a_lead", message)
     record_key = _idempotency_key(canonical, None) if not header_key else None
+    text = _canonical_json(record)
     return _Prepared(
         index=index,
         record=record,
         key=_idempotency_key(canonical, header_key) or fallback_key,
-        fingerprint=record_fingerprint(record),
+        fingerprint=_fingerprint(text),
         vendor_key=bool(record_key) and (source.kind or "generic") != "generic",
+        canonical_json=text,
     )
 
 
@@ -493,21 +517,38 @@ def _insert_batch_once(
     source: Source, rows: list[_Prepared], lane: str
 ) -> tuple[set[uuid.UUID], dict[str, tuple[uuid.UUID, str]]]:
     now = timezone.now()
+    actor = f"source:{source.slug}"
     winners: dict[str, tuple[uuid.UUID, str]] = {}
     with transaction.atomic(durable=True):
-        new_leads = [_new_lead(source, item, now, lane) for item in rows]
-        Lead.objects.bulk_create(new_leads, batch_size=500, ignore_conflicts=True)
-        # A concurrent request may have taken some keys between our SELECT and INSERT: the
-        # database skipped those rows; find out which, and replay the winners. Unkeyed rows
-        # cannot conflict (their ids are fresh UUIDs).
-        keyed_ids = [item.lead_id for item in rows if item.key is not None]
-        inserted = {item.lead_id for item in rows if item.key is None}
-        if keyed_ids:
-            inserted.update(Lead.objects.filter(id__in=keyed_ids).values_list("id", flat=True))
-        events_record_received(
-            leads=[lead for lead in new_leads if lead.pk in inserted],
-            actor=f"source:{source.slug}",
-        )
+        if batch_statement.usable():
+            # One statement: the leads (a key a concurrent request took is skipped) and the
+            # events of those stored, which it returns (leads.batch_sql).
+            hashes = received_event_hashes(
+                lead_ids=[item.lead_id for item in rows], at=now, actor=actor
+            )
+            inserted = batch_statement.execute(
+                rows=[
+                    (item.lead_id, item.key, item.fingerprint, item.canonical_json, hashed)
+                    for item, hashed in zip(rows, hashes, strict=True)
+                ],
+                source_id=source.pk,
+                lane=lane,
+                now=now,
+                actor=actor,
+            )
+        else:
+            new_leads = [_new_lead(source, item, now, lane) for item in rows]
+            Lead.objects.bulk_create(new_leads, batch_size=500, ignore_conflicts=True)
+            # A concurrent request may have taken some keys between our SELECT and INSERT:
+            # the database skipped those rows; find out which, and replay the winners.
+            # Unkeyed rows cannot conflict (their ids are fresh UUIDs).
+            keyed_ids = [item.lead_id for item in rows if item.key is not None]
+            inserted = {item.lead_id for item in rows if item.key is None}
+            if keyed_ids:
+                inserted.update(Lead.objects.filter(id__in=keyed_ids).values_list("id", flat=True))
+            events_record_received(
+                leads=[lead for lead in new_leads if lead.pk in inserted], actor=actor
+            )
         lost = [item.key for item in rows if item.lead_id not in inserted]
         if lost:
             winners = {

@@ -120,6 +120,9 @@ class Flattened:
     decoder_error: str = ""
     # map_fields(record, field_map)'s canonical half, kept so the kickoff does not map twice.
     canonical: dict[str, Any] | None = None
+    # True when ``canonical`` is known to be a lead (is_a_lead), so the kickoff need not ask
+    # again; None: not asked of this canonical.
+    lead: bool | None = None
 
 
 def _present_targets(canonical: Mapping[str, Any]) -> frozenset[str]:
@@ -169,34 +172,35 @@ def flatten(
             flat = {**from_paths, **{k: v for k, v in flat.items() if k not in from_paths}}
 
     canonical, _custom = map_fields(flat, mapping)
+    if is_a_lead(canonical):
+        return Flattened(flat, tuple(flags), error, canonical, lead=True)
     present = _present_targets(canonical)
-    if not is_a_lead(canonical):
-        # A kind whose decoder read no one from the payload (a plain form post sent to a
-        # Typeform or Segment source, say): the record's own top-level fields, as the generic
-        # kind reads them, so that a lead plain at the top level is not refused for its kind.
-        top: Record = {}
-        if source_kind.name != GENERIC and not present:
-            for key, value in record.items():
-                if (
-                    isinstance(key, str)
-                    and key not in flat
-                    and value not in (None, "")
-                    and isinstance(value, str | int | float)
-                    and canonical_key(key) is not None
-                ):
-                    top[key] = value
-        below = found_below(record, skip=present | {canonical_key(key) or "" for key in top})
-        extra = {**top, **{key: value for key, value in below.items() if key not in flat}}
-        # A top-level key holding a structure ("email": {"value": ...}) yields to what was
-        # found inside it: its structure stays in the raw payload.
-        for key, value in below.items():
-            if key in flat and isinstance(flat[key], dict | list):
-                extra[key] = value
-        if extra:
-            flat = {**flat, **extra}
-            canonical, _custom = map_fields(flat, mapping)
-            if any(canonical_key(key) for key in extra if key not in top):
-                flags.append(FLAG_FOUND_BELOW)
+    # A kind whose decoder read no one from the payload (a plain form post sent to a
+    # Typeform or Segment source, say): the record's own top-level fields, as the generic
+    # kind reads them, so that a lead plain at the top level is not refused for its kind.
+    top: Record = {}
+    if source_kind.name != GENERIC and not present:
+        for key, value in record.items():
+            if (
+                isinstance(key, str)
+                and key not in flat
+                and value not in (None, "")
+                and isinstance(value, str | int | float)
+                and canonical_key(key) is not None
+            ):
+                top[key] = value
+    below = found_below(record, skip=present | {canonical_key(key) or "" for key in top})
+    extra = {**top, **{key: value for key, value in below.items() if key not in flat}}
+    # A top-level key holding a structure ("email": {"value": ...}) yields to what was
+    # found inside it: its structure stays in the raw payload.
+    for key, value in below.items():
+        if key in flat and isinstance(flat[key], dict | list):
+            extra[key] = value
+    if extra:
+        flat = {**flat, **extra}
+        canonical, _custom = map_fields(flat, mapping)
+        if any(canonical_key(key) for key in extra if key not in top):
+            flags.append(FLAG_FOUND_BELOW)
     return Flattened(flat, tuple(flags), error, canonical)
 
 

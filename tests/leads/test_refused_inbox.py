@@ -133,6 +133,28 @@ def test_batch_records_that_are_not_leads_are_kept_one_by_one(client, published)
     assert json.loads(bytes(kept[0].body)) == {"note": "no contact"}
 
 
+def test_a_batchs_refusals_are_kept_in_a_few_statements_and_bounded(client, settings, published):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    settings.REFUSED_INBOX_PER_SOURCE = 30
+    source = SourceFactory(slug="list")
+    records = [{"email": f"p{i}@acme.de"} if i % 2 else {"note": f"n{i}"} for i in range(100)]
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.post(
+            "/api/v1/intake/list/batch/",
+            json.dumps(records),
+            content_type="application/json",
+            **auth("list"),
+        )
+    assert response.json()["rejected"] == 50
+    inbox = [q["sql"] for q in ctx.captured_queries if '"leads_refusedpayload"' in q["sql"]]
+    assert len(inbox) <= 4, inbox  # one INSERT, the prune's look, the rows past it, DELETE
+    kept = RefusedPayload.objects.filter(source=source).order_by("batch_index")
+    assert [r.batch_index for r in kept] == list(range(40, 100, 2))  # the newest 30
+    assert json.loads(bytes(kept[0].body)) == {"note": "n40"}
+
+
 def test_the_inbox_is_bounded_per_source(client):
     source = SourceFactory(slug="noisy")
     other = SourceFactory(slug="quiet")
