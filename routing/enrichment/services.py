@@ -584,13 +584,22 @@ def _call_all(leads: list[Lead]) -> list[CallOutcome]:
     workers = min(max(1, settings.ENRICHMENT_HTTP_CONCURRENCY), len(leads))
     if workers == 1:
         return [_call_one(lead) for lead in leads]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="enrich") as pool:
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="enrich")
+    try:
         futures = []
         for lead in leads:
             with log_context(lead_id=lead.id, source=lead.source.slug):
                 # The thread logs (httpx's request line) under this lead's context.
                 futures.append(pool.submit(contextvars.copy_context().run, _call_one, lead))
         return [future.result() for future in futures]
+    except BaseException:
+        # The soft time limit (or anything else) stops the task: the calls not started are
+        # not made (their answers would be thrown away, the tokens spent); the leads are tried
+        # again once their claim lapses.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def _apply_outcome(

@@ -11,7 +11,12 @@ from django.db import connection
 from django.utils import timezone
 
 from audit.models import Event
-from audit.services import events_record_received, received_event_hashes, received_events_build
+from audit.services import (
+    events_record_received,
+    received_event_hashes,
+    received_event_values,
+    received_events_build,
+)
 from audit.verify import audit_verify
 from leads import lanes
 from leads.batch_sql import batch_statement
@@ -114,3 +119,14 @@ def test_a_key_taken_meanwhile_is_skipped_with_no_event(source) -> None:  # type
     assert not Event.objects.filter(lead_id=items[0].lead_id).exists()
     assert Event.objects.filter(lead_id=items[1].lead_id).count() == 1
     assert Lead.objects.get(source=source, idempotency_key="k").pk == taken.lead_id  # type: ignore[union-attr]
+
+
+def test_received_hashes_for_an_actor_that_contains_the_template_marker():
+    """The template's marker is the all-zero UUID, a valid source slug: the hashes are then
+    built one by one instead of failing every batch of that source."""
+    actor = f"source:{uuid.UUID(int=0)}"
+    at = timezone.now()
+    ids = [uuid.uuid4(), uuid.uuid4()]
+    assert received_event_hashes(lead_ids=ids, at=at, actor=actor) == [
+        received_event_values(lead_id=lead_id, at=at, actor=actor)["hash"] for lead_id in ids
+    ]

@@ -242,3 +242,30 @@ def test_a_parked_lead_is_sent_after_the_gathering_time_unless_realtime(
     with django_capture_on_commit_callbacks(execute=True):
         enrichment_enqueue_after_commit(normal.pk)
     assert [options.get("countdown") for _name, _args, options in sent] == [None]
+
+
+def test_a_task_stopped_mid_batch_makes_no_more_calls(stand_in, settings):
+    """The soft time limit arrives (here: a timer raising in the task's thread, as Celery's
+    signal does) while the batch's calls run 2 at a time: the calls not yet started are
+    cancelled, not made for answers nobody would read."""
+    import signal
+
+    class Stopped(Exception):
+        pass
+
+    settings.ENRICHMENT_HTTP_CONCURRENCY = 2
+    leads = [parked_lead(email=f"lead{i}@acme.com") for i in range(10)]
+
+    def stop(*_args: Any) -> None:
+        raise Stopped
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, 0.1)
+    try:
+        with pytest.raises(Stopped):
+            lead_enrich(lead_id=leads[0].id)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    time.sleep(0.6)  # long enough for more waves to have started, had they not been cancelled
+    assert len(stand_in.emails) == 2
