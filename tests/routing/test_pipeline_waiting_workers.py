@@ -21,6 +21,7 @@ from routing.loads import rep_loads_reconcile
 from routing.models import Assignment, TeamMembership
 from routing.rules_io import rules_import
 from tests.leads.factories import SourceFactory
+from tests.reliability.harness import rules
 from tests.support.processes import celery_worker, wait_until
 
 pytestmark = [
@@ -36,33 +37,11 @@ REPS = 7
 TAKEN = "is not waiting or is leased; nothing to do"
 
 
-def _rules() -> dict[str, Any]:
-    people = [
-        {"email": f"rep{i}@example.com", "name": f"Rep {i}", "timezone": "UTC"} for i in range(REPS)
-    ]
-    return {
-        "reps": people,
-        "teams": [
-            {
-                "name": "Inbound",
-                "strategy": "round_robin",
-                "members": [{"rep": p["email"]} for p in people],
-            }
-        ],
-        "ruleset": {
-            "name": "Inbound",
-            "rules": [
-                {"name": "Everyone", "priority": 10, "action": {"type": "team", "team": "Inbound"}}
-            ],
-        },
-    }
-
-
 def test_two_workers_route_single_lead_messages_in_batches_once_each_round_robin_exact(
     settings: Any,
 ) -> None:
     settings.ENQUEUE_IN_BACKGROUND = False  # one message a lead, published inline
-    rules_import(_rules(), publish=True)
+    rules_import(rules(REPS), publish=True)
     app.control.purge()  # messages earlier tests left in the shared broker
     form = SourceFactory(slug="contact-us")
     env = {"ROUTING_BATCH_SIZE": "50", "ROUTING_BATCH_WAITING": "true"}
