@@ -30,7 +30,7 @@ from celery.utils.saferepr import saferepr
 from django.conf import settings
 
 from config.celery import app as celery_app
-from leads.redis_wire import RedisWire, RedisWireError, wire_for
+from leads.redis_wire import RedisWire, RedisWireError
 
 # kombu's envelope defaults for a persistent message on the virtual transports.
 _DELIVERY_MODE_PERSISTENT = 2
@@ -93,29 +93,21 @@ class RawRedisPublisher:
     """One per process: a Redis client of its own and a message template per task name."""
 
     def __init__(self) -> None:
-        self._client: Any = None
+        self._client: RedisWire | None = None
         self._templates: dict[tuple[str, Any, Any], tuple[dict[str, Any], dict[str, Any]]] = {}
         self._texts: dict[tuple[int, str, int], str] = {}
         self._lock = threading.Lock()
 
-    def _redis(self) -> Any:
+    def _redis(self) -> RedisWire:
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    import redis
-
                     options = settings.CELERY_BROKER_TRANSPORT_OPTIONS or {}
                     # redis-py's connection used directly (leads.redis_wire).
-                    self._client = wire_for(
+                    self._client = RedisWire(
                         settings.CELERY_BROKER_URL,
                         socket_timeout=options.get("socket_timeout", 2.0),
                         connect_timeout=settings.CELERY_BROKER_CONNECTION_TIMEOUT,
-                    ) or redis.Redis.from_url(
-                        settings.CELERY_BROKER_URL,
-                        socket_connect_timeout=settings.CELERY_BROKER_CONNECTION_TIMEOUT,
-                        socket_timeout=options.get("socket_timeout", 2.0),
-                        retry_on_timeout=False,
-                        health_check_interval=options.get("health_check_interval", 30),
                     )
         return self._client
 
@@ -204,21 +196,11 @@ class RawRedisPublisher:
             by_queue.setdefault(key, []).append(self.message(name, args, queue, priority))
         if not by_queue:
             return 0
-        client = self._redis()
-        if isinstance(client, RedisWire):
-            for reply in client.execute(
-                [("LPUSH", queue, *entries) for queue, entries in by_queue.items()]
-            ):
-                if isinstance(reply, RedisWireError):
-                    raise reply
-        elif len(by_queue) == 1:
-            ((queue, entries),) = by_queue.items()
-            client.lpush(queue, *entries)
-        else:
-            pipe = client.pipeline(transaction=False)
-            for queue, entries in by_queue.items():
-                pipe.lpush(queue, *entries)
-            pipe.execute()
+        for reply in self._redis().execute(
+            [("LPUSH", queue, *entries) for queue, entries in by_queue.items()]
+        ):
+            if isinstance(reply, RedisWireError):
+                raise reply
         return len(messages)
 
     def reset(self) -> None:

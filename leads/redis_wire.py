@@ -92,12 +92,3 @@ class RedisWire:
                     self.close()
                     raise
             raise AssertionError("unreachable")
-
-
-def wire_for(url: str, *, socket_timeout: float, connect_timeout: float) -> RedisWire | None:
-    """A ``RedisWire`` for a URL redis-py connects to (``redis://``, ``rediss://``,
-    ``unix://``), else None (the caller uses its usual client)."""
-    try:
-        return RedisWire(url, socket_timeout=socket_timeout, connect_timeout=connect_timeout)
-    except ValueError:
-        return None

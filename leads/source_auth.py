@@ -8,7 +8,6 @@ import logging
 import re
 import threading
 from datetime import datetime
-from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
@@ -17,7 +16,7 @@ from django.http import HttpRequest
 from leads.breaker import CircuitBreaker
 from leads.models import Source
 from leads.parsing import IntakeError
-from leads.redis_wire import RedisWire, RedisWireError, wire_for
+from leads.redis_wire import RedisWire, RedisWireError
 
 logger = logging.getLogger(__name__)
 
@@ -93,8 +92,7 @@ if count == tonumber(ARGV[1]) then redis.call('EXPIRE', KEYS[1], 120) end
 return count
 """
 _COUNT_SHA = hashlib.sha1(_COUNT_SCRIPT.encode()).hexdigest()  # noqa: S324 (Redis's script id)
-_redis_client: Any = None
-_wire: RedisWire | None = None
+_redis_client: RedisWire | None = None
 cache_breaker = CircuitBreaker()
 _redis_lock = threading.Lock()
 
@@ -108,27 +106,22 @@ def _cache_url() -> str | None:
     return str(location[0] if isinstance(location, list) else location)
 
 
-def _redis() -> Any:
-    """One client per process for the rate limit, when the cache is Redis; else None: the
-    redis-py connection used directly (leads.redis_wire), else redis-py's client.
+def _redis() -> RedisWire | None:
+    """One connection per process for the rate limit (redis-py's, used directly:
+    leads.redis_wire), when the cache is Redis; else None.
 
     Django's Redis cache builds a new client object on every call and needs two round trips
     (add, incr); the kickoff pays this on every request, so it counts with one INCRBY +
     EXPIRE script instead, by its SHA (one EVAL when Redis does not know it yet).
     """
-    global _redis_client, _wire
+    global _redis_client
     url = _cache_url()
     if url is None:
         return None
     if _redis_client is None:
         with _redis_lock:
             if _redis_client is None:
-                import redis
-
-                _wire = wire_for(url, socket_timeout=0.5, connect_timeout=0.5)
-                _redis_client = _wire or redis.Redis.from_url(
-                    url, socket_timeout=0.5, socket_connect_timeout=0.5
-                )
+                _redis_client = RedisWire(url, socket_timeout=0.5, connect_timeout=0.5)
     return _redis_client
 
 
@@ -137,15 +130,12 @@ def _count(key: str, records: int) -> int:
     if client is None:
         cache.add(key, 0, timeout=120)
         return int(cache.incr(key, records))
-    if isinstance(client, RedisWire):
-        [reply] = client.execute([("EVALSHA", _COUNT_SHA, 1, key, records)])
-        if isinstance(reply, RedisWireError) and str(reply).startswith("NOSCRIPT"):
-            [reply] = client.execute([("EVAL", _COUNT_SCRIPT, 1, key, records)])
-        if not isinstance(reply, int):
-            raise RedisWireError(f"the count script answered {reply!r}")
-        return reply
-    # One round trip, and no pipeline object (redis-py builds ~0.4 ms of state for each).
-    return int(client.eval(_COUNT_SCRIPT, 1, key, records))
+    [reply] = client.execute([("EVALSHA", _COUNT_SHA, 1, key, records)])
+    if isinstance(reply, RedisWireError) and str(reply).startswith("NOSCRIPT"):
+        [reply] = client.execute([("EVAL", _COUNT_SCRIPT, 1, key, records)])
+    if not isinstance(reply, int):
+        raise RedisWireError(f"the count script answered {reply!r}")
+    return reply
 
 
 def check_rate_limit(source: Source, *, now: datetime, records: int = 1) -> None:

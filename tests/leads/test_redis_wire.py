@@ -19,7 +19,7 @@ from django.utils import timezone
 from leads import redis_wire, source_auth
 from leads.broker_publish import raw_publisher
 from leads.parsing import IntakeError
-from leads.redis_wire import RedisWire, RedisWireError, wire_for
+from leads.redis_wire import RedisWire, RedisWireError
 from tests.leads.factories import SourceFactory
 
 
@@ -31,8 +31,7 @@ def _url() -> str:
 
 @pytest.fixture
 def wire() -> Iterator[RedisWire]:
-    client = wire_for(_url(), socket_timeout=1.0, connect_timeout=1.0)
-    assert client is not None
+    client = RedisWire(_url(), socket_timeout=1.0, connect_timeout=1.0)
     yield client
     client.close()
 
@@ -45,10 +44,8 @@ def redis_py():  # type: ignore[no-untyped-def]
 
 
 def test_redis_py_reads_the_url() -> None:
-    def parts(url: str) -> tuple[object, ...] | None:
-        client = wire_for(url, socket_timeout=1, connect_timeout=1)
-        if client is None:
-            return None
+    def parts(url: str) -> tuple[object, ...]:
+        client = RedisWire(url, socket_timeout=1, connect_timeout=1)
         # What redis-py's connection gets; port and db default to 6379 and 0 there.
         kwargs = {"port": 6379, "db": 0, **client.connection_kwargs}
         return tuple(kwargs.get(name) for name in ("host", "port", "db", "username", "password"))
@@ -57,10 +54,10 @@ def test_redis_py_reads_the_url() -> None:
     assert parts("redis://localhost") == ("localhost", 6379, 0, None, None)
     assert parts("redis://:s%40cret@redis:6379/0") == ("redis", 6379, 0, None, "s@cret")
     assert parts("redis://app:pw@redis/2") == ("redis", 6379, 2, "app", "pw")
-    tls = wire_for("rediss://redis:6379/0", socket_timeout=1, connect_timeout=1)
-    assert tls is not None
+    tls = RedisWire("rediss://redis:6379/0", socket_timeout=1, connect_timeout=1)
     assert tls.connection_class.__name__ == "SSLConnection"
-    assert parts("sentinel://redis:26379") is None  # not a URL redis-py connects to
+    with pytest.raises(ValueError, match="must specify one of the following schemes"):
+        RedisWire("sentinel://redis:26379", socket_timeout=1, connect_timeout=1)
 
 
 @pytest.mark.redis
@@ -103,8 +100,7 @@ def test_a_redis_that_does_not_answer_fails_within_the_timeout() -> None:
     threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True).start()
     try:
         port = listener.getsockname()[1]
-        client = wire_for(f"redis://127.0.0.1:{port}/0", socket_timeout=0.3, connect_timeout=0.3)
-        assert client is not None
+        client = RedisWire(f"redis://127.0.0.1:{port}/0", socket_timeout=0.3, connect_timeout=0.3)
         started = time.monotonic()
         with pytest.raises(redis.exceptions.TimeoutError):
             client.execute([("INCRBY", "k", 1)])
